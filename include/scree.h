@@ -1,0 +1,282 @@
+/*
+ * scree.h - the public C API of scree, an autotuning GPU kernel runtime for
+ * packed, variable-length transformer batches.
+ *
+ * This header is the whole API: what is not declared here is not API.
+ * It needs no CUDA header. Device pointers are passed as integers
+ * (scree_devptr) and streams as `void *` (a CUstream or cudaStream_t, NULL
+ * for the legacy default stream), so any language with a C FFI can bind it.
+ *
+ * Ownership: every handle scree creates is destroyed by its matching
+ * destroy function; strings returned by scree are owned by scree (static ones
+ * live forever, per-context ones until the next call on that context).
+ * Callers own every buffer they pass in; scree never frees them.
+ *
+ * Thread safety: unless a declaration says otherwise, functions are safe to
+ * call concurrently on *different* contexts. Functions marked "thread-safe"
+ * may also be called concurrently on the *same* context. scree never calls
+ * exit(), never prints unless logging is enabled, and never changes the CUDA
+ * context that is current on the calling thread (it pushes and pops the
+ * device's primary context around its own work when needed).
+ */
+#ifndef SCREE_H
+#define SCREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#  if defined(SCREE_BUILDING_SHARED)
+#    define SCREE_EXTERN __declspec(dllexport)
+#  elif defined(SCREE_USING_SHARED)
+#    define SCREE_EXTERN __declspec(dllimport)
+#  else
+#    define SCREE_EXTERN
+#  endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define SCREE_EXTERN __attribute__((visibility("default")))
+#else
+#  define SCREE_EXTERN
+#endif
+
+#define SCREE_VERSION_MAJOR 0
+#define SCREE_VERSION_MINOR 1
+#define SCREE_VERSION_PATCH 0
+#define SCREE_VERSION_STRING "0.1.0"
+/* Encoded as major * 10000 + minor * 100 + patch. */
+#define SCREE_VERSION_NUMBER \
+  (SCREE_VERSION_MAJOR * 10000 + SCREE_VERSION_MINOR * 100 + SCREE_VERSION_PATCH)
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* X(name, value, description). One list generates the enum and the strings,
+ * so they cannot drift apart. Values are stable across releases. */
+#define SCREE_STATUS_MAP(X)                                                    \
+  X(OK, 0, "success")                                                          \
+  X(ERROR_INVALID_ARGUMENT, 1, "invalid argument")                             \
+  X(ERROR_UNSUPPORTED, 2, "unsupported dtype, size or feature")                \
+  X(ERROR_MISALIGNED, 3, "pointer or stride not aligned for its dtype")        \
+  X(ERROR_NO_DRIVER, 4, "CUDA driver library (libcuda.so.1) not available")    \
+  X(ERROR_NO_DEVICE, 5, "no usable CUDA device")                               \
+  X(ERROR_NO_NVRTC, 6, "NVRTC library (libnvrtc.so) not available")           \
+  X(ERROR_COMPILE, 7, "kernel failed to compile")                              \
+  X(ERROR_LOAD, 8, "compiled kernel failed to load on the device")             \
+  X(ERROR_LAUNCH, 9, "kernel launch failed")                                   \
+  X(ERROR_CUDA, 10, "CUDA driver call failed")                                 \
+  X(ERROR_OUT_OF_MEMORY, 11, "out of memory")                                  \
+  X(ERROR_INVALID_CONFIG, 12, "kernel config violates the op's constraints")   \
+  X(ERROR_CACHE, 13, "tuning cache error")                                     \
+  X(ERROR_NOT_FOUND, 14, "not found")                                          \
+  X(ERROR_CACHE_MISS, 15, "no tuned config cached and the miss policy is error") \
+  X(ERROR_WRONG_ANSWER, 16, "kernel output disagrees with the CPU reference")  \
+  X(ERROR_TIMEOUT, 17, "kernel ran past its time limit")                       \
+  X(ERROR_IO, 18, "file input/output error")                                   \
+  X(ERROR_PARSE, 19, "parse error")                                            \
+  X(ERROR_INTERNAL, 20, "internal error")
+
+typedef enum scree_status {
+#define SCREE_STATUS_ENUM_(name, value, text) SCREE_##name = value,
+  SCREE_STATUS_MAP(SCREE_STATUS_ENUM_)
+#undef SCREE_STATUS_ENUM_
+} scree_status;
+
+/* A static, never-NULL description of `status`. Unknown codes map to
+ * "unknown scree status". Thread-safe. */
+SCREE_EXTERN const char *scree_status_str(scree_status status);
+
+/* The enum's name without the prefix ("ERROR_NO_DEVICE"), static, never
+ * NULL ("UNKNOWN" for unknown codes). Thread-safe. */
+SCREE_EXTERN const char *scree_status_name(scree_status status);
+
+/* The library's version string ("0.1.0") and number. Thread-safe. */
+SCREE_EXTERN const char *scree_version(void);
+SCREE_EXTERN int scree_version_number(void);
+
+/* ------------------------------------------------------------------------ */
+/* Types shared by the ops                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A device address (a CUdeviceptr), as an integer. */
+typedef uint64_t scree_devptr;
+
+typedef enum scree_dtype {
+  SCREE_DTYPE_FP32 = 0,
+  SCREE_DTYPE_FP16 = 1,
+  SCREE_DTYPE_BF16 = 2
+} scree_dtype;
+
+/* "fp32", "fp16", "bf16", or "unknown". Static. Thread-safe. */
+SCREE_EXTERN const char *scree_dtype_name(scree_dtype dtype);
+/* Size in bytes of one element, 0 for an unknown dtype. Thread-safe. */
+SCREE_EXTERN size_t scree_dtype_size(scree_dtype dtype);
+
+/* ------------------------------------------------------------------------ */
+/* Runtime information (no context needed)                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct scree_device_info {
+  int ordinal;
+  char name[256];
+  int cc_major, cc_minor; /* compute capability, e.g. 9.0 */
+  char arch[16];          /* "sm_90" */
+  int sm_count;
+  size_t total_memory;   /* bytes */
+  int l2_bytes;
+  int max_smem_per_block_optin; /* bytes */
+} scree_device_info;
+
+typedef struct scree_runtime_info {
+  int driver_loaded;     /* libcuda.so.1 could be opened */
+  int driver_version;    /* e.g. 13000, 0 when not loaded */
+  int nvrtc_loaded;
+  int nvrtc_major, nvrtc_minor;
+  int device_count;      /* 0 when there is no driver or no device */
+  char driver_error[256]; /* why the driver or devices are unavailable, or "" */
+  char nvrtc_error[256];  /* why NVRTC is unavailable, or "" */
+  char nvrtc_path[256];   /* the NVRTC library that was opened, or "" */
+} scree_runtime_info;
+
+/* Fills `info` with what this process can see: whether the driver and NVRTC
+ * load, their versions and the number of devices. Never fails on a machine
+ * without a GPU; it reports it. Returns SCREE_ERROR_INVALID_ARGUMENT if
+ * `info` is NULL, else SCREE_OK. Thread-safe. */
+SCREE_EXTERN scree_status scree_get_runtime_info(scree_runtime_info *info);
+
+/* Describes device `ordinal`. Returns SCREE_ERROR_NO_DRIVER,
+ * SCREE_ERROR_NO_DEVICE (ordinal out of range) or SCREE_OK. Thread-safe. */
+SCREE_EXTERN scree_status scree_get_device_info(int ordinal,
+                                                scree_device_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct scree_context scree_context;
+
+typedef enum scree_log_level {
+  SCREE_LOG_OFF = 0,
+  SCREE_LOG_ERROR = 1,
+  SCREE_LOG_WARN = 2,
+  SCREE_LOG_INFO = 3,
+  SCREE_LOG_DEBUG = 4
+} scree_log_level;
+
+/* A log sink. `message` is one line without a trailing newline, valid only
+ * during the call. May be called from any thread that uses the context. */
+typedef void (*scree_log_fn)(void *user, scree_log_level level,
+                             const char *message);
+
+/* What to do when a call finds no tuned config for its shape. */
+typedef enum scree_miss_policy {
+  SCREE_MISS_DEFAULT = 0, /* run the architecture's default config, record the miss */
+  SCREE_MISS_TUNE = 1,    /* tune now (blocking), store the winner, run it */
+  SCREE_MISS_ERROR = 2    /* return SCREE_ERROR_CACHE_MISS, launch nothing */
+} scree_miss_policy;
+
+typedef struct scree_options {
+  int device;                /* CUDA device ordinal; default 0 */
+  /* Path of the user's read-write tuning cache; NULL selects the default
+   * ($SCREE_CACHE_DIR/tune.db, else $XDG_CACHE_HOME/scree/tune.db, else
+   * ~/.cache/scree/tune.db). The string is copied. */
+  const char *cache_path;
+  /* Read-only caches consulted after the user's, colon separated; NULL
+   * selects $SCREE_CACHE_PATH. The string is copied. */
+  const char *cache_search_path;
+  int disable_cache;         /* 1: no SQLite cache at all (in-memory only) */
+  scree_miss_policy miss_policy; /* default SCREE_MISS_DEFAULT, or $SCREE_MISS_POLICY */
+  scree_log_level log_level; /* default SCREE_LOG_WARN, or $SCREE_LOG_LEVEL */
+  scree_log_fn log_fn;       /* NULL: log lines go to stderr */
+  void *log_user;            /* passed to log_fn */
+} scree_options;
+
+/* Fills `opts` with defaults (reading no environment; that happens in
+ * scree_create). Thread-safe. */
+SCREE_EXTERN void scree_options_init(scree_options *opts);
+
+/* Creates a context on device `opts->device` (opts may be NULL for the
+ * defaults). Loads the CUDA driver and NVRTC with dlopen, retains the
+ * device's primary context, and opens the tuning cache. On failure *out is
+ * NULL and the status says which layer failed: SCREE_ERROR_NO_DRIVER,
+ * SCREE_ERROR_NO_DEVICE, SCREE_ERROR_NO_NVRTC (NVRTC is needed only to
+ * compile; a context still needs it unless every kernel comes from a cache),
+ * SCREE_ERROR_OUT_OF_MEMORY. If `why` is not NULL, up to `why_size` bytes of
+ * an explanation are written there (always NUL-terminated).
+ * Thread-safe. */
+SCREE_EXTERN scree_status scree_create(const scree_options *opts,
+                                       scree_context **out, char *why,
+                                       size_t why_size);
+
+/* Destroys the context: unloads its modules and releases the primary
+ * context. NULL is a harmless no-op. The caller must make sure no other
+ * thread is using the context and that kernels it launched have finished
+ * with any buffer the caller is about to free. */
+SCREE_EXTERN void scree_destroy(scree_context *ctx);
+
+/* A description of the last failure on this context: the NVRTC log, the
+ * driver's error name, or the bad argument and its value. "" when the last
+ * call succeeded. Owned by the context, valid until the next call on it.
+ * With several threads failing at once it holds one of their messages. */
+SCREE_EXTERN const char *scree_last_error(const scree_context *ctx);
+
+/* The device this context runs on. Thread-safe. */
+SCREE_EXTERN scree_status scree_context_device(const scree_context *ctx,
+                                               scree_device_info *info);
+
+/* Counters since the context was created. Thread-safe. */
+typedef struct scree_counters {
+  uint64_t calls;            /* op calls that launched a kernel */
+  uint64_t compiles;         /* NVRTC compilations run */
+  uint64_t module_loads;     /* cubins loaded onto the device */
+  uint64_t memory_hits;      /* config found in the in-process table */
+  uint64_t user_cache_hits;  /* config found in the user's SQLite cache */
+  uint64_t shipped_cache_hits; /* config found in a read-only cache */
+  uint64_t safelist_defaults;  /* fell back to the architecture's default */
+  uint64_t misses_recorded;  /* misses written to the cache */
+  uint64_t tunes;            /* tuning runs started */
+} scree_counters;
+
+SCREE_EXTERN scree_status scree_get_counters(const scree_context *ctx,
+                                             scree_counters *out);
+
+/* ------------------------------------------------------------------------ */
+/* Ops                                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* RMSNorm over packed rows: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w
+ * for t in [0, rows). Accumulates in fp32. Rows are independent, so a
+ * packed varlen batch needs no cu_seqlens: pass the total token count.
+ *
+ *   x: [rows, cols] with row stride x_stride elements (0 means cols)
+ *   w: [cols], contiguous
+ *   y: [rows, cols] with row stride y_stride elements (0 means cols); y may
+ *      alias x exactly (in place) but must not partially overlap it.
+ *
+ * cols in [1, 65536]; rows >= 0 (0 is a no-op that launches nothing).
+ * Pointers must be non-NULL and aligned to their element size; strides
+ * must be >= cols. Each dtype is independently fp32, fp16 or bf16.
+ * Returns SCREE_OK, or an error naming the argument (see scree_last_error);
+ * on error nothing is launched and nothing is written.
+ * Asynchronous with respect to the host: the kernel is queued on `stream`.
+ * Thread-safe. */
+typedef struct scree_rmsnorm_args {
+  scree_devptr x, w, y;
+  int64_t rows, cols;
+  int64_t x_stride, y_stride;
+  scree_dtype x_dtype, w_dtype, y_dtype;
+  float eps;
+} scree_rmsnorm_args;
+
+SCREE_EXTERN scree_status scree_rmsnorm(scree_context *ctx,
+                                        const scree_rmsnorm_args *args,
+                                        void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SCREE_H */

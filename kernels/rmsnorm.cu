@@ -1,0 +1,133 @@
+/*
+ * rmsnorm.cu - RMSNorm over packed rows.
+ *
+ *   y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w      fp32 accumulation
+ *
+ * Each row is handled by a group of SCREE_TPR threads; a CTA holds
+ * SCREE_ROWS such groups. A thread loads SCREE_VEC consecutive elements per
+ * access and keeps up to SCREE_CACHE of those vectors in registers, so rows
+ * of up to TPR * VEC * CACHE elements are read from memory exactly once;
+ * longer rows re-read the rest in the second pass. Columns past the last
+ * full vector (cols % VEC) are handled one element at a time.
+ *
+ * Macros (all required; the host sets them from the config and the call):
+ *   SCREE_TPR    threads per row: 8, 16, ..., 1024 (power of two)
+ *   SCREE_ROWS   rows per CTA: TPR * ROWS threads, 32..1024
+ *   SCREE_VEC    elements per access: 1, 2, 4 or 8
+ *   SCREE_CACHE  vectors per thread kept in registers: 1..16
+ *   SCREE_X_DTYPE, SCREE_W_DTYPE, SCREE_Y_DTYPE   dtype codes (common.cuh)
+ *
+ * The host guarantees: x, w, y aligned to VEC elements of their dtype; row
+ * strides multiples of VEC; y either equal to x (same stride and element
+ * size) or disjoint from it.
+ *
+ * Test alone: ctest -R rmsnorm    Bench: build/bench/bench_rowwise
+ */
+
+#define THREADS (SCREE_TPR * SCREE_ROWS)
+static_assert((SCREE_TPR & (SCREE_TPR - 1)) == 0 && SCREE_TPR >= 8 &&
+                  SCREE_TPR <= 1024, "TPR must be a power of two in [8, 1024]");
+static_assert(THREADS >= 32 && THREADS <= 1024, "TPR * ROWS must be in [32, 1024]");
+static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC == 8,
+              "VEC must be 1, 2, 4 or 8");
+static_assert(SCREE_CACHE >= 1 && SCREE_CACHE <= 16, "CACHE must be in [1, 16]");
+static_assert(SCREE_VEC * SCREE_CACHE <= 64, "VEC * CACHE must be at most 64");
+
+typedef scree_dtype_of<SCREE_X_DTYPE>::type xt;
+typedef scree_dtype_of<SCREE_W_DTYPE>::type wt;
+typedef scree_dtype_of<SCREE_Y_DTYPE>::type yt;
+typedef scree_vec<xt, SCREE_VEC> xv;
+typedef scree_vec<wt, SCREE_VEC> wv;
+typedef scree_vec<yt, SCREE_VEC> yv;
+
+#define WARPS_PER_ROW (SCREE_TPR > 32 ? SCREE_TPR / 32 : 1)
+
+__device__ __forceinline__ yv scree_norm_vec(const xv &a, const wv &b, float r) {
+  yv o;
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++)
+    o.v[e] = scree_from_float<yt>(scree_to_float(a.v[e]) * r *
+                                  scree_to_float(b.v[e]));
+  return o;
+}
+
+/* x and y carry no __restrict__: they may be the same buffer (in place). */
+extern "C" __global__ void __launch_bounds__(THREADS)
+scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
+              int cols, long long x_stride, long long y_stride, float eps) {
+  __shared__ float partial[SCREE_ROWS][WARPS_PER_ROW];
+  const int lane = threadIdx.x % SCREE_TPR;
+  const int group = threadIdx.x / SCREE_TPR;
+  const int nvec = cols / SCREE_VEC;
+  const float inv_cols = 1.0f / (float)cols;
+  const wv *wr = reinterpret_cast<const wv *>(w);
+
+  for (long long base = (long long)blockIdx.x * SCREE_ROWS; base < rows;
+       base += (long long)gridDim.x * SCREE_ROWS) {
+    const long long row = base + group;
+    const bool active = row < rows;
+    const xt *xrow = x + (active ? row : 0) * x_stride;
+    yt *yrow = y + (active ? row : 0) * y_stride;
+    const xv *xr = reinterpret_cast<const xv *>(xrow);
+    yv *yr = reinterpret_cast<yv *>(yrow);
+
+    xv cache[SCREE_CACHE];
+    float ss = 0.f;
+#pragma unroll
+    for (int c = 0; c < SCREE_CACHE; c++) {
+      const int v = c * SCREE_TPR + lane;
+      if (active && v < nvec) cache[c] = xr[v];
+    }
+#pragma unroll
+    for (int c = 0; c < SCREE_CACHE; c++) {
+      const int v = c * SCREE_TPR + lane;
+      if (active && v < nvec) {
+#pragma unroll
+        for (int e = 0; e < SCREE_VEC; e++) {
+          const float f = scree_to_float(cache[c].v[e]);
+          ss += f * f;
+        }
+      }
+    }
+    if (active) {
+      for (int v = SCREE_CACHE * SCREE_TPR + lane; v < nvec; v += SCREE_TPR) {
+        const xv a = xr[v];
+#pragma unroll
+        for (int e = 0; e < SCREE_VEC; e++) {
+          const float f = scree_to_float(a.v[e]);
+          ss += f * f;
+        }
+      }
+      for (int i = nvec * SCREE_VEC + lane; i < cols; i += SCREE_TPR) {
+        const float f = scree_to_float(xrow[i]);
+        ss += f * f;
+      }
+    }
+
+    ss = scree_group_sum<(SCREE_TPR < 32 ? SCREE_TPR : 32)>(ss);
+#if SCREE_TPR > 32
+    if (threadIdx.x % 32 == 0) partial[group][lane / 32] = ss;
+    __syncthreads();
+    ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < WARPS_PER_ROW; i++) ss += partial[group][i];
+#endif
+    const float r = 1.0f / sqrtf(ss * inv_cols + eps);
+
+    if (active) {
+#pragma unroll
+      for (int c = 0; c < SCREE_CACHE; c++) {
+        const int v = c * SCREE_TPR + lane;
+        if (v < nvec) yr[v] = scree_norm_vec(cache[c], wr[v], r);
+      }
+      for (int v = SCREE_CACHE * SCREE_TPR + lane; v < nvec; v += SCREE_TPR)
+        yr[v] = scree_norm_vec(xr[v], wr[v], r);
+      for (int i = nvec * SCREE_VEC + lane; i < cols; i += SCREE_TPR)
+        yrow[i] = scree_from_float<yt>(scree_to_float(xrow[i]) * r *
+                                       scree_to_float(w[i]));
+    }
+#if SCREE_TPR > 32
+    __syncthreads(); /* partial[] is rewritten by the next row */
+#endif
+  }
+}

@@ -1,0 +1,311 @@
+/* context.c - context lifetime, device queries, errors and logging. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void set_why(char *why, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_why(char *why, size_t n, const char *fmt, ...) {
+  if (!why || !n) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, n, fmt, ap);
+  va_end(ap);
+}
+
+/* Loads the driver and runs cuInit. Returns the status a caller reports. */
+static scree_status driver_up(const scree__cu_api **out, char *why, size_t n) {
+  char buf[512];
+  int nolib = 0;
+  const scree__cu_api *cu = scree__cu_load(buf, sizeof buf, &nolib);
+  if (!cu) {
+    /* No driver library at all means no GPU here; a library that lacks
+     * entry points is a driver too old for scree. */
+    set_why(why, n, "%s", buf);
+    return nolib ? SCREE_ERROR_NO_DEVICE : SCREE_ERROR_NO_DRIVER;
+  }
+  CUresult r = cu->Init(0);
+  if (r != CUDA_SUCCESS) {
+    set_why(why, n, "cuInit failed: %s", scree__cu_error_name(cu, r));
+    return (r == CUDA_ERROR_NO_DEVICE || r == CUDA_ERROR_INVALID_DEVICE ||
+            r == CUDA_ERROR_STUB_LIBRARY)
+               ? SCREE_ERROR_NO_DEVICE
+               : SCREE_ERROR_NO_DRIVER;
+  }
+  *out = cu;
+  return SCREE_OK;
+}
+
+static scree_status fill_device_info(const scree__cu_api *cu, int ordinal,
+                                     CUdevice *dev_out, scree_device_info *info,
+                                     char *why, size_t n) {
+  int count = 0;
+  CUresult r = cu->DeviceGetCount(&count);
+  if (r != CUDA_SUCCESS || count == 0) {
+    set_why(why, n, "no CUDA device (%s)",
+            r != CUDA_SUCCESS ? scree__cu_error_name(cu, r) : "count is 0");
+    return SCREE_ERROR_NO_DEVICE;
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    set_why(why, n, "device=%d is out of range: %d device(s)", ordinal, count);
+    return SCREE_ERROR_NO_DEVICE;
+  }
+  CUdevice dev;
+  r = cu->DeviceGet(&dev, ordinal);
+  if (r != CUDA_SUCCESS) {
+    set_why(why, n, "cuDeviceGet(%d): %s", ordinal, scree__cu_error_name(cu, r));
+    return SCREE_ERROR_NO_DEVICE;
+  }
+  memset(info, 0, sizeof *info);
+  info->ordinal = ordinal;
+  cu->DeviceGetName(info->name, (int)sizeof info->name, dev);
+  cu->DeviceGetAttribute(&info->cc_major,
+                         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  cu->DeviceGetAttribute(&info->cc_minor,
+                         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  cu->DeviceGetAttribute(&info->sm_count,
+                         CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  cu->DeviceGetAttribute(&info->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+                         dev);
+  cu->DeviceGetAttribute(&info->max_smem_per_block_optin,
+                         CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                         dev);
+  cu->DeviceTotalMem(&info->total_memory, dev);
+  snprintf(info->arch, sizeof info->arch, "sm_%d%d", info->cc_major,
+           info->cc_minor);
+  if (dev_out) *dev_out = dev;
+  return SCREE_OK;
+}
+
+scree_status scree_get_runtime_info(scree_runtime_info *info) {
+  if (!info) return SCREE_ERROR_INVALID_ARGUMENT;
+  memset(info, 0, sizeof *info);
+  const scree__cu_api *cu = NULL;
+  char why[512] = "";
+  if (scree__cu_load(why, sizeof why, NULL)) info->driver_loaded = 1;
+  scree_status st = driver_up(&cu, why, sizeof why);
+  if (st == SCREE_OK) {
+    cu->DriverGetVersion(&info->driver_version);
+    if (cu->DeviceGetCount(&info->device_count) != CUDA_SUCCESS)
+      info->device_count = 0;
+    if (info->device_count == 0)
+      snprintf(info->driver_error, sizeof info->driver_error,
+               "the driver loaded but reports no CUDA device");
+  } else {
+    if (info->driver_loaded) {
+      const scree__cu_api *c2 = scree__cu_load(NULL, 0, NULL);
+      c2->DriverGetVersion(&info->driver_version);
+    }
+    snprintf(info->driver_error, sizeof info->driver_error, "%s", why);
+  }
+  const char *path = NULL;
+  const scree__nvrtc_api *nv = scree__nvrtc_load(why, sizeof why, &path);
+  if (nv) {
+    info->nvrtc_loaded = 1;
+    nv->Version(&info->nvrtc_major, &info->nvrtc_minor);
+    snprintf(info->nvrtc_path, sizeof info->nvrtc_path, "%s", path);
+  } else {
+    snprintf(info->nvrtc_error, sizeof info->nvrtc_error, "%s", why);
+  }
+  return SCREE_OK;
+}
+
+scree_status scree_get_device_info(int ordinal, scree_device_info *info) {
+  if (!info) return SCREE_ERROR_INVALID_ARGUMENT;
+  const scree__cu_api *cu = NULL;
+  scree_status st = driver_up(&cu, NULL, 0);
+  if (st != SCREE_OK) return st;
+  return fill_device_info(cu, ordinal, NULL, info, NULL, 0);
+}
+
+void scree_options_init(scree_options *opts) {
+  if (!opts) return;
+  memset(opts, 0, sizeof *opts);
+  opts->device = 0;
+  opts->miss_policy = SCREE_MISS_DEFAULT;
+  opts->log_level = SCREE_LOG_WARN;
+}
+
+static int env_log_level(scree_log_level dflt) {
+  const char *e = getenv("SCREE_LOG_LEVEL");
+  if (!e || !*e) return dflt;
+  static const char *const names[] = {"off", "error", "warn", "info", "debug"};
+  for (int i = 0; i < 5; i++)
+    if (!strcmp(e, names[i])) return i;
+  if (e[0] >= '0' && e[0] <= '4' && !e[1]) return e[0] - '0';
+  return dflt;
+}
+
+scree_status scree_create(const scree_options *opts_in, scree_context **out,
+                          char *why, size_t why_size) {
+  if (why && why_size) why[0] = 0;
+  if (!out) {
+    set_why(why, why_size, "out is NULL");
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
+  *out = NULL;
+  scree_options opts;
+  if (opts_in)
+    opts = *opts_in;
+  else
+    scree_options_init(&opts);
+
+  const scree__cu_api *cu = NULL;
+  scree_status st = driver_up(&cu, why, why_size);
+  if (st != SCREE_OK) return st;
+
+  scree_context *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) {
+    set_why(why, why_size, "cannot allocate the context");
+    return SCREE_ERROR_OUT_OF_MEMORY;
+  }
+  ctx->cu = cu;
+  st = fill_device_info(cu, opts.device, &ctx->dev, &ctx->info, why, why_size);
+  if (st != SCREE_OK) {
+    free(ctx);
+    return st;
+  }
+  ctx->sm = ctx->info.cc_major * 10 + ctx->info.cc_minor;
+  snprintf(ctx->arch, sizeof ctx->arch, "%s", ctx->info.arch);
+  cu->DriverGetVersion(&ctx->driver_version);
+
+  char nvwhy[1024];
+  ctx->nvrtc = scree__nvrtc_load(nvwhy, sizeof nvwhy, NULL);
+  if (!ctx->nvrtc) {
+    set_why(why, why_size, "%s", nvwhy);
+    free(ctx);
+    return SCREE_ERROR_NO_NVRTC;
+  }
+  ctx->nvrtc->Version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
+
+  CUresult r = cu->DevicePrimaryCtxRetain(&ctx->pctx, ctx->dev);
+  if (r != CUDA_SUCCESS) {
+    set_why(why, why_size, "cuDevicePrimaryCtxRetain(device %d): %s",
+            opts.device, scree__cu_error_name(cu, r));
+    free(ctx);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? SCREE_ERROR_OUT_OF_MEMORY
+                                         : SCREE_ERROR_NO_DEVICE;
+  }
+  pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->err_lock, NULL);
+  ctx->log_level = (scree_log_level)env_log_level(opts.log_level);
+  ctx->log_fn = opts.log_fn;
+  ctx->log_user = opts.log_user;
+  ctx->miss_policy = opts.miss_policy;
+  scree__log(ctx, SCREE_LOG_INFO,
+             "context on device %d (%s, %s, %d SMs), driver %d, NVRTC %d.%d",
+             opts.device, ctx->info.name, ctx->arch, ctx->info.sm_count,
+             ctx->driver_version, ctx->nvrtc_major, ctx->nvrtc_minor);
+  *out = ctx;
+  return SCREE_OK;
+}
+
+scree_context *scree__context_offline(void) {
+  scree_context *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return NULL;
+  pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->err_lock, NULL);
+  ctx->log_level = SCREE_LOG_OFF;
+  return ctx;
+}
+
+void scree_destroy(scree_context *ctx) {
+  if (!ctx) return;
+  if (!ctx->cu) { /* offline */
+    pthread_mutex_destroy(&ctx->lock);
+    pthread_mutex_destroy(&ctx->err_lock);
+    free(ctx);
+    return;
+  }
+  int pushed = scree__ctx_enter(ctx);
+  scree__kernel_table_free(ctx);
+  scree__ctx_leave(ctx, pushed);
+  ctx->cu->DevicePrimaryCtxRelease(ctx->dev);
+  pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->err_lock);
+  free(ctx);
+}
+
+const char *scree_last_error(const scree_context *ctx) {
+  return ctx ? ctx->err : "ctx is NULL";
+}
+
+scree_status scree_context_device(const scree_context *ctx,
+                                  scree_device_info *info) {
+  if (!ctx || !info) return SCREE_ERROR_INVALID_ARGUMENT;
+  *info = ctx->info;
+  return SCREE_OK;
+}
+
+scree_status scree_get_counters(const scree_context *ctx, scree_counters *out) {
+  if (!ctx || !out) return SCREE_ERROR_INVALID_ARGUMENT;
+  pthread_mutex_lock((pthread_mutex_t *)&ctx->lock);
+  *out = ctx->counters;
+  pthread_mutex_unlock((pthread_mutex_t *)&ctx->lock);
+  return SCREE_OK;
+}
+
+scree_status scree__fail(scree_context *ctx, scree_status st, const char *fmt,
+                         ...) {
+  if (!ctx) return st;
+  char buf[sizeof ctx->err];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&ctx->err_lock);
+  memcpy(ctx->err, buf, sizeof buf);
+  pthread_mutex_unlock(&ctx->err_lock);
+  scree__log(ctx, SCREE_LOG_DEBUG, "%s: %s", scree_status_name(st), buf);
+  return st;
+}
+
+void scree__clear_error(scree_context *ctx) {
+  /* Racy read first: the hot path skips the lock when there is nothing to
+   * clear. */
+  if (ctx->err[0]) {
+    pthread_mutex_lock(&ctx->err_lock);
+    ctx->err[0] = 0;
+    pthread_mutex_unlock(&ctx->err_lock);
+  }
+}
+
+scree_status scree__cu_fail(scree_context *ctx, CUresult r, scree_status st,
+                            const char *what) {
+  const char *text = NULL;
+  ctx->cu->GetErrorString(r, &text);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) st = SCREE_ERROR_OUT_OF_MEMORY;
+  return scree__fail(ctx, st, "%s: %s (%s)", what,
+                     scree__cu_error_name(ctx->cu, r), text ? text : "");
+}
+
+void scree__log(scree_context *ctx, scree_log_level lvl, const char *fmt, ...) {
+  if (!ctx || lvl > ctx->log_level || lvl == SCREE_LOG_OFF) return;
+  char buf[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (ctx->log_fn) {
+    ctx->log_fn(ctx->log_user, lvl, buf);
+  } else {
+    static const char *const tag[] = {"", "error", "warn", "info", "debug"};
+    fprintf(stderr, "scree %s: %s\n", tag[lvl], buf);
+  }
+}
+
+int scree__ctx_enter(scree_context *ctx) {
+  CUcontext cur = NULL;
+  ctx->cu->CtxGetCurrent(&cur);
+  if (cur == ctx->pctx) return 0;
+  return ctx->cu->CtxPushCurrent(ctx->pctx) == CUDA_SUCCESS;
+}
+
+void scree__ctx_leave(scree_context *ctx, int pushed) {
+  if (pushed) {
+    CUcontext popped;
+    ctx->cu->CtxPopCurrent(&popped);
+  }
+}

@@ -1,0 +1,232 @@
+/* rmsnorm.c - RMSNorm's host side: config space, constraints, defaults,
+ * argument checks and the launch. The kernel is kernels/rmsnorm.cu. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../internal.h"
+
+enum { F_TPR, F_ROWS, F_VEC, F_CACHE };
+enum { V_X, V_W, V_Y };
+
+static const scree__field fields[] = {
+    {"tpr", "SCREE_TPR", 8, {8, 16, 32, 64, 128, 256, 512, 1024}},
+    {"rows", "SCREE_ROWS", 5, {1, 2, 4, 8, 16}},
+    {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
+    {"cache", "SCREE_CACHE", 5, {1, 2, 4, 8, 16}},
+};
+static const scree__vfield vfields[] = {
+    {"x", "SCREE_X_DTYPE", 1},
+    {"w", "SCREE_W_DTYPE", 1},
+    {"y", "SCREE_Y_DTYPE", 1},
+};
+
+static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+static int check(const scree__config *c, const scree__variant *var, char *why,
+                 size_t n) {
+  const int tpr = c->v[F_TPR], rows = c->v[F_ROWS], vec = c->v[F_VEC],
+            cache = c->v[F_CACHE];
+  for (int i = 0; i < 3; i++)
+    if (var->v[i] < 0 || var->v[i] > 2) {
+      snprintf(why, n, "dtype code %d is not fp32, fp16 or bf16", var->v[i]);
+      return 0;
+    }
+  if (!is_pow2(tpr) || tpr < 8 || tpr > 1024) {
+    snprintf(why, n, "tpr=%d must be a power of two in [8, 1024]", tpr);
+    return 0;
+  }
+  if (rows < 1 || tpr * rows < 32 || tpr * rows > 1024) {
+    snprintf(why, n, "tpr*rows=%d must be in [32, 1024]", tpr * rows);
+    return 0;
+  }
+  if (vec != 1 && vec != 2 && vec != 4 && vec != 8) {
+    snprintf(why, n, "vec=%d must be 1, 2, 4 or 8", vec);
+    return 0;
+  }
+  if (cache < 1 || cache > 16) {
+    snprintf(why, n, "cache=%d must be in [1, 16]", cache);
+    return 0;
+  }
+  if (vec * cache > 64) {
+    snprintf(why, n, "vec*cache=%d exceeds 64 elements of registers per thread",
+             vec * cache);
+    return 0;
+  }
+  return 1;
+}
+
+static int pow2_ceil(long v) {
+  int p = 1;
+  while (p < v && p < (1 << 30)) p <<= 1;
+  return p;
+}
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Hand-picked default, the same on sm_80 and sm_90 until measurements say
+ * otherwise: 16-byte accesses, about four vectors in flight per thread, the
+ * whole row in registers when it fits, and at least 128 threads per CTA. */
+static void default_config(int sm, const scree__variant *var, const void *args,
+                           scree__config *out) {
+  (void)sm;
+  const scree_rmsnorm_args *a = args;
+  const long cols = a ? (long)a->cols : 4096;
+  memset(out, 0, sizeof *out);
+  const int esize = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
+  const int vec = esize == 4 ? 4 : 8;
+  const long nvec = cols / vec > 0 ? cols / vec : 1;
+  const int tpr = clampi(pow2_ceil((nvec + 3) / 4), 8, 1024);
+  const int cache = clampi(pow2_ceil((nvec + tpr - 1) / tpr), 1, 64 / vec);
+  out->v[F_TPR] = tpr;
+  out->v[F_ROWS] = clampi(128 / tpr, 1, 16);
+  out->v[F_VEC] = vec;
+  out->v[F_CACHE] = cache > 16 ? 16 : cache;
+}
+
+/* A vector access of VEC elements needs every row start aligned to it:
+ * halve VEC (keeping the elements per thread) until the call allows it. */
+static void adapt(scree__config *c, const scree__variant *var,
+                  const void *args) {
+  const scree_rmsnorm_args *a = args;
+  const size_t sx = scree_dtype_size((scree_dtype)var->v[V_X]),
+               sw = scree_dtype_size((scree_dtype)var->v[V_W]),
+               sy = scree_dtype_size((scree_dtype)var->v[V_Y]);
+  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
+  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
+  while (c->v[F_VEC] > 1) {
+    const uint64_t v = (uint64_t)c->v[F_VEC];
+    if (a->x % (v * sx) == 0 && a->w % (v * sw) == 0 && a->y % (v * sy) == 0 &&
+        (uint64_t)xs % v == 0 && (uint64_t)ys % v == 0)
+      break;
+    c->v[F_VEC] /= 2;
+    if (c->v[F_CACHE] < 16) c->v[F_CACHE] *= 2;
+  }
+}
+
+static scree_status launch(scree_context *ctx, CUfunction fn,
+                           const scree__config *c, const void *args,
+                           CUstream stream) {
+  const scree_rmsnorm_args *a = args;
+  long long rows = a->rows;
+  int cols = (int)a->cols;
+  long long xs = a->x_stride ? a->x_stride : a->cols;
+  long long ys = a->y_stride ? a->y_stride : a->cols;
+  float eps = a->eps;
+  uint64_t x = a->x, w = a->w, y = a->y;
+  const long long per_cta = c->v[F_ROWS];
+  long long grid = (rows + per_cta - 1) / per_cta;
+  if (grid > 0x7fffffffLL) grid = 0x7fffffffLL; /* the kernel strides */
+  void *params[] = {&x, &w, &y, &rows, &cols, &xs, &ys, &eps};
+  CUresult r = ctx->cu->LaunchKernel(
+      fn, (unsigned)grid, 1, 1, (unsigned)(c->v[F_TPR] * c->v[F_ROWS]), 1, 1,
+      0, stream, params, NULL);
+  if (r != CUDA_SUCCESS)
+    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(rmsnorm)");
+  return SCREE_OK;
+}
+
+const scree__op scree__op_rmsnorm = {
+    .name = "rmsnorm",
+    .source = "rmsnorm.cu",
+    .entry = "scree_rmsnorm",
+    .nfields = 4,
+    .fields = fields,
+    .nvfields = 3,
+    .vfields = vfields,
+    .check = check,
+    .default_config = default_config,
+    .adapt = adapt,
+    .launch = launch,
+};
+
+/* ---- the public entry point -------------------------------------------- */
+
+static int valid_dtype(scree_dtype d) {
+  return d == SCREE_DTYPE_FP32 || d == SCREE_DTYPE_FP16 || d == SCREE_DTYPE_BF16;
+}
+
+/* [lo, hi) byte range a strided [rows, cols] tensor touches. 0 on overflow. */
+static int byte_range(uint64_t base, int64_t rows, int64_t cols, int64_t stride,
+                      size_t esize, uint64_t *lo, uint64_t *hi) {
+  __int128 last = ((__int128)(rows - 1) * stride + cols) * (__int128)esize;
+  if (last > (__int128)UINT64_MAX - base) return 0;
+  *lo = base;
+  *hi = base + (uint64_t)last;
+  return 1;
+}
+
+static scree_status check_ptr(scree_context *ctx, const char *name,
+                              scree_devptr p, scree_dtype d) {
+  if (!p) return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
+  const size_t es = scree_dtype_size(d);
+  if (p % es)
+    return scree__fail(ctx, SCREE_ERROR_MISALIGNED,
+                       "%s=0x%llx is not aligned to %zu bytes (%s)", name,
+                       (unsigned long long)p, es, scree_dtype_name(d));
+  return SCREE_OK;
+}
+
+scree_status scree_rmsnorm(scree_context *ctx, const scree_rmsnorm_args *a,
+                           void *stream) {
+  if (!ctx) return SCREE_ERROR_INVALID_ARGUMENT;
+  scree__clear_error(ctx);
+  if (!a) return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "args is NULL");
+  const scree_dtype dts[3] = {a->x_dtype, a->w_dtype, a->y_dtype};
+  static const char *const dnames[3] = {"x_dtype", "w_dtype", "y_dtype"};
+  for (int i = 0; i < 3; i++)
+    if (!valid_dtype(dts[i]))
+      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                         "%s=%d is not fp32, fp16 or bf16", dnames[i], (int)dts[i]);
+  if (a->cols < 1)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "cols=%lld must be at least 1", (long long)a->cols);
+  if (a->cols > 65536)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "cols=%lld exceeds the supported maximum 65536",
+                       (long long)a->cols);
+  if (a->rows < 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "rows=%lld is negative", (long long)a->rows);
+  if (!(a->eps >= 0.f) || isinf(a->eps))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "eps=%g must be finite and >= 0", (double)a->eps);
+  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
+  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
+  if (xs < a->cols)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "x_stride=%lld is less than cols=%lld",
+                       (long long)a->x_stride, (long long)a->cols);
+  if (ys < a->cols)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "y_stride=%lld is less than cols=%lld",
+                       (long long)a->y_stride, (long long)a->cols);
+  if (a->rows == 0) return SCREE_OK; /* nothing to do, nothing launched */
+  scree_status st;
+  if ((st = check_ptr(ctx, "x", a->x, a->x_dtype)) ||
+      (st = check_ptr(ctx, "w", a->w, a->w_dtype)) ||
+      (st = check_ptr(ctx, "y", a->y, a->y_dtype)))
+    return st;
+  uint64_t xlo, xhi, ylo, yhi, wlo, whi;
+  if (!byte_range(a->x, a->rows, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
+      !byte_range(a->y, a->rows, a->cols, ys, scree_dtype_size(a->y_dtype), &ylo, &yhi) ||
+      !byte_range(a->w, 1, a->cols, a->cols, scree_dtype_size(a->w_dtype), &wlo, &whi))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "rows=%lld x stride overflows the address space",
+                       (long long)a->rows);
+  if (a->y == a->x) {
+    if (scree_dtype_size(a->x_dtype) != scree_dtype_size(a->y_dtype) || xs != ys)
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                         "y == x (in place) needs equal element sizes and strides");
+  } else if (ylo < xhi && xlo < yhi) {
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "y=0x%llx partially overlaps x=0x%llx",
+                       (unsigned long long)a->y, (unsigned long long)a->x);
+  }
+  if (ylo < whi && wlo < yhi)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "y=0x%llx overlaps w=0x%llx", (unsigned long long)a->y,
+                       (unsigned long long)a->w);
+  const scree__variant var = {{a->x_dtype, a->w_dtype, a->y_dtype}};
+  return scree__dispatch(ctx, &scree__op_rmsnorm, &var, a, stream);
+}

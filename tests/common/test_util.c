@@ -1,0 +1,127 @@
+/* test_util.c - helpers shared by scree's tests. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t g_state;
+static int g_seeded;
+
+uint64_t scree_test_seed(void) {
+  if (!g_seeded) {
+    const char *e = getenv("SCREE_TEST_SEED");
+    g_state = e ? strtoull(e, NULL, 0)
+                : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^
+                      (uint64_t)clock();
+    if (!g_state) g_state = 1;
+    g_seeded = 1;
+    fprintf(stderr, "random seed: SCREE_TEST_SEED=%llu\n",
+            (unsigned long long)g_state);
+  }
+  return g_state;
+}
+
+uint64_t scree_test_rand(void) {
+  scree_test_seed();
+  /* xorshift64* */
+  g_state ^= g_state >> 12;
+  g_state ^= g_state << 25;
+  g_state ^= g_state >> 27;
+  return g_state * 2685821657736338717ull;
+}
+
+double scree_test_uniform(double lo, double hi) {
+  return lo + (hi - lo) * ((double)(scree_test_rand() >> 11) / 9007199254740992.0);
+}
+
+double scree_test_normal(void) {
+  double u = scree_test_uniform(1e-12, 1.0), v = scree_test_uniform(0, 1);
+  return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+}
+
+void scree_test_fill(void *p, scree_dtype dtype, size_t n, double scale) {
+  for (size_t i = 0; i < n; i++)
+    scree__store_elem(p, dtype, i, scale * scree_test_normal());
+}
+
+int scree_test_run(Suite *s, int nofork) {
+  scree_test_seed();
+  SRunner *sr = srunner_create(s);
+  if (nofork) srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
+
+static scree_context *g_ctx;
+
+scree_context *scree_test_gpu_context(void) {
+  if (g_ctx) return g_ctx;
+  char why[1024];
+  scree_options o;
+  scree_options_init(&o);
+  o.disable_cache = 1;
+  scree_status st = scree_create(&o, &g_ctx, why, sizeof why);
+  if (st == SCREE_ERROR_NO_DEVICE || st == SCREE_ERROR_NO_DRIVER) {
+    printf("SKIP: no usable GPU: %s\n", why);
+    fflush(stdout);
+    exit(SCREE_TEST_SKIP);
+  }
+  if (st != SCREE_OK) {
+    fprintf(stderr, "scree_create failed: %s: %s\n", scree_status_name(st), why);
+    exit(1);
+  }
+  return g_ctx;
+}
+
+#define CU_OK(call)                                                           \
+  do {                                                                        \
+    CUresult r_ = (call);                                                     \
+    ck_assert_msg(r_ == CUDA_SUCCESS, "%s: %s", #call,                        \
+                  scree__cu_error_name(ctx->cu, r_));                         \
+  } while (0)
+
+scree_devptr scree_test_dalloc(scree_context *ctx, size_t bytes) {
+  CUdeviceptr p = 0;
+  int pushed = scree__ctx_enter(ctx);
+  CU_OK(ctx->cu->MemAlloc(&p, bytes ? bytes : 1));
+  scree__ctx_leave(ctx, pushed);
+  return p;
+}
+
+void scree_test_dfree(scree_context *ctx, scree_devptr p) {
+  int pushed = scree__ctx_enter(ctx);
+  ctx->cu->MemFree(p);
+  scree__ctx_leave(ctx, pushed);
+}
+
+void scree_test_h2d(scree_context *ctx, scree_devptr dst, const void *src, size_t n) {
+  int pushed = scree__ctx_enter(ctx);
+  CU_OK(ctx->cu->MemcpyHtoD(dst, src, n));
+  scree__ctx_leave(ctx, pushed);
+}
+
+void scree_test_d2h(scree_context *ctx, void *dst, scree_devptr src, size_t n) {
+  int pushed = scree__ctx_enter(ctx);
+  CU_OK(ctx->cu->MemcpyDtoH(dst, src, n));
+  scree__ctx_leave(ctx, pushed);
+}
+
+void scree_test_dpoison(scree_context *ctx, scree_devptr p, size_t n) {
+  int pushed = scree__ctx_enter(ctx);
+  /* 0xff bytes are NaN in fp32, fp16 and bf16. */
+  CU_OK(ctx->cu->MemsetD8(p, 0xff, n));
+  CU_OK(ctx->cu->CtxSynchronize());
+  scree__ctx_leave(ctx, pushed);
+}
+
+void scree_test_sync(scree_context *ctx) {
+  int pushed = scree__ctx_enter(ctx);
+  CU_OK(ctx->cu->CtxSynchronize());
+  scree__ctx_leave(ctx, pushed);
+}
