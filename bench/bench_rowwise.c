@@ -1,1 +1,354 @@
-int main(void){return 0;}
+/*
+ * bench_rowwise.c - times RMSNorm through scree on the shapes of
+ * bench/rowwise_shapes.json (fp16 and bf16) and prints GB/s beside the
+ * device-to-device copy bandwidth measured in the same run.
+ *
+ * Bytes counted: x read once, w read once, y written once.
+ * Method: every result is checked against the CPU reference first; then
+ * CUDA events around each launch, 10 warm-up launches, the median of 100,
+ * inputs rotated over enough buffer sets to exceed 3x the L2 cache.
+ *
+ *   bench_rowwise [--shapes FILE] [--reps N] [--sweep] [--csv FILE]
+ *
+ * --sweep also times every config of RMSNorm's space that passes the
+ * constraint check (the raw data behind safe_configs/) and prints the best
+ * five per shape; --csv writes every timing as CSV.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MAX_SHAPES 64
+
+static int g_reps = 100;
+static FILE *g_csv;
+
+static void die(const char *what, scree_status st, scree_context *ctx) {
+  fprintf(stderr, "bench_rowwise: %s: %s: %s\n", what, scree_status_name(st),
+          ctx ? scree_last_error(ctx) : "");
+  exit(1);
+}
+
+#define CU(call)                                                              \
+  do {                                                                        \
+    CUresult r_ = (call);                                                     \
+    if (r_ != CUDA_SUCCESS) {                                                 \
+      fprintf(stderr, "bench_rowwise: %s: %s\n", #call,                       \
+              scree__cu_error_name(ctx->cu, r_));                             \
+      exit(1);                                                                \
+    }                                                                         \
+  } while (0)
+
+/* Reads [[rows, cols], ...] after "shapes" in a small JSON file. */
+static int read_shapes(const char *path, long shapes[][2]) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "bench_rowwise: cannot open %s\n", path);
+    exit(1);
+  }
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strstr(buf, "\"shapes\"");
+  if (!p || !(p = strchr(p, '['))) {
+    fprintf(stderr, "bench_rowwise: %s has no \"shapes\" list\n", path);
+    exit(1);
+  }
+  p++;
+  int count = 0;
+  for (;;) {
+    while (*p && *p != '[' && *p != ']') p++;
+    if (*p != '[') break;
+    char *end;
+    long a = strtol(p + 1, &end, 10);
+    while (*end == ',' || *end == ' ' || *end == '\n') end++;
+    long b = strtol(end, &end, 10);
+    if (count < MAX_SHAPES) shapes[count][0] = a, shapes[count][1] = b, count++;
+    p = strchr(end, ']');
+    if (!p) break;
+    p++;
+  }
+  return count;
+}
+
+static double median(float *v, int n) {
+  for (int i = 1; i < n; i++) /* insertion sort: n is small */
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      float t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Device-to-device copy of a 1 GiB buffer: bytes read + written per second. */
+static double copy_bandwidth(scree_context *ctx) {
+  const size_t bytes = (size_t)1 << 30;
+  CUdeviceptr a, b;
+  CU(ctx->cu->MemAlloc(&a, bytes));
+  CU(ctx->cu->MemAlloc(&b, bytes));
+  CU(ctx->cu->MemsetD8(a, 1, bytes));
+  CUevent e0, e1;
+  CU(ctx->cu->EventCreate(&e0, CU_EVENT_DEFAULT));
+  CU(ctx->cu->EventCreate(&e1, CU_EVENT_DEFAULT));
+  float t[30];
+  for (int i = 0; i < 35; i++) {
+    CU(ctx->cu->EventRecord(e0, NULL));
+    CU(ctx->cu->MemcpyDtoDAsync(b, a, bytes, NULL));
+    CU(ctx->cu->EventRecord(e1, NULL));
+    CU(ctx->cu->EventSynchronize(e1));
+    if (i >= 5) CU(ctx->cu->EventElapsedTime(&t[i - 5], e0, e1));
+  }
+  ctx->cu->EventDestroy(e0);
+  ctx->cu->EventDestroy(e1);
+  ctx->cu->MemFree(a);
+  ctx->cu->MemFree(b);
+  return 2.0 * (double)bytes / (median(t, 30) * 1e-3) / 1e9;
+}
+
+typedef struct bufset {
+  int n;
+  CUdeviceptr x[64], y[64], w;
+} bufset;
+
+/* Times `reps` launches of args (rotating buffer sets) with cfg (NULL: the
+ * public API's choice). Returns the median in microseconds. */
+static double time_rmsnorm(scree_context *ctx, scree_rmsnorm_args *a,
+                           const bufset *b, const scree__config *cfg) {
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree__variant var = {{a->x_dtype, a->w_dtype, a->y_dtype}};
+  CUevent e0, e1;
+  CU(ctx->cu->EventCreate(&e0, CU_EVENT_DEFAULT));
+  CU(ctx->cu->EventCreate(&e1, CU_EVENT_DEFAULT));
+  float *t = malloc(sizeof(float) * (size_t)g_reps);
+  for (int i = 0; i < g_reps + 10; i++) {
+    a->x = b->x[i % b->n];
+    a->y = b->y[i % b->n];
+    CU(ctx->cu->EventRecord(e0, NULL));
+    scree_status st = cfg ? scree__run_config(ctx, op, cfg, &var, a, NULL)
+                          : scree_rmsnorm(ctx, a, NULL);
+    if (st) die("rmsnorm", st, ctx);
+    CU(ctx->cu->EventRecord(e1, NULL));
+    CU(ctx->cu->EventSynchronize(e1));
+    if (i >= 10) CU(ctx->cu->EventElapsedTime(&t[i - 10], e0, e1));
+  }
+  double m = median(t, g_reps) * 1e3;
+  free(t);
+  ctx->cu->EventDestroy(e0);
+  ctx->cu->EventDestroy(e1);
+  return m;
+}
+
+/* Runs once on set 0 and compares with the CPU reference. */
+static int validate(scree_context *ctx, scree_rmsnorm_args *a, const bufset *b,
+                    const scree__config *cfg, const void *hx, const void *hw,
+                    const void *ref, void *hy) {
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree__variant var = {{a->x_dtype, a->w_dtype, a->y_dtype}};
+  const size_t ny = (size_t)(a->rows * a->cols);
+  a->x = b->x[0];
+  a->y = b->y[0];
+  CU(ctx->cu->MemsetD8(a->y, 0xff, ny * scree_dtype_size(a->y_dtype)));
+  scree_status st = cfg ? scree__run_config(ctx, op, cfg, &var, a, NULL)
+                        : scree_rmsnorm(ctx, a, NULL);
+  if (st) die("rmsnorm", st, ctx);
+  CU(ctx->cu->CtxSynchronize());
+  CU(ctx->cu->MemcpyDtoH(hy, a->y, ny * scree_dtype_size(a->y_dtype)));
+  double rtol, atol;
+  scree__tolerance(a->y_dtype, &rtol, &atol);
+  (void)hx, (void)hw;
+  return scree__compare(hy, ref, a->y_dtype, ny, rtol, atol, NULL) == 0;
+}
+
+typedef struct ranked {
+  scree__config cfg;
+  double us;
+} ranked;
+
+typedef struct pjob {
+  scree_context *ctx;
+  const scree__op *op;
+  const scree__variant *var;
+  ranked *r;
+  int n, next;
+  pthread_mutex_t lock;
+} pjob;
+
+static void *pworker(void *p) {
+  pjob *j = p;
+  for (;;) {
+    pthread_mutex_lock(&j->lock);
+    int i = j->next++;
+    pthread_mutex_unlock(&j->lock);
+    if (i >= j->n) return NULL;
+    scree__kernel k;
+    scree_status st = scree__kernel_get(j->ctx, j->op, &j->r[i].cfg, j->var, &k);
+    if (st) die("compile", st, j->ctx);
+  }
+}
+
+/* Compiles and loads every config on a thread pool (NVRTC is thread-safe). */
+static void precompile(scree_context *ctx, const scree__op *op,
+                       const scree__variant *var, ranked *r, int n) {
+  pjob j = {.ctx = ctx, .op = op, .var = var, .r = r, .n = n};
+  pthread_mutex_init(&j.lock, NULL);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int nt = ncpu > 32 ? 32 : ncpu < 1 ? 1 : (int)ncpu;
+  pthread_t th[32];
+  for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, pworker, &j);
+  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&j.lock);
+}
+
+static int by_time(const void *p, const void *q) {
+  const ranked *a = p, *b = q;
+  return a->us < b->us ? -1 : a->us > b->us;
+}
+
+int main(int argc, char **argv) {
+  const char *shapes_path = SCREE_BENCH_SHAPES;
+  int sweep = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--shapes") && i + 1 < argc)
+      shapes_path = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      g_reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--sweep"))
+      sweep = 1;
+    else if (!strcmp(argv[i], "--csv") && i + 1 < argc) {
+      if (!(g_csv = fopen(argv[++i], "w"))) {
+        perror(argv[i]);
+        return 1;
+      }
+      fprintf(g_csv, "rows,cols,dtype,config,us,gbps\n");
+    } else {
+      fprintf(stderr, "usage: bench_rowwise [--shapes FILE] [--reps N] [--sweep] [--csv FILE]\n");
+      return 2;
+    }
+  }
+  if (g_reps < 5) g_reps = 5;
+  long shapes[MAX_SHAPES][2];
+  int nshapes = read_shapes(shapes_path, shapes);
+
+  scree_context *ctx = NULL;
+  char why[1024];
+  scree_status st = scree_create(NULL, &ctx, why, sizeof why);
+  if (st != SCREE_OK) {
+    printf("no GPU: %s: %s\n", scree_status_name(st), why);
+    return st == SCREE_ERROR_NO_DEVICE ? 0 : 1;
+  }
+  int pushed = scree__ctx_enter(ctx);
+  (void)pushed;
+  const double copy_gbps = copy_bandwidth(ctx);
+  printf("device: %s (%s, %d SMs, L2 %d MiB), scree %s\n", ctx->info.name,
+         ctx->arch, ctx->info.sm_count, ctx->info.l2_bytes >> 20, scree_version());
+  printf("copy bandwidth (device-to-device, read + write): %.0f GB/s\n\n", copy_gbps);
+  printf("%-14s %-5s %10s %9s %8s  %s\n", "shape", "dtype", "time(us)", "GB/s",
+         "%copy", "config");
+
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree_dtype dts[2] = {SCREE_DTYPE_FP16, SCREE_DTYPE_BF16};
+  for (int s = 0; s < nshapes; s++) {
+    for (int d = 0; d < 2; d++) {
+      const long rows = shapes[s][0], cols = shapes[s][1];
+      const scree_dtype dt = dts[d];
+      const size_t es = scree_dtype_size(dt);
+      const size_t bytes_xy = (size_t)rows * (size_t)cols * es;
+      bufset b = {0};
+      const size_t l2 = (size_t)(ctx->info.l2_bytes > 0 ? ctx->info.l2_bytes : 50 << 20);
+      b.n = (int)((3 * l2) / (2 * bytes_xy) + 1);
+      if (b.n > 64) b.n = 64;
+      void *hx = malloc(bytes_xy), *hw = malloc((size_t)cols * es);
+      void *hy = malloc(bytes_xy), *ref = malloc(bytes_xy);
+      for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
+        scree__store_elem(hx, dt, i, sin((double)i * 0.37) * 2.0 + 0.1 * (double)(i % 7));
+      for (long i = 0; i < cols; i++) scree__store_elem(hw, dt, (size_t)i, 0.5 + 0.001 * (double)i);
+      CU(ctx->cu->MemAlloc(&b.w, (size_t)cols * es));
+      CU(ctx->cu->MemcpyHtoD(b.w, hw, (size_t)cols * es));
+      for (int i = 0; i < b.n; i++) {
+        CU(ctx->cu->MemAlloc(&b.x[i], bytes_xy));
+        CU(ctx->cu->MemAlloc(&b.y[i], bytes_xy));
+        CU(ctx->cu->MemcpyHtoD(b.x[i], hx, bytes_xy));
+      }
+      scree_rmsnorm_args a = {.w = b.w, .rows = rows, .cols = cols,
+                              .x_dtype = dt, .w_dtype = dt, .y_dtype = dt,
+                              .eps = 1e-6f};
+      scree__ref_rmsnorm(&a, hx, hw, ref);
+      const double bytes = 2.0 * (double)bytes_xy + (double)cols * (double)es;
+      char shape[32], cs[128];
+      snprintf(shape, sizeof shape, "%ldx%ld", rows, cols);
+
+      if (!validate(ctx, &a, &b, NULL, hx, hw, ref, hy)) {
+        printf("%-14s %-5s  WRONG ANSWER from the default config\n", shape,
+               scree_dtype_name(dt));
+        return 1;
+      }
+      const double us = time_rmsnorm(ctx, &a, &b, NULL);
+      scree__config dflt;
+      const scree__variant var = {{dt, dt, dt}};
+      op->default_config(ctx->sm, &var, &a, &dflt);
+      op->adapt(&dflt, &var, &a);
+      scree__config_str(op, &dflt, cs, sizeof cs);
+      const double gbps = bytes / (us * 1e-6) / 1e9;
+      printf("%-14s %-5s %10.2f %9.0f %7.1f%%  default %s\n", shape,
+             scree_dtype_name(dt), us, gbps, 100 * gbps / copy_gbps, cs);
+      if (g_csv) fprintf(g_csv, "%ld,%ld,%s,default %s,%.3f,%.1f\n", rows, cols,
+                         scree_dtype_name(dt), cs, us, gbps);
+
+      if (sweep) {
+        ranked *r = calloc(2048, sizeof *r);
+        int nr = 0, nbad = 0;
+        int idx[4] = {0};
+        for (;;) {
+          scree__config c = {{op->fields[0].values[idx[0]], op->fields[1].values[idx[1]],
+                              op->fields[2].values[idx[2]], op->fields[3].values[idx[3]]}};
+          char w2[128];
+          if (op->check(&c, &var, w2, sizeof w2)) r[nr++].cfg = c;
+          int f = 0;
+          while (f < 4 && ++idx[f] == op->fields[f].nvalues) idx[f++] = 0;
+          if (f == 4) break;
+        }
+        precompile(ctx, op, &var, r, nr);
+        const int full = g_reps;
+        g_reps = 30;
+        for (int i = 0; i < nr; i++) {
+          r[i].us = time_rmsnorm(ctx, &a, &b, &r[i].cfg);
+          if (g_csv) {
+            scree__config_str(op, &r[i].cfg, cs, sizeof cs);
+            fprintf(g_csv, "%ld,%ld,%s,%s,%.3f,%.1f\n", rows, cols,
+                    scree_dtype_name(dt), cs, r[i].us, bytes / (r[i].us * 1e-6) / 1e9);
+          }
+        }
+        g_reps = full;
+        qsort(r, (size_t)nr, sizeof *r, by_time);
+        /* The fastest are validated (every config is in the gpu tests). */
+        for (int i = 0; i < 5 && i < nr; i++) {
+          const int ok = validate(ctx, &a, &b, &r[i].cfg, hx, hw, ref, hy);
+          nbad += !ok;
+          scree__config_str(op, &r[i].cfg, cs, sizeof cs);
+          printf("%-14s %-5s %10.2f %9.0f %7.1f%%  sweep #%d %s%s\n", "", "",
+                 r[i].us, bytes / (r[i].us * 1e-6) / 1e9,
+                 100 * bytes / (r[i].us * 1e-6) / 1e9 / copy_gbps, i + 1, cs,
+                 ok ? "" : "  WRONG ANSWER");
+        }
+        printf("%-14s %-5s %d configs timed (30 reps each)\n", "", "", nr);
+        if (nbad) return 1;
+        free(r);
+      }
+      for (int i = 0; i < b.n; i++) {
+        ctx->cu->MemFree(b.x[i]);
+        ctx->cu->MemFree(b.y[i]);
+      }
+      ctx->cu->MemFree(b.w);
+      free(hx), free(hw), free(hy), free(ref);
+    }
+  }
+  if (g_csv) fclose(g_csv);
+  scree_destroy(ctx);
+  return 0;
+}

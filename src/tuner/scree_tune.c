@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -9,6 +10,7 @@
 enum { EXIT_OK_ = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NO_GPU = 3 };
 
 static int cmd_info(int argc, char **argv);
+static int cmd_demo(int argc, char **argv);
 
 typedef struct command {
   const char *name;
@@ -23,6 +25,13 @@ static const command commands[] = {
      "Prints scree's version, the CUDA driver and NVRTC versions, and each\n"
      "GPU's name, architecture, SM count and memory. On a machine without a\n"
      "GPU it says so and why; the exit code is then 3.\n"},
+    {"demo", cmd_demo, "run RMSNorm through the runtime and report time and bandwidth",
+     "usage: scree-tune demo [--rows N] [--cols N] [--dtype fp16|bf16|fp32]\n\n"
+     "Runs RMSNorm (default 16384 x 4096 fp16) through scree_rmsnorm on GPU 0,\n"
+     "checks it against the CPU reference, and prints the median time of 100\n"
+     "calls, the bandwidth, and the device-to-device copy bandwidth beside it.\n"
+     "Without a GPU it says so and compiles RMSNorm's kernels for sm_80 and\n"
+     "sm_90 with NVRTC instead, which needs no GPU.\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -75,6 +84,194 @@ static int cmd_info(int argc, char **argv) {
            di.l2_bytes >> 20);
   }
   return EXIT_OK_;
+}
+
+static int parse_dtype(const char *s, scree_dtype *out) {
+  static const scree_dtype all[3] = {SCREE_DTYPE_FP32, SCREE_DTYPE_FP16, SCREE_DTYPE_BF16};
+  for (int i = 0; i < 3; i++)
+    if (!strcmp(s, scree_dtype_name(all[i]))) {
+      *out = all[i];
+      return 0;
+    }
+  return -1;
+}
+
+static double median_f(float *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      float t = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Without a GPU: compile what would run, for the archs scree targets. */
+static int demo_offline(scree_dtype dt, long cols) {
+  char why[1024];
+  const scree__nvrtc_api *nv = scree__nvrtc_load(why, sizeof why, NULL);
+  if (!nv) {
+    printf("NVRTC is not available either: %s\n", why);
+    return EXIT_FAIL;
+  }
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree__variant var = {{dt, dt, dt}};
+  scree_rmsnorm_args a = {.cols = cols, .x_dtype = dt, .w_dtype = dt, .y_dtype = dt};
+  static const char *const archs[2] = {"sm_80", "sm_90"};
+  for (int i = 0; i < 2; i++) {
+    scree__config cfg;
+    op->default_config(i ? 90 : 80, &var, &a, &cfg);
+    char cs[128];
+    scree__config_str(op, &cfg, cs, sizeof cs);
+    void *cubin;
+    size_t size;
+    char *log = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    scree_status st = scree__compile(nv, op, &cfg, &var, archs[i], &cubin, &size, &log);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    if (st != SCREE_OK) {
+      printf("compile for %s failed: %s\n", archs[i], log ? log : "");
+      free(log);
+      return EXIT_FAIL;
+    }
+    printf("compiled rmsnorm %s (%s) for %s with NVRTC: %zu-byte cubin in %.0f ms\n",
+           cs, scree_dtype_name(dt), archs[i], size, ms);
+    free(cubin);
+    free(log);
+  }
+  return EXIT_OK_;
+}
+
+static int cmd_demo(int argc, char **argv) {
+  long rows = 16384, cols = 4096;
+  scree_dtype dt = SCREE_DTYPE_FP16;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--rows") && i + 1 < argc)
+      rows = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
+      cols = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      if (parse_dtype(argv[++i], &dt)) {
+        fprintf(stderr, "scree-tune demo: --dtype must be fp16, bf16 or fp32\n");
+        return EXIT_USAGE;
+      }
+    } else {
+      fprintf(stderr, "scree-tune demo: unknown option %s\n", argv[i]);
+      return EXIT_USAGE;
+    }
+  }
+  if (rows < 1 || cols < 1 || cols > 65536) {
+    fprintf(stderr, "scree-tune demo: need rows >= 1 and 1 <= cols <= 65536\n");
+    return EXIT_USAGE;
+  }
+  scree_context *ctx = NULL;
+  char why[1024];
+  scree_status st = scree_create(NULL, &ctx, why, sizeof why);
+  if (st != SCREE_OK) {
+    printf("no GPU here (%s: %s)\n", scree_status_name(st), why);
+    printf("showing what runs without one: compiling RMSNorm %ldx%ld %s\n", rows,
+           cols, scree_dtype_name(dt));
+    return demo_offline(dt, cols);
+  }
+  printf("scree %s on %s (%s, %d SMs)\n", scree_version(), ctx->info.name,
+         ctx->arch, ctx->info.sm_count);
+  const size_t es = scree_dtype_size(dt), n = (size_t)rows * (size_t)cols;
+  void *hx = malloc(n * es), *hw = malloc((size_t)cols * es);
+  void *hy = malloc(n * es), *ref = malloc(n * es);
+  if (!hx || !hw || !hy || !ref) {
+    fprintf(stderr, "scree-tune demo: out of host memory\n");
+    return EXIT_FAIL;
+  }
+  uint64_t r = 88172645463325252ull;
+  for (size_t i = 0; i < n; i++) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    scree__store_elem(hx, dt, i, (double)(r >> 11) / 4503599627370496.0 - 1.0);
+  }
+  for (long i = 0; i < cols; i++) scree__store_elem(hw, dt, (size_t)i, 1.0 + 0.01 * (double)(i % 13));
+  int pushed = scree__ctx_enter(ctx);
+  CUdeviceptr x[2] = {0}, y[2] = {0}, w = 0, big0 = 0, big1 = 0;
+  CUevent e0 = NULL, e1 = NULL;
+  int rc = EXIT_FAIL;
+  const scree__cu_api *cu = ctx->cu;
+  if (cu->MemAlloc(&x[0], n * es) || cu->MemAlloc(&x[1], n * es) ||
+      cu->MemAlloc(&y[0], n * es) || cu->MemAlloc(&y[1], n * es) ||
+      cu->MemAlloc(&w, (size_t)cols * es) || cu->MemcpyHtoD(x[0], hx, n * es) ||
+      cu->MemcpyHtoD(x[1], hx, n * es) || cu->MemcpyHtoD(w, hw, (size_t)cols * es) ||
+      cu->MemsetD8(y[0], 0xff, n * es) || cu->EventCreate(&e0, 0) || cu->EventCreate(&e1, 0)) {
+    fprintf(stderr, "scree-tune demo: device allocation or copy failed\n");
+    goto done;
+  }
+  scree_rmsnorm_args a = {.x = x[0], .w = w, .y = y[0], .rows = rows, .cols = cols,
+                          .x_dtype = dt, .w_dtype = dt, .y_dtype = dt, .eps = 1e-6f};
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  st = scree_rmsnorm(ctx, &a, NULL);
+  cu->CtxSynchronize();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (st != SCREE_OK) {
+    fprintf(stderr, "scree_rmsnorm: %s: %s\n", scree_status_name(st), scree_last_error(ctx));
+    goto done;
+  }
+  printf("first call (compile + load + run): %.1f ms\n",
+         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+  cu->MemcpyDtoH(hy, y[0], n * es);
+  scree__ref_rmsnorm(&a, hx, hw, ref);
+  double rtol, atol;
+  scree__tolerance(dt, &rtol, &atol);
+  size_t worst, bad = scree__compare(hy, ref, dt, n, rtol, atol, &worst);
+  if (bad) {
+    printf("WRONG: %zu of %zu elements differ from the CPU reference\n", bad, n);
+    goto done;
+  }
+  printf("checked against the CPU reference: all %zu elements within rtol %.1e\n", n, rtol);
+  float t[100];
+  for (int i = 0; i < 110; i++) {
+    a.x = x[i % 2];
+    a.y = y[i % 2];
+    cu->EventRecord(e0, NULL);
+    scree_rmsnorm(ctx, &a, NULL);
+    cu->EventRecord(e1, NULL);
+    cu->EventSynchronize(e1);
+    if (i >= 10) cu->EventElapsedTime(&t[i - 10], e0, e1);
+  }
+  const double us = median_f(t, 100) * 1e3;
+  const double bytes = 2.0 * (double)(n * es) + (double)cols * (double)es;
+  const size_t cb = (size_t)1 << 30;
+  double copy_gbps = 0;
+  if (!cu->MemAlloc(&big0, cb) && !cu->MemAlloc(&big1, cb)) {
+    float ct[20];
+    for (int i = 0; i < 23; i++) {
+      cu->EventRecord(e0, NULL);
+      cu->MemcpyDtoDAsync(big1, big0, cb, NULL);
+      cu->EventRecord(e1, NULL);
+      cu->EventSynchronize(e1);
+      if (i >= 3) cu->EventElapsedTime(&ct[i - 3], e0, e1);
+    }
+    copy_gbps = 2.0 * (double)cb / (median_f(ct, 20) * 1e-3) / 1e9;
+  }
+  printf("rmsnorm %ldx%ld %s: %.2f us per call (median of 100), %.0f GB/s", rows, cols,
+         scree_dtype_name(dt), us, bytes / (us * 1e-6) / 1e9);
+  if (copy_gbps > 0)
+    printf(" = %.0f%% of the %.0f GB/s device copy", 100 * bytes / (us * 1e-6) / 1e9 / copy_gbps,
+           copy_gbps);
+  printf("\n");
+  rc = EXIT_OK_;
+done:
+  for (int i = 0; i < 2; i++) {
+    if (x[i]) cu->MemFree(x[i]);
+    if (y[i]) cu->MemFree(y[i]);
+  }
+  if (w) cu->MemFree(w);
+  if (big0) cu->MemFree(big0);
+  if (big1) cu->MemFree(big1);
+  if (e0) cu->EventDestroy(e0);
+  if (e1) cu->EventDestroy(e1);
+  scree__ctx_leave(ctx, pushed);
+  scree_destroy(ctx);
+  free(hx), free(hw), free(hy), free(ref);
+  return rc;
 }
 
 int main(int argc, char **argv) {
