@@ -297,7 +297,7 @@ int main(int argc, char **argv) {
       const double gbps = bytes / (us * 1e-6) / 1e9;
       printf("%-14s %-5s %10.2f %9.0f %7.1f%%  default %s\n", shape,
              scree_dtype_name(dt), us, gbps, 100 * gbps / copy_gbps, cs);
-      if (g_csv) fprintf(g_csv, "%ld,%ld,%s,default %s,%.3f,%.1f\n", rows, cols,
+      if (g_csv) fprintf(g_csv, "%ld,%ld,%s,\"default %s\",%.3f,%.1f\n", rows, cols,
                          scree_dtype_name(dt), cs, us, gbps);
 
       if (sweep) {
@@ -320,7 +320,7 @@ int main(int argc, char **argv) {
           r[i].us = time_rmsnorm(ctx, &a, &b, &r[i].cfg);
           if (g_csv) {
             scree__config_str(op, &r[i].cfg, cs, sizeof cs);
-            fprintf(g_csv, "%ld,%ld,%s,%s,%.3f,%.1f\n", rows, cols,
+            fprintf(g_csv, "%ld,%ld,%s,\"%s\",%.3f,%.1f\n", rows, cols,
                     scree_dtype_name(dt), cs, r[i].us, bytes / (r[i].us * 1e-6) / 1e9);
           }
         }

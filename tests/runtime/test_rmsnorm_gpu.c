@@ -111,8 +111,11 @@ START_TEST(default_path_shapes) {
 END_TEST
 
 START_TEST(in_place) {
-  run_case(37, 4096, 4096, 4096, dtype_sets[_i], 1, NULL);
-  run_case(11, 1001, 1003, 1003, dtype_sets[_i], 1, NULL);
+  /* In place needs x and y of one element size (the API refuses others). */
+  const dt3 d = dtype_sets[_i];
+  if (scree_dtype_size(d.x) != scree_dtype_size(d.y)) return;
+  run_case(37, 4096, 4096, 4096, d, 1, NULL);
+  run_case(11, 1001, 1003, 1003, d, 1, NULL);
 }
 END_TEST
 
