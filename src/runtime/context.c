@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache.h"
 #include "internal.h"
+#include "safelist.h"
 
 static void set_why(char *why, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -128,6 +130,15 @@ void scree_options_init(scree_options *opts) {
   opts->log_level = SCREE_LOG_WARN;
 }
 
+static scree_miss_policy env_miss_policy(scree_miss_policy dflt) {
+  const char *e = getenv("SCREE_MISS_POLICY");
+  if (!e || !*e) return dflt;
+  if (!strcmp(e, "default")) return SCREE_MISS_DEFAULT;
+  if (!strcmp(e, "tune")) return SCREE_MISS_TUNE;
+  if (!strcmp(e, "error")) return SCREE_MISS_ERROR;
+  return dflt;
+}
+
 static int env_log_level(scree_log_level dflt) {
   const char *e = getenv("SCREE_LOG_LEVEL");
   if (!e || !*e) return dflt;
@@ -193,7 +204,35 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
   ctx->log_level = (scree_log_level)env_log_level(opts.log_level);
   ctx->log_fn = opts.log_fn;
   ctx->log_user = opts.log_user;
-  ctx->miss_policy = opts.miss_policy;
+  ctx->miss_policy = env_miss_policy(opts.miss_policy);
+  pthread_mutex_init(&ctx->tune_lock, NULL);
+
+  /* The tuning cache and the safelist are optional: without them scree
+   * runs default configs and says so once. */
+  const char *nocache = getenv("SCREE_NO_CACHE");
+  if (!opts.disable_cache && !(nocache && *nocache && strcmp(nocache, "0"))) {
+    ctx->caches = calloc(1, sizeof *ctx->caches);
+    char warn[2048] = "";
+    if (ctx->caches &&
+        scree__cache_stack_open(ctx->caches, opts.cache_path, opts.cache_search_path,
+                                warn, sizeof warn) != SCREE_OK) {
+      free(ctx->caches);
+      ctx->caches = NULL;
+    }
+    if (warn[0]) scree__log(ctx, SCREE_LOG_WARN, "%s", warn);
+    if (ctx->caches && ctx->caches->user)
+      scree__log(ctx, SCREE_LOG_DEBUG, "user cache %s, %d shipped cache(s)",
+                 scree__cache_path(ctx->caches->user), ctx->caches->nshipped);
+  }
+  ctx->safelist = calloc(1, sizeof *ctx->safelist);
+  char slwhy[512] = "";
+  if (ctx->safelist &&
+      scree__safelist_for_arch(ctx->arch, ctx->safelist, slwhy, sizeof slwhy) != SCREE_OK) {
+    scree__log(ctx, SCREE_LOG_INFO, "no safelist for %s (%s): tuning explores the whole space",
+               ctx->arch, slwhy);
+    free(ctx->safelist);
+    ctx->safelist = NULL;
+  }
   scree__log(ctx, SCREE_LOG_INFO,
              "context on device %d (%s, %s, %d SMs), driver %d, NVRTC %d.%d",
              opts.device, ctx->info.name, ctx->arch, ctx->info.sm_count,
@@ -222,7 +261,17 @@ void scree_destroy(scree_context *ctx) {
   int pushed = scree__ctx_enter(ctx);
   scree__kernel_table_free(ctx);
   scree__ctx_leave(ctx, pushed);
+  scree__plan_table_free(ctx);
+  if (ctx->caches) {
+    scree__cache_stack_close(ctx->caches);
+    free(ctx->caches);
+  }
+  if (ctx->safelist) {
+    scree__safelist_free(ctx->safelist);
+    free(ctx->safelist);
+  }
   ctx->cu->DevicePrimaryCtxRelease(ctx->dev);
+  pthread_mutex_destroy(&ctx->tune_lock);
   pthread_mutex_destroy(&ctx->lock);
   pthread_mutex_destroy(&ctx->err_lock);
   free(ctx);
@@ -241,9 +290,10 @@ scree_status scree_context_device(const scree_context *ctx,
 
 scree_status scree_get_counters(const scree_context *ctx, scree_counters *out) {
   if (!ctx || !out) return SCREE_ERROR_INVALID_ARGUMENT;
-  pthread_mutex_lock((pthread_mutex_t *)&ctx->lock);
-  *out = ctx->counters;
-  pthread_mutex_unlock((pthread_mutex_t *)&ctx->lock);
+  const uint64_t *src = (const uint64_t *)&ctx->counters;
+  uint64_t *dst = (uint64_t *)out;
+  for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+    dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
   return SCREE_OK;
 }
 

@@ -50,6 +50,14 @@ typedef struct scree__vfield {
 
 typedef struct scree__op scree__op;
 
+/* One device buffer of a call, as the tuner allocates it. */
+#define SCREE__MAX_BUFS 8
+typedef struct scree__buf {
+  size_t count;
+  scree_dtype dtype;
+  int is_output;
+} scree__buf;
+
 /* Host-side descriptor of an op. One per op file, listed in registry.c. */
 struct scree__op {
   const char *name;        /* "rmsnorm" */
@@ -76,7 +84,41 @@ struct scree__op {
   scree_status (*launch)(scree_context *ctx, CUfunction fn,
                          const scree__config *cfg, const void *args,
                          CUstream stream);
+
+  /* ---- tuning (docs/adding-an-op.md) ---- */
+  size_t args_size; /* sizeof the op's public args struct */
+  /* The shape bucket of a call as an integer (the hot path's key); 0 is
+   * never returned. Calls in one bucket share one tuned config. */
+  uint64_t (*bucket_key)(const void *args);
+  /* The bucket's stable text form, used as the cache key
+   * ("rows<=16384,cols=4096"), and its parser (0 on success). */
+  void (*bucket_str)(uint64_t key, char *buf, size_t size);
+  int (*bucket_parse)(const char *s, uint64_t *key);
+  /* A small integer naming what `adapt` will change for this call (e.g.
+   * the widest aligned vector); part of the in-memory plan key. */
+  int (*adapt_class)(const scree__variant *var, const void *args);
+  /* Fills the shape fields of `args` (pointers zero) with the shape a
+   * bucket is tuned on. `check` != 0 asks for a smaller shape of the same
+   * bucket whose CPU reference is quick, for correctness checks. */
+  void (*representative)(uint64_t key, const scree__variant *var, int check,
+                         void *args);
+  /* 1 if `cfg` is worth timing for this bucket (cheap pruning of configs
+   * that cannot win, e.g. threads that would have nothing to do). */
+  int (*worth_timing)(const scree__config *cfg, const scree__variant *var,
+                      const void *args);
+  /* Device buffers of a call: counts (elements), dtypes and which are
+   * written; returns how many (at most SCREE__MAX_BUFS). */
+  int (*buffers)(const scree__variant *var, const void *args,
+                 scree__buf *out);
+  /* Points the args at buffers given in `buffers` order. */
+  void (*bind)(void *args, const scree_devptr *ptrs);
+  /* The CPU reference, on host copies of the buffers in `buffers` order;
+   * writes the output buffers. */
+  void (*reference)(const void *args, void *const *host);
+  /* The causal flag of a call, for the cache key (0 for most ops). */
+  int (*causal)(const scree__variant *var);
 };
+
 
 /* registry.c */
 extern const scree__op *const scree__ops[];
@@ -98,6 +140,21 @@ typedef struct scree__kentry {
   int used;
 } scree__kentry;
 
+/* An in-memory plan: what a (op, variant, bucket, adapt class) runs. */
+typedef struct scree__plan {
+  const scree__op *op;
+  scree__variant var;
+  uint64_t bucket;
+  int aclass;
+  scree__config cfg; /* adapted */
+  scree__kernel k;
+  uint64_t hash;
+  int used;
+} scree__plan;
+
+struct scree__cache_stack;
+struct scree__safelist;
+
 struct scree_context {
   const scree__cu_api *cu;
   const scree__nvrtc_api *nvrtc; /* NULL if NVRTC is unavailable */
@@ -114,10 +171,17 @@ struct scree_context {
   void *log_user;
   scree_miss_policy miss_policy;
 
-  pthread_mutex_t lock;          /* guards the kernel table and counters */
+  pthread_mutex_t lock;          /* guards the kernel and plan tables */
   scree__kentry *ktab;           /* open addressing, power-of-two size */
   size_t ktab_cap, ktab_len;
-  scree_counters counters;
+  scree_counters counters;       /* updated with relaxed atomics */
+
+  scree__plan *plans;            /* open addressing, guarded by lock */
+  size_t plan_cap, plan_len;
+
+  struct scree__cache_stack *caches; /* NULL when disabled */
+  struct scree__safelist *safelist;  /* NULL when none applies */
+  pthread_mutex_t tune_lock;     /* one tuning run at a time */
 
   pthread_mutex_t err_lock;
   char err[4096];
@@ -167,8 +231,18 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
                                const scree__config *cfg,
                                const scree__variant *var, scree__kernel *out);
 void scree__kernel_table_free(scree_context *ctx);
+/* Loads a cubin (from a cache or the tuner) as op/config/variant and puts
+ * it in the table; an existing entry wins. Thread-safe. */
+scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
+                                      const scree__config *cfg,
+                                      const scree__variant *var,
+                                      const void *cubin, scree__kernel *out);
+/* sha256 hex of an op's kernel source as compiled (common.cuh + file),
+ * computed once per process. "" if the source is missing. */
+const char *scree__source_hash(const scree__op *op);
 
 /* dispatch.c: which config a call runs, then the launch. */
+void scree__plan_table_free(scree_context *ctx);
 scree_status scree__dispatch(scree_context *ctx, const scree__op *op,
                              const scree__variant *var, const void *args,
                              void *stream);

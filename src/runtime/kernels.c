@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "sha256.h"
 
 /* Generated at build time by cmake/embed_kernels.cmake. */
 typedef struct scree__embedded {
@@ -325,15 +326,18 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
     return scree__fail(ctx, SCREE_ERROR_INVALID_CONFIG, "%s config %s: %s",
                        op->name, cs, why);
   }
+  if (ctx->log_level >= SCREE_LOG_DEBUG) {
+    char cs[256];
+    scree__config_str(op, cfg, cs, sizeof cs);
+    scree__log(ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", op->name, cs, ctx->arch);
+  }
   /* Compile outside the lock: other calls keep running meanwhile. */
   void *cubin = NULL;
   size_t size = 0;
   char *log = NULL;
   scree_status st =
       scree__compile(ctx->nvrtc, op, cfg, var, ctx->arch, &cubin, &size, &log);
-  pthread_mutex_lock(&ctx->lock);
-  ctx->counters.compiles++;
-  pthread_mutex_unlock(&ctx->lock);
+  __atomic_fetch_add(&ctx->counters.compiles, 1, __ATOMIC_RELAXED);
   if (st != SCREE_OK) {
     char cs[256];
     scree__config_str(op, cfg, cs, sizeof cs);
@@ -343,15 +347,25 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
     return st;
   }
   free(log);
+  st = scree__kernel_from_cubin(ctx, op, cfg, var, cubin, out);
+  free(cubin);
+  return st;
+}
+
+scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
+                                      const scree__config *cfg,
+                                      const scree__variant *var,
+                                      const void *cubin, scree__kernel *out) {
+  const uint64_t h = key_hash(op, cfg, var);
   scree__kernel k;
   const int pushed = scree__ctx_enter(ctx);
-  st = load_cubin(ctx, op, cubin, &k);
+  scree_status st = load_cubin(ctx, op, cubin, &k);
   scree__ctx_leave(ctx, pushed);
-  free(cubin);
   if (st != SCREE_OK) return st;
 
   pthread_mutex_lock(&ctx->lock);
-  ctx->counters.module_loads++;
+  scree__kentry *e;
+  __atomic_fetch_add(&ctx->counters.module_loads, 1, __ATOMIC_RELAXED);
   e = table_find(ctx, op, cfg, var, h);
   if (e) { /* another thread won the race: keep its module */
     *out = e->k;
@@ -368,4 +382,29 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
   pthread_mutex_unlock(&ctx->lock);
   *out = k;
   return SCREE_OK;
+}
+
+const char *scree__source_hash(const scree__op *op) {
+  static struct {
+    const scree__op *op;
+    char hex[65];
+  } memo[32];
+  static int n;
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  const char *r = "";
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < n; i++)
+    if (memo[i].op == op) {
+      r = memo[i].hex;
+      goto out;
+    }
+  const char *src = scree__kernel_source(op->source);
+  if (src && n < 32) {
+    memo[n].op = op;
+    scree__sha256_hex(src, strlen(src), memo[n].hex);
+    r = memo[n++].hex;
+  }
+out:
+  pthread_mutex_unlock(&lock);
+  return r;
 }

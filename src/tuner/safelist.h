@@ -95,8 +95,10 @@ const scree__sl_entry *scree__safelist_denied(const scree__safelist *s,
 int scree__safelist_candidates(const scree__safelist *s, const scree__op *op,
                                const char *variant_str, scree__config *out,
                                int cap);
-/* The default line for op + variant: a dtype-specific line beats "*".
- * Returns 1 and fills *out if there is one, else 0. */
+/* The default line for op + variant: a dtype-specific line beats "*"; a
+ * default denied for this variant (a "*" default next to a dtype-specific
+ * deny) does not count. Returns 1 and fills *out if there is one, else 0
+ * (then the op's built-in default_config applies). */
 int scree__safelist_default(const scree__safelist *s, const scree__op *op,
                             const char *variant_str, scree__config *out);
 

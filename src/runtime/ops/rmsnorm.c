@@ -126,6 +126,98 @@ static scree_status launch(scree_context *ctx, CUfunction fn,
   return SCREE_OK;
 }
 
+/* ---- tuning hooks ------------------------------------------------------ */
+
+/* Bucket: rows rounded up to a power of two, cols exact. */
+static int log2_ceil(int64_t v) {
+  int l = 0;
+  while (((int64_t)1 << l) < v && l < 62) l++;
+  return l;
+}
+
+static uint64_t bucket_key(const void *args) {
+  const scree_rmsnorm_args *a = args;
+  return (1ull << 40) | ((uint64_t)log2_ceil(a->rows) << 20) | (uint64_t)a->cols;
+}
+
+static void bucket_str(uint64_t key, char *buf, size_t size) {
+  snprintf(buf, size, "rows<=%lld,cols=%u", 1LL << ((key >> 20) & 63),
+           (unsigned)(key & 0xfffff));
+}
+
+static int bucket_parse(const char *s, uint64_t *key) {
+  long long rows;
+  unsigned cols;
+  char tail;
+  if (sscanf(s, "rows<=%lld,cols=%u%c", &rows, &cols, &tail) != 2) return -1;
+  if (rows < 1 || (rows & (rows - 1)) || cols < 1 || cols > 65536) return -1;
+  *key = (1ull << 40) | ((uint64_t)log2_ceil(rows) << 20) | cols;
+  return 0;
+}
+
+/* The widest vector every pointer and stride of the call allows, as log2. */
+static int adapt_class(const scree__variant *var, const void *args) {
+  scree__config c = {{0, 0, 8, 1}};
+  adapt(&c, var, args);
+  return c.v[F_VEC] == 8 ? 3 : c.v[F_VEC] == 4 ? 2 : c.v[F_VEC] == 2 ? 1 : 0;
+}
+
+/* Tuned on the bucket's largest row count, capped at 256 MiB of x (past
+ * that the kernel is long enough that time per byte no longer changes). */
+static void representative(uint64_t key, const scree__variant *var, int check,
+                           void *args) {
+  scree_rmsnorm_args *a = args;
+  memset(a, 0, sizeof *a);
+  a->cols = (int64_t)(key & 0xfffff);
+  const int64_t es = (int64_t)scree_dtype_size((scree_dtype)var->v[V_X]);
+  int64_t rows = (int64_t)1 << ((key >> 20) & 63);
+  const int64_t cap = ((int64_t)256 << 20) / (a->cols * es);
+  if (rows > cap) rows = cap > 0 ? cap : 1;
+  if (check && rows > 97) rows = 97;
+  a->rows = rows;
+  a->x_dtype = (scree_dtype)var->v[V_X];
+  a->w_dtype = (scree_dtype)var->v[V_W];
+  a->y_dtype = (scree_dtype)var->v[V_Y];
+  a->eps = 1e-6f;
+}
+
+/* Skips configs whose threads would mostly idle on this row length, or
+ * that would re-read most of the row from memory in a second pass. */
+static int worth_timing(const scree__config *c, const scree__variant *var,
+                        const void *args) {
+  (void)var;
+  const scree_rmsnorm_args *a = args;
+  const int64_t per_access = (int64_t)c->v[F_TPR] * c->v[F_VEC];
+  const int64_t cover = per_access * c->v[F_CACHE];
+  return per_access <= 2 * (int64_t)pow2_ceil(a->cols) && 2 * cover >= a->cols;
+}
+
+static int buffers(const scree__variant *var, const void *args, scree__buf *out) {
+  const scree_rmsnorm_args *a = args;
+  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
+  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
+  out[0] = (scree__buf){(size_t)(a->rows * xs), (scree_dtype)var->v[V_X], 0};
+  out[1] = (scree__buf){(size_t)a->cols, (scree_dtype)var->v[V_W], 0};
+  out[2] = (scree__buf){(size_t)(a->rows * ys), (scree_dtype)var->v[V_Y], 1};
+  return 3;
+}
+
+static void bind(void *args, const scree_devptr *p) {
+  scree_rmsnorm_args *a = args;
+  a->x = p[0];
+  a->w = p[1];
+  a->y = p[2];
+}
+
+static void reference(const void *args, void *const *h) {
+  scree__ref_rmsnorm(args, h[0], h[1], h[2]);
+}
+
+static int no_causal(const scree__variant *var) {
+  (void)var;
+  return 0;
+}
+
 const scree__op scree__op_rmsnorm = {
     .name = "rmsnorm",
     .source = "rmsnorm.cu",
@@ -138,6 +230,17 @@ const scree__op scree__op_rmsnorm = {
     .default_config = default_config,
     .adapt = adapt,
     .launch = launch,
+    .args_size = sizeof(scree_rmsnorm_args),
+    .bucket_key = bucket_key,
+    .bucket_str = bucket_str,
+    .bucket_parse = bucket_parse,
+    .adapt_class = adapt_class,
+    .representative = representative,
+    .worth_timing = worth_timing,
+    .buffers = buffers,
+    .bind = bind,
+    .reference = reference,
+    .causal = no_causal,
 };
 
 /* ---- the public entry point -------------------------------------------- */

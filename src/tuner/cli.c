@@ -1,13 +1,18 @@
-/* scree_tune.c - the scree-tune command line tool. See docs/cli.md. */
-#include <stdio.h>
+/* cli.c - the scree-tune command line tool: main, shared helpers, info and
+ * demo. The tuning and cache commands are in cli_tune.c and cli_cache.c.
+ * See docs/cli.md. */
+#include "cli.h"
+
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "internal.h"
-
-/* Exit codes (docs/cli.md). */
-enum { EXIT_OK_ = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_NO_GPU = 3 };
+#define EXIT_OK_ CLI_OK
+#define EXIT_FAIL CLI_FAIL
+#define EXIT_USAGE CLI_USAGE
+#define EXIT_NO_GPU CLI_NO_GPU
 
 static int cmd_info(int argc, char **argv);
 static int cmd_demo(int argc, char **argv);
@@ -32,6 +37,15 @@ static const command commands[] = {
      "calls, the bandwidth, and the device-to-device copy bandwidth beside it.\n"
      "Without a GPU it says so and compiles RMSNorm's kernels for sm_80 and\n"
      "sm_90 with NVRTC instead, which needs no GPU.\n"},
+    {"prewarm", cmd_prewarm, "tune shapes ahead of time into the user cache", NULL},
+    {"list", cmd_list, "list cached winners (or misses, or bad configs)", NULL},
+    {"show", cmd_show, "show cached entries in full", NULL},
+    {"export", cmd_export, "write cached winners (with cubins) to a standalone cache", NULL},
+    {"import", cmd_merge, "merge another cache into the user cache (same as merge)", NULL},
+    {"merge", cmd_merge, "merge caches, keeping the faster entry per key", NULL},
+    {"verify", cmd_verify, "re-check cached winners on this GPU (and --retime)", NULL},
+    {"clear", cmd_clear, "delete cached entries", NULL},
+    {"safelist", cmd_safelist, "safelist export: write the learned safelist", NULL},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -45,7 +59,8 @@ static void usage(FILE *f) {
     fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(f,
           "\n`scree-tune <command> --help` describes a command.\n"
-          "exit codes: 0 success, 1 failure, 2 usage error, 3 no GPU\n");
+          "exit codes: 0 success, 1 failure, 2 usage error, 3 no GPU or NVRTC,\n"
+          "4 cache file error\n");
 }
 
 static int wants_help(int argc, char **argv) {
@@ -86,7 +101,112 @@ static int cmd_info(int argc, char **argv) {
   return EXIT_OK_;
 }
 
-static int parse_dtype(const char *s, scree_dtype *out) {
+/* ---- helpers shared by the commands ------------------------------------ */
+
+double cli_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+const char *cli_value(int argc, char **argv, int *i, const char *name,
+                      const char *cmd) {
+  if (strcmp(argv[*i], name)) return NULL;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "scree-tune %s: %s needs a value\n", cmd, name);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+int cli_common_opt(cli_common *c, int argc, char **argv, int *i, const char *cmd) {
+  static const char *const valued[] = {"--cache", "--arch", "--op"};
+  for (int k = 0; k < 3; k++)
+    if (!strcmp(argv[*i], valued[k])) {
+      if (*i + 1 >= argc) {
+        fprintf(stderr, "scree-tune %s: %s needs a value\n", cmd, valued[k]);
+        return -1;
+      }
+      const char *v = argv[++*i];
+      if (k == 0) c->cache = v;
+      if (k == 1) c->arch = v;
+      if (k == 2) c->op = v;
+      return 1;
+    }
+  if (!strcmp(argv[*i], "--quiet") || !strcmp(argv[*i], "-q")) {
+    c->quiet = 1;
+    return 1;
+  }
+  if (!strcmp(argv[*i], "--json")) {
+    c->json = 1;
+    return 1;
+  }
+  return 0;
+}
+
+int cli_unknown(const char *cmd, const char *arg) {
+  fprintf(stderr, "scree-tune %s: unknown argument %s (see --help)\n", cmd, arg);
+  return CLI_USAGE;
+}
+
+int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd) {
+  char path[4096];
+  if (c->cache) {
+    snprintf(path, sizeof path, "%s", c->cache);
+  } else if (scree__cache_default_path(path, sizeof path) != SCREE_OK) {
+    fprintf(stderr, "scree-tune %s: no cache path: set SCREE_CACHE_DIR or HOME, or pass --cache\n", cmd);
+    return CLI_CACHE;
+  }
+  char why[1024] = "";
+  int recovered = 0;
+  scree_status st = scree__cache_open(path, 0, out, &recovered, why, sizeof why);
+  if (st != SCREE_OK) {
+    fprintf(stderr, "scree-tune %s: cannot open cache %s: %s\n", cmd, path, why);
+    return CLI_CACHE;
+  }
+  if (recovered) fprintf(stderr, "scree-tune %s: warning: %s\n", cmd, why);
+  return CLI_OK;
+}
+
+void cli_progress_init(cli_progress *p, int quiet, const char *label) {
+  p->enabled = !quiet && isatty(2);
+  p->start = cli_now();
+  p->label = label;
+}
+
+void cli_progress_update(void *vp, int done, int total, const char *stage) {
+  cli_progress *p = vp;
+  if (!p->enabled || total <= 0) return;
+  const int width = 30, fill = done * width / total;
+  const double el = cli_now() - p->start;
+  const double eta = done > 0 ? el * (total - done) / done : 0;
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+  bar[width] = 0;
+  fprintf(stderr, "\r%-28.28s [%s] %3d/%-3d %-8s ETA %4.0fs", p->label ? p->label : "",
+          bar, done, total, stage ? stage : "", eta);
+  fflush(stderr);
+}
+
+void cli_progress_done(cli_progress *p) {
+  if (p->enabled) fprintf(stderr, "\r%90s\r", "");
+}
+
+void cli_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    const unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+int cli_parse_dtype(const char *s, scree_dtype *out) {
   static const scree_dtype all[3] = {SCREE_DTYPE_FP32, SCREE_DTYPE_FP16, SCREE_DTYPE_BF16};
   for (int i = 0; i < 3; i++)
     if (!strcmp(s, scree_dtype_name(all[i]))) {
@@ -153,7 +273,7 @@ static int cmd_demo(int argc, char **argv) {
     else if (!strcmp(argv[i], "--cols") && i + 1 < argc)
       cols = atol(argv[++i]);
     else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
-      if (parse_dtype(argv[++i], &dt)) {
+      if (cli_parse_dtype(argv[++i], &dt)) {
         fprintf(stderr, "scree-tune demo: --dtype must be fp16, bf16 or fp32\n");
         return EXIT_USAGE;
       }
@@ -291,7 +411,20 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < NCOMMANDS; i++) {
     if (strcmp(argv[1], commands[i].name)) continue;
     if (wants_help(argc - 1, argv + 1)) {
-      fputs(commands[i].usage, stdout);
+      const char *u = commands[i].usage;
+      if (!u) {
+        const char *name = commands[i].name;
+        u = !strcmp(name, "prewarm")    ? usage_prewarm
+            : !strcmp(name, "list")     ? usage_list
+            : !strcmp(name, "show")     ? usage_show
+            : !strcmp(name, "export")   ? usage_export
+            : !strcmp(name, "import")   ? usage_import
+            : !strcmp(name, "merge")    ? usage_merge
+            : !strcmp(name, "verify")   ? usage_verify
+            : !strcmp(name, "clear")    ? usage_clear
+                                        : usage_safelist;
+      }
+      fputs(u, stdout);
       return EXIT_OK_;
     }
     return commands[i].run(argc - 1, argv + 1);

@@ -1,0 +1,264 @@
+/*
+ * cache.h - the SQLite tuning cache. Not API. docs/cache.md describes the
+ * file format (schema, key, version policy), the layering of a user cache
+ * over shipped ones, the default paths and corruption recovery.
+ *
+ * A cache maps (op, shape bucket, dtype variant, causal flag, arch, kernel
+ * source hash) to the fastest config found for it and that config's compiled
+ * cubin, so later processes neither tune nor compile. It also remembers
+ * configs known to be bad and calls that found no tuned entry (misses).
+ *
+ * Conventions: every function returns a scree_status (is_bad returns an
+ * int); none prints or exits. Functions with a `why` buffer put a one-line
+ * reason there (always NUL-terminated when why_size > 0); the others leave
+ * theirs for scree__cache_last_error. NULL or "" filter arguments (arch, op)
+ * match everything.
+ *
+ * Thread safety: one scree__cache may be used from several threads at once
+ * (each call holds the handle's mutex; SQLite is opened FULLMUTEX). Several
+ * processes may use one cache file at once: writes are transactions
+ * (BEGIN IMMEDIATE, retried on SQLITE_BUSY for up to SCREE__CACHE_BUSY_MS).
+ * A handle must not be used across fork(): open a new one in the child.
+ * Callbacks (foreach_*) run without the handle's lock held and may call back
+ * into the same cache; merge's conflict_fn runs inside merge's write
+ * transaction and must not write to the cache it was given.
+ */
+#ifndef SCREE_CACHE_H
+#define SCREE_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scree.h"
+
+/* PRAGMA user_version of the files this build reads and writes. */
+#define SCREE__CACHE_SCHEMA 1
+/* Busy timeout and write-retry budget, milliseconds. */
+#define SCREE__CACHE_BUSY_MS 10000
+
+typedef struct scree__cache scree__cache;
+
+typedef struct scree__ckey {
+  char op[32];       /* "rmsnorm" */
+  char bucket[96];   /* op-defined shape bucket, e.g. "rows=16384,cols=4096" */
+  char dtype[64];    /* variant string, e.g. "x=fp16,w=fp16,y=fp16" */
+  int causal;        /* 0 or 1 */
+  char arch[16];     /* "sm_90" */
+  char src_hash[65]; /* sha256 hex of the kernel source */
+} scree__ckey;
+
+typedef struct scree__centry {
+  scree__ckey key;
+  char config[128]; /* "tpr=128,rows=1,vec=8,cache=4" */
+  double median_us, spread_us;
+  char device_name[128];
+  int sm_count;
+  int driver_version;     /* e.g. 13000 */
+  int nvrtc_version;      /* major*1000 + minor*10, e.g. 13000 */
+  char scree_version[16]; /* put: "" means this build's SCREE_VERSION_STRING */
+  int64_t created;        /* unix seconds; put: 0 means now */
+  void *cubin;            /* malloc'd by get; freed by scree__centry_free */
+  size_t cubin_size;
+  char cubin_hash[65]; /* sha256 hex of the cubin; put computes it */
+  int cubin_ok; /* set by get: 1 if the stored cubin's sha256 matches
+                   cubin_hash; if 0, cubin is NULL and must not be used */
+} scree__centry;
+
+/* Frees e->cubin and sets it to NULL (cubin_size 0). NULL-safe. */
+void scree__centry_free(scree__centry *e);
+
+/* Opens (creating the file and, for read-write, its missing parent
+ * directories with mode 0700) a cache. readonly = 1 opens it
+ * SQLITE_OPEN_READONLY and never writes, creates or migrates anything.
+ * Read-write opens use WAL journal mode; both use a busy timeout of
+ * SCREE__CACHE_BUSY_MS.
+ *
+ * A fresh (absent or empty) file gets the schema and user_version
+ * SCREE__CACHE_SCHEMA. A file with another user_version is refused with
+ * SCREE_ERROR_CACHE (why names both versions), as is a valid SQLite file
+ * that is not a scree cache (user_version 0 with tables of its own).
+ *
+ * A file that is corrupt, truncated or not SQLite at all (or a directory in
+ * the file's place): a read-write open renames it aside to
+ * "<path>.corrupt-<unix time>" (its -wal/-journal files with it), creates a
+ * fresh cache in its place, sets *recovered = 1 (if recovered is not NULL),
+ * says so in why and returns SCREE_OK. A read-only open returns
+ * SCREE_ERROR_CACHE. Other failures (permissions, missing file on a
+ * read-only open, unwritable file on a read-write open) return
+ * SCREE_ERROR_CACHE; SCREE_ERROR_INVALID_ARGUMENT and
+ * SCREE_ERROR_OUT_OF_MEMORY as usual. On success why is "" unless it
+ * reports a recovery. */
+scree_status scree__cache_open(const char *path, int readonly,
+                               scree__cache **out, int *recovered, char *why,
+                               size_t why_size);
+/* Closes the handle (a read-write close checkpoints the WAL). NULL-safe. */
+void scree__cache_close(scree__cache *c);
+/* The path it was opened with. Owned by the handle. */
+const char *scree__cache_path(const scree__cache *c);
+/* 1 if opened read-only. */
+int scree__cache_readonly(const scree__cache *c);
+/* Copies the reason of the handle's last failed call into buf ("" if
+ * none). With several threads failing at once it holds one of them. */
+void scree__cache_last_error(scree__cache *c, char *buf, size_t size);
+/* Runs PRAGMA quick_check (full = 0) or integrity_check (full = 1): SCREE_OK
+ * if the file is sound, else SCREE_ERROR_CACHE with the first problem in
+ * why. Reads the whole file; meant for the CLI, not for every open. */
+scree_status scree__cache_check(scree__cache *c, int full, char *why,
+                                size_t why_size);
+
+/* Winner lookup by full key. SCREE_ERROR_NOT_FOUND if absent. Verifies the
+ * cubin's sha256 against the stored cubin_hash and sets out->cubin_ok; a
+ * mismatch still returns SCREE_OK, with cubin NULL and cubin_ok 0. On
+ * SCREE_OK the caller frees with scree__centry_free. */
+scree_status scree__cache_get(scree__cache *c, const scree__ckey *k,
+                              scree__centry *out);
+/* Upsert that keeps the faster entry: if a row with the same key exists and
+ * its median_us is <= e->median_us, the existing row stays (*replaced = 0);
+ * otherwise e is written (*replaced = 1). replaced may be NULL. cubin_hash
+ * is computed from the cubin bytes (the caller's is ignored). The cubin
+ * must be non-empty and median_us finite and >= 0, else
+ * SCREE_ERROR_INVALID_ARGUMENT. Atomic under concurrent writers from
+ * several processes and threads. SCREE_ERROR_CACHE on a read-only cache. */
+scree_status scree__cache_put(scree__cache *c, const scree__centry *e,
+                              int *replaced);
+/* Deletes winners, bad configs and misses matching the filter. *deleted
+ * (may be NULL) gets the number of winner rows deleted. */
+scree_status scree__cache_clear(scree__cache *c, const char *arch,
+                                const char *op, int *deleted);
+
+/* Known-bad configs: a candidate that failed to compile, load, launch, gave
+ * a wrong answer or timed out, for a kernel identity (op, dtype, causal,
+ * arch, src_hash), a config and a compiler (nvrtc_version). The row also
+ * holds the bucket it failed for, k->bucket, or "*" when it is bad for every
+ * bucket (a compile failure); is_bad asks with a bucket and matches rows
+ * whose bucket is equal or "*". Recording the same (identity, config,
+ * compiler, bucket) again updates the reason and time. reason is free text:
+ * "compile: ...", "wrong answer: ...", "timeout: ...". */
+scree_status scree__cache_record_bad(scree__cache *c, const scree__ckey *k,
+                                     const char *config, int nvrtc_version,
+                                     const char *reason);
+/* 1 if bad (its reason copied to reason_out if not NULL; a row for the exact
+ * bucket is preferred over a "*" row), 0 if not, -1 on error. */
+int scree__cache_is_bad(scree__cache *c, const scree__ckey *k,
+                        const char *config, int nvrtc_version,
+                        char *reason_out, size_t reason_size);
+
+/* Misses: a call found no tuned entry. One row per (op, bucket, dtype,
+ * causal, arch) (k->src_hash is ignored) with a count, incremented on every
+ * record, first/last seen unix times and the first example shape string
+ * recorded (e.g. "rows=16000,cols=4096"; example may be NULL). */
+scree_status scree__cache_record_miss(scree__cache *c, const scree__ckey *k,
+                                      const char *example);
+typedef struct scree__cmiss {
+  scree__ckey key; /* src_hash is "" */
+  char example[128];
+  int64_t count, first_seen, last_seen;
+} scree__cmiss;
+/* Calls fn for each miss matching the filter, by count descending (then by
+ * key). fn returning nonzero stops the iteration (still SCREE_OK). */
+scree_status scree__cache_foreach_miss(scree__cache *c, const char *arch,
+                                       const char *op,
+                                       int (*fn)(void *user,
+                                                 const scree__cmiss *m),
+                                       void *user);
+/* Calls fn for each winner matching the filter, ordered by op, arch,
+ * bucket, dtype (then causal, src_hash). with_cubin = 1 loads and verifies
+ * each cubin (cubin_ok as in get); with_cubin = 0 loads none: cubin is
+ * NULL, cubin_size the stored size and cubin_ok 0 (not checked). The entry
+ * and its cubin are valid only during the call. fn returning nonzero stops
+ * the iteration. */
+scree_status scree__cache_foreach_entry(scree__cache *c, const char *arch,
+                                        const char *op, int with_cubin,
+                                        int (*fn)(void *user,
+                                                  const scree__centry *e),
+                                        void *user);
+/* Deletes a miss row (after prewarm tuned it); k->src_hash is ignored.
+ * SCREE_ERROR_NOT_FOUND if there was none. */
+scree_status scree__cache_delete_miss(scree__cache *c, const scree__ckey *k);
+
+/* Bad rows, for "safelist export". */
+typedef struct scree__cbad {
+  scree__ckey key; /* bucket is the bucket it failed for, or "*" */
+  char config[128];
+  int nvrtc_version;
+  char reason[256];
+  int64_t when; /* unix seconds of the last record */
+} scree__cbad;
+/* Calls fn for each bad row matching the filter, ordered by op, arch,
+ * dtype, causal, config, bucket. fn returning nonzero stops. */
+scree_status scree__cache_foreach_bad(scree__cache *c, const char *arch,
+                                      const char *op,
+                                      int (*fn)(void *user,
+                                                const scree__cbad *b),
+                                      void *user);
+
+/* Merges every winner of the cache file at src_path (opened read-only)
+ * into c with the keep-the-faster rule, in one transaction. *added = keys
+ * new to c, *replaced = keys where src was faster, *conflicts = keys present
+ * in both with different configs (whichever won); any of them may be NULL.
+ * conflict_fn (may be NULL) is called for each conflict with both entries
+ * (metadata only: their cubins are not loaded). Bad rows are merged too
+ * (union; c's row wins where both have one). src winners whose cubin fails
+ * its hash check are not merged; why says how many were skipped. */
+scree_status scree__cache_merge(
+    scree__cache *c, const char *src_path, int *added, int *replaced,
+    int *conflicts,
+    void (*conflict_fn)(void *user, const scree__centry *mine,
+                        const scree__centry *theirs),
+    void *user, char *why, size_t why_size);
+/* Writes the winners matching the filter (cubins included) into a NEW
+ * standalone cache file dst_path, in rollback-journal mode so that it can be
+ * shipped and opened read-only from a read-only directory. dst_path must not
+ * exist (SCREE_ERROR_IO otherwise) and its directory must. *exported (may be
+ * NULL) = rows written. Rows whose cubin fails its hash check are left out
+ * (why says how many). On failure dst_path is removed. */
+scree_status scree__cache_export(scree__cache *c, const char *dst_path,
+                                 const char *arch, const char *op,
+                                 int *exported, char *why, size_t why_size);
+
+/* ------------------------------------------------------------------------ */
+/* Layering: one read-write user cache over read-only shipped caches.        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum {
+  SCREE__LEVEL_NONE = 0,
+  SCREE__LEVEL_USER = 1,
+  SCREE__LEVEL_SHIPPED = 2
+} scree__cache_level;
+
+typedef struct scree__cache_stack {
+  scree__cache *user;     /* NULL when the user cache could not be opened */
+  scree__cache **shipped; /* in search-path order */
+  int nshipped;
+} scree__cache_stack;
+
+/* The default user cache path: $SCREE_CACHE_DIR/tune.db, else
+ * $XDG_CACHE_HOME/scree/tune.db (only if absolute, as the XDG spec says),
+ * else $HOME/.cache/scree/tune.db (HOME unset: the passwd entry's home).
+ * Empty variables count as unset. SCREE_ERROR_NOT_FOUND if there is no home
+ * directory either, SCREE_ERROR_INVALID_ARGUMENT if buf is too small. */
+scree_status scree__cache_default_path(char *buf, size_t size);
+/* Opens the stack: user_path (NULL = the default path) read-write, and each
+ * path of the colon-separated search_path (NULL = $SCREE_CACHE_PATH; empty
+ * components are ignored) read-only. A shipped cache that fails to open is
+ * skipped and described in warn (appended, one line each, separated by
+ * '\n' with none after the last; "" if all went well). If the user
+ * cache cannot be opened at all the stack opens without it (user == NULL)
+ * and warn says so; a recovered (corrupt, moved aside) user cache is
+ * reported there too. Returns SCREE_OK unless s is NULL
+ * (SCREE_ERROR_INVALID_ARGUMENT) or memory runs out. */
+scree_status scree__cache_stack_open(scree__cache_stack *s,
+                                     const char *user_path,
+                                     const char *search_path, char *warn,
+                                     size_t warn_size);
+/* Closes every cache of the stack and zeroes it. NULL-safe. */
+void scree__cache_stack_close(scree__cache_stack *s);
+/* Lookup in order: user, then the shipped caches in list order. An entry
+ * whose cubin_ok is 0, or a level that fails with an error, is skipped
+ * (the next level is asked). Returns SCREE_OK and the level that answered,
+ * or SCREE_ERROR_NOT_FOUND and SCREE__LEVEL_NONE. level may be NULL. */
+scree_status scree__cache_stack_get(scree__cache_stack *s,
+                                    const scree__ckey *k, scree__centry *out,
+                                    scree__cache_level *level);
+
+#endif

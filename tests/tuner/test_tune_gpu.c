@@ -1,0 +1,389 @@
+/* test_tune_gpu.c - the tuner end to end on a GPU (label gpu): tune a
+ * bucket, a second process hits the cache without compiling, a denied
+ * config is never compiled, a failing config is recorded and skipped, the
+ * miss policies, and the hot path's host overhead. */
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "safelist.h"
+#include "test_util.h"
+#include "tuner.h"
+
+extern char **environ;
+
+static char g_dir[256];
+static char g_db[300];
+static const char *g_probe;
+
+/* Log lines captured from the context, to see what was compiled. */
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *g_log;
+static size_t g_log_len;
+
+static void capture(void *user, scree_log_level lvl, const char *msg) {
+  (void)user, (void)lvl;
+  pthread_mutex_lock(&g_log_lock);
+  size_t n = strlen(msg);
+  g_log = realloc(g_log, g_log_len + n + 2);
+  memcpy(g_log + g_log_len, msg, n);
+  g_log[g_log_len + n] = '\n';
+  g_log_len += n + 1;
+  g_log[g_log_len] = 0;
+  pthread_mutex_unlock(&g_log_lock);
+}
+
+static void log_reset(void) {
+  pthread_mutex_lock(&g_log_lock);
+  g_log_len = 0;
+  if (g_log) g_log[0] = 0;
+  pthread_mutex_unlock(&g_log_lock);
+}
+
+static int log_has(const char *needle) {
+  pthread_mutex_lock(&g_log_lock);
+  int r = g_log && strstr(g_log, needle);
+  pthread_mutex_unlock(&g_log_lock);
+  return r;
+}
+
+static scree_context *make_ctx(const char *db, scree_miss_policy policy) {
+  scree_options o;
+  scree_options_init(&o);
+  o.cache_path = db;
+  o.cache_search_path = "";
+  o.miss_policy = policy;
+  o.log_level = SCREE_LOG_DEBUG;
+  o.log_fn = capture;
+  scree_context *ctx = NULL;
+  char why[512];
+  scree_status st = scree_create(&o, &ctx, why, sizeof why);
+  ck_assert_msg(st == SCREE_OK, "%s: %s", scree_status_name(st), why);
+  return ctx;
+}
+
+static uint64_t bucket_of(long rows, long cols) {
+  scree_rmsnorm_args a = {.rows = rows, .cols = cols};
+  return scree__op_find("rmsnorm")->bucket_key(&a);
+}
+
+static const scree__variant fp16 = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
+
+/* Runs the probe in a new process (posix_spawn: exec, no CUDA across a
+ * fork) and returns its exit status; its stdout line goes to out. */
+static int run_probe(const char *db, long rows, long cols, const char *dtype, char *out,
+                     size_t n) {
+  char r[32], c[32];
+  snprintf(r, sizeof r, "%ld", rows);
+  snprintf(c, sizeof c, "%ld", cols);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  char *args[] = {(char *)g_probe, (char *)db, r, c, (char *)dtype, NULL};
+  pid_t pid;
+  ck_assert_int_eq(posix_spawn(&pid, g_probe, &fa, NULL, args, environ), 0);
+  close(fds[1]);
+  size_t len = 0;
+  ssize_t k;
+  while (len + 1 < n && (k = read(fds[0], out + len, n - 1 - len)) > 0) len += (size_t)k;
+  out[len] = 0;
+  close(fds[0]);
+  int status;
+  waitpid(pid, &status, 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static long field(const char *line, const char *name) {
+  const char *p = strstr(line, name);
+  return p ? atol(p + strlen(name)) : -1;
+}
+
+START_TEST(tune_then_second_process_hits_cache) {
+  scree_context *ctx = make_ctx(g_db, SCREE_MISS_DEFAULT);
+  const scree__op *op = scree__op_find("rmsnorm");
+  scree__tune_result res;
+  const double t0 = (double)clock() / CLOCKS_PER_SEC;
+  scree_status st = scree__tune(ctx, op, &fp16, bucket_of(4096, 4096), NULL, &res);
+  (void)t0;
+  ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+  char cs[128];
+  scree__config_str(op, &res.cfg, cs, sizeof cs);
+  printf("cold tune rows<=4096,cols=4096 fp16: %.3f s, %d candidates, %d timed, winner %s "
+         "%.2f us (default %.2f us)\n",
+         res.seconds, res.candidates, res.timed, cs, res.median_us, res.default_us);
+  ck_assert_int_gt(res.timed, 1);
+  ck_assert_int_eq(res.failed, 0);
+  ck_assert(res.median_us > 0 && res.median_us <= res.default_us * 1.05);
+  /* The winner is in the cache with a matching cubin. */
+  scree__ckey key;
+  scree__make_key(ctx, op, &fp16, bucket_of(4096, 4096), &key);
+  scree__centry e;
+  ck_assert_int_eq(scree__cache_get(ctx->caches->user, &key, &e), SCREE_OK);
+  ck_assert_str_eq(e.config, cs);
+  ck_assert(e.cubin_ok && e.cubin_size > 0);
+  scree__centry_free(&e);
+  /* A second tune of the same bucket picks the same config or one within
+   * noise. */
+  scree__tune_result again;
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(4096, 4096), NULL, &again), SCREE_OK);
+  char cs2[128];
+  scree__config_str(op, &again.cfg, cs2, sizeof cs2);
+  printf("second tune: winner %s %.2f us\n", cs2, again.median_us);
+  ck_assert_msg(!strcmp(cs, cs2) || again.median_us <= res.median_us * 1.05 ||
+                    res.median_us <= again.median_us * 1.05,
+                "tunes disagree beyond noise: %s %.2f vs %s %.2f", cs, res.median_us, cs2,
+                again.median_us);
+  scree_destroy(ctx);
+
+  /* A new process, same cache, shape in the bucket: no NVRTC at all. */
+  char out[1024];
+  int rc = run_probe(g_db, 3000, 4096, "fp16", out, sizeof out);
+  printf("probe: %s", out);
+  ck_assert_msg(rc == 0, "probe failed: %s", out);
+  ck_assert_int_eq(field(out, "compiles="), 0);
+  ck_assert_int_eq(field(out, "user_cache_hits="), 1);
+  ck_assert_int_eq(field(out, "module_loads="), 1);
+}
+END_TEST
+
+START_TEST(denied_config_is_never_compiled) {
+  /* A safelist that allows two configs and denies the default: the tuner
+   * compiles the two and never the denied one. */
+  char sldir[300], path[400];
+  snprintf(sldir, sizeof sldir, "%s/safelists", g_dir);
+  mkdir(sldir, 0700);
+  scree_context *probe = scree_test_gpu_context();
+  snprintf(path, sizeof path, "%s/%s.txt", sldir, probe->arch);
+  const scree__op *op = scree__op_find("rmsnorm");
+  scree_rmsnorm_args rep = {.rows = 512, .cols = 2048, .x_dtype = SCREE_DTYPE_FP16,
+                            .w_dtype = SCREE_DTYPE_FP16, .y_dtype = SCREE_DTYPE_FP16};
+  scree__config dflt;
+  op->default_config(probe->sm, &fp16, &rep, &dflt);
+  char ds[128];
+  scree__config_str(op, &dflt, ds, sizeof ds);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  static const char *const allowed[2] = {"tpr=256,rows=1,vec=8,cache=1",
+                                         "tpr=128,rows=1,vec=8,cache=2"};
+  ck_assert_str_ne(ds, allowed[0]);
+  ck_assert_str_ne(ds, allowed[1]);
+  fprintf(f, "arch %s\nrmsnorm allow %s\nrmsnorm allow %s\n"
+             "rmsnorm deny %s -- denied by the test\n", probe->arch, allowed[0], allowed[1], ds);
+  fclose(f);
+  setenv("SCREE_SAFELIST_DIR", sldir, 1);
+  char db[400];
+  snprintf(db, sizeof db, "%s/deny.db", g_dir);
+  scree_context *ctx = make_ctx(db, SCREE_MISS_DEFAULT);
+  unsetenv("SCREE_SAFELIST_DIR");
+  log_reset();
+  scree__tune_result res;
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(512, 2048), NULL, &res), SCREE_OK);
+  char needle[200];
+  snprintf(needle, sizeof needle, "compiling rmsnorm %s", ds);
+  ck_assert_msg(!log_has(needle), "the denied config %s was compiled", ds);
+  for (int i = 0; i < 2; i++) {
+    snprintf(needle, sizeof needle, "compiling rmsnorm %s", allowed[i]);
+    ck_assert_msg(log_has(needle), "allowed %s was not compiled", allowed[i]);
+  }
+  ck_assert_int_eq(res.candidates, 2);
+  scree_destroy(ctx);
+}
+END_TEST
+
+START_TEST(failing_config_recorded_and_skipped) {
+  char db[400];
+  snprintf(db, sizeof db, "%s/bad.db", g_dir);
+  scree_context *ctx = make_ctx(db, SCREE_MISS_DEFAULT);
+  const scree__op *op = scree__op_find("rmsnorm");
+  scree__tune_opts o;
+  scree__tune_opts_init(&o);
+  /* Make the first safelisted candidate that survives pruning fail. */
+  char vs[64];
+  scree__variant_str(op, &fp16, vs, sizeof vs);
+  scree__config cands[256];
+  int n = scree__safelist_candidates(ctx->safelist, op, vs, cands, 256);
+  scree_rmsnorm_args rep;
+  op->representative(bucket_of(1024, 1024), &fp16, 0, &rep);
+  char victim[128] = "";
+  for (int i = 0; i < n && !victim[0]; i++)
+    if (op->worth_timing(&cands[i], &fp16, &rep)) scree__config_str(op, &cands[i], victim, sizeof victim);
+  ck_assert(victim[0]);
+  o.poison_config = victim;
+  scree__tune_result res;
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(1024, 1024), &o, &res), SCREE_OK);
+  ck_assert_int_ge(res.failed, 1);
+  char winner[128];
+  scree__config_str(op, &res.cfg, winner, sizeof winner);
+  ck_assert_str_ne(winner, victim);
+  scree__ckey key;
+  scree__make_key(ctx, op, &fp16, bucket_of(1024, 1024), &key);
+  char reason[256];
+  const int nv = ctx->nvrtc_major * 1000 + ctx->nvrtc_minor * 10;
+  ck_assert_int_eq(scree__cache_is_bad(ctx->caches->user, &key, victim, nv, reason, sizeof reason), 1);
+  ck_assert(strstr(reason, "wrong answer"));
+  /* Next time it is skipped before compiling. */
+  log_reset();
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(1024, 1024), NULL, &res), SCREE_OK);
+  ck_assert_int_ge(res.known_bad, 1);
+  char needle[200];
+  snprintf(needle, sizeof needle, "compiling rmsnorm %s for", victim);
+  ck_assert_msg(!log_has(needle), "known-bad %s was compiled again", victim);
+  scree_destroy(ctx);
+}
+END_TEST
+
+static void run_once(scree_context *ctx, long rows, long cols, scree_status want) {
+  const size_t es = 2, n = (size_t)rows * (size_t)cols;
+  scree_devptr x = scree_test_dalloc(ctx, n * es), w = scree_test_dalloc(ctx, (size_t)cols * es),
+               y = scree_test_dalloc(ctx, n * es);
+  void *h = malloc(n * es);
+  scree_test_fill(h, SCREE_DTYPE_FP16, n, 1);
+  scree_test_h2d(ctx, x, h, n * es);
+  scree_test_h2d(ctx, w, h, (size_t)cols * es);
+  scree_rmsnorm_args a = {.x = x, .w = w, .y = y, .rows = rows, .cols = cols,
+                          .x_dtype = SCREE_DTYPE_FP16, .w_dtype = SCREE_DTYPE_FP16,
+                          .y_dtype = SCREE_DTYPE_FP16, .eps = 1e-6f};
+  scree_status st = scree_rmsnorm(ctx, &a, NULL);
+  ck_assert_msg(st == want, "got %s want %s: %s", scree_status_name(st), scree_status_name(want),
+                scree_last_error(ctx));
+  scree_test_sync(ctx);
+  scree_test_dfree(ctx, x), scree_test_dfree(ctx, w), scree_test_dfree(ctx, y);
+  free(h);
+}
+
+START_TEST(miss_policies) {
+  char db[400];
+  snprintf(db, sizeof db, "%s/policy.db", g_dir);
+  scree_counters c;
+  /* error: nothing launched, the message says what to do. */
+  scree_context *ctx = make_ctx(db, SCREE_MISS_ERROR);
+  run_once(ctx, 100, 768, SCREE_ERROR_CACHE_MISS);
+  ck_assert(strstr(scree_last_error(ctx), "prewarm"));
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.calls, 0);
+  scree_destroy(ctx);
+  /* default: runs, records the miss once per bucket. */
+  ctx = make_ctx(db, SCREE_MISS_DEFAULT);
+  run_once(ctx, 100, 768, SCREE_OK);
+  run_once(ctx, 120, 768, SCREE_OK); /* same bucket: a memory hit */
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.safelist_defaults, 1);
+  ck_assert_uint_eq(c.misses_recorded, 1);
+  ck_assert_uint_eq(c.memory_hits, 1);
+  ck_assert_uint_eq(c.calls, 2);
+  scree_destroy(ctx);
+  /* tune: tunes once, then the cache answers. */
+  ctx = make_ctx(db, SCREE_MISS_TUNE);
+  run_once(ctx, 100, 768, SCREE_OK);
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.tunes, 1);
+  scree_destroy(ctx);
+  ctx = make_ctx(db, SCREE_MISS_ERROR);
+  run_once(ctx, 100, 768, SCREE_OK);
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.user_cache_hits, 1);
+  ck_assert_uint_eq(c.tunes, 0);
+  scree_destroy(ctx);
+}
+END_TEST
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Host time per call on a cache hit against a bare cuLaunchKernel of the
+ * same kernel, interleaved in batches; the median difference is scree's
+ * overhead. The bound here is loose (a shared CI-less machine); the
+ * measured figure goes in docs/performance.md. */
+START_TEST(hot_path_overhead) {
+  scree_context *ctx = scree_test_gpu_context();
+  const long rows = 1, cols = 256;
+  scree_devptr x = scree_test_dalloc(ctx, 4096), w = scree_test_dalloc(ctx, 4096),
+               y = scree_test_dalloc(ctx, 4096);
+  scree_rmsnorm_args a = {.x = x, .w = w, .y = y, .rows = rows, .cols = cols,
+                          .x_dtype = SCREE_DTYPE_FP16, .w_dtype = SCREE_DTYPE_FP16,
+                          .y_dtype = SCREE_DTYPE_FP16, .eps = 1e-6f};
+  ck_assert_int_eq(scree_rmsnorm(ctx, &a, NULL), SCREE_OK);
+  scree_test_sync(ctx);
+  /* The plan the call used. */
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree__variant var = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
+  scree__config cfg;
+  op->default_config(ctx->sm, &var, &a, &cfg);
+  scree__kernel k;
+  ck_assert_int_eq(scree__kernel_get(ctx, op, &cfg, &var, &k), SCREE_OK);
+  enum { BATCH = 200, ROUNDS = 31 };
+  double s[ROUNDS], b[ROUNDS];
+  int pushed = scree__ctx_enter(ctx);
+  for (int r = 0; r < ROUNDS; r++) {
+    double t0 = now_ns();
+    for (int i = 0; i < BATCH; i++) scree_rmsnorm(ctx, &a, NULL);
+    double t1 = now_ns();
+    ctx->cu->CtxSynchronize();
+    double t2 = now_ns();
+    for (int i = 0; i < BATCH; i++) op->launch(ctx, k.fn, &cfg, &a, NULL);
+    double t3 = now_ns();
+    ctx->cu->CtxSynchronize();
+    s[r] = (t1 - t0) / BATCH;
+    b[r] = (t3 - t2) / BATCH;
+  }
+  scree__ctx_leave(ctx, pushed);
+  qsort(s, ROUNDS, sizeof s[0], cmp_d);
+  qsort(b, ROUNDS, sizeof b[0], cmp_d);
+  printf("host time per call: scree_rmsnorm %.0f ns, bare cuLaunchKernel %.0f ns, "
+         "overhead %.0f ns\n", s[ROUNDS / 2], b[ROUNDS / 2], s[ROUNDS / 2] - b[ROUNDS / 2]);
+  ck_assert_msg(s[ROUNDS / 2] - b[ROUNDS / 2] < 5000, "overhead %.0f ns",
+                s[ROUNDS / 2] - b[ROUNDS / 2]);
+  scree_test_dfree(ctx, x), scree_test_dfree(ctx, w), scree_test_dfree(ctx, y);
+}
+END_TEST
+
+int main(int argc, char **argv) {
+  (void)argc;
+  scree_test_gpu_context(); /* exits 77 with a reason where there is no GPU */
+  /* The probe sits next to this binary. */
+  static char probe[4096];
+  snprintf(probe, sizeof probe, "%s", argv[0]);
+  char *slash = strrchr(probe, '/');
+  snprintf(slash ? slash + 1 : probe, sizeof probe - (size_t)(slash ? slash + 1 - probe : 0),
+           "cache_probe");
+  g_probe = probe;
+  snprintf(g_dir, sizeof g_dir, "/tmp/scree-tune-test-XXXXXX");
+  if (!mkdtemp(g_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  snprintf(g_db, sizeof g_db, "%s/tune.db", g_dir);
+  Suite *s = suite_create("tune_gpu");
+  TCase *tc = tcase_create("gpu");
+  tcase_set_timeout(tc, 900);
+  tcase_add_test(tc, tune_then_second_process_hits_cache);
+  tcase_add_test(tc, denied_config_is_never_compiled);
+  tcase_add_test(tc, failing_config_recorded_and_skipped);
+  tcase_add_test(tc, miss_policies);
+  tcase_add_test(tc, hot_path_overhead);
+  suite_add_tcase(s, tc);
+  int rc = scree_test_run(s, 1);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+  if (system(cmd)) {
+  }
+  return rc;
+}
