@@ -5,4 +5,8 @@ set -eu
 cd "$(dirname "$0")/.."
 scripts/build.sh
 cd "${SCREE_BUILD_DIR:-build}"
-ctest --output-on-failure -j"$(nproc)" "$@"
+rc=0
+ctest --output-on-failure -j"$(nproc)" "$@" || rc=$?
+# ctest does not show a skipped test's output: print each one's reason.
+grep -h "^SKIP: " Testing/Temporary/LastTest*.log 2>/dev/null | sort -u || true
+exit $rc
