@@ -199,34 +199,20 @@ typedef struct pjob {
   const scree__op *op;
   const scree__variant *var;
   ranked *r;
-  int n, next;
-  pthread_mutex_t lock;
 } pjob;
 
-static void *pworker(void *p) {
+static void compile_one(void *p, int i) {
   pjob *j = p;
-  for (;;) {
-    pthread_mutex_lock(&j->lock);
-    int i = j->next++;
-    pthread_mutex_unlock(&j->lock);
-    if (i >= j->n) return NULL;
-    scree__kernel k;
-    scree_status st = scree__kernel_get(j->ctx, j->op, &j->r[i].cfg, j->var, &k);
-    if (st) die("compile", st, j->ctx);
-  }
+  scree__kernel k;
+  scree_status st = scree__kernel_get(j->ctx, j->op, &j->r[i].cfg, j->var, &k);
+  if (st) die("compile", st, j->ctx);
 }
 
 /* Compiles and loads every config on a thread pool (NVRTC is thread-safe). */
 static void precompile(scree_context *ctx, const scree__op *op,
                        const scree__variant *var, ranked *r, int n) {
-  pjob j = {.ctx = ctx, .op = op, .var = var, .r = r, .n = n};
-  pthread_mutex_init(&j.lock, NULL);
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  int nt = ncpu > 32 ? 32 : ncpu < 1 ? 1 : (int)ncpu;
-  pthread_t th[32];
-  for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, pworker, &j);
-  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
-  pthread_mutex_destroy(&j.lock);
+  pjob j = {.ctx = ctx, .op = op, .var = var, .r = r};
+  scree__parallel_for(n, 0, compile_one, &j);
 }
 
 static int by_time(const void *p, const void *q) {

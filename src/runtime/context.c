@@ -7,15 +7,7 @@
 #include "internal.h"
 #include "safelist.h"
 
-static void set_why(char *why, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_why(char *why, size_t n, const char *fmt, ...) {
-  if (!why || !n) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, n, fmt, ap);
-  va_end(ap);
-}
+#define set_why scree__set_why
 
 /* Loads the driver and runs cuInit. Returns the status a caller reports. */
 static scree_status driver_up(const scree__cu_api **out, char *why, size_t n) {

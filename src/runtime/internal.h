@@ -187,6 +187,25 @@ struct scree_context {
   char err[4096];
 };
 
+/* util.c: small shared helpers. */
+/* snprintf into an optional reason buffer (why may be NULL). */
+void scree__set_why(char *why, size_t why_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A file embedded at build time (cmake/embed_kernels.cmake). */
+typedef struct scree__embedded {
+  const char *name;
+  const unsigned char *data;
+  size_t size;
+} scree__embedded;
+/* A malloc'd, NUL-terminated copy of the embedded file `name`, or NULL. */
+char *scree__embedded_text(const scree__embedded *table, size_t count,
+                           const char *name);
+/* Runs fn(user, i) for every i in [0, n) on up to `threads` threads (0:
+ * the online CPUs, at most 32; the caller's thread works too) and returns
+ * when all are done. fn must be thread-safe. */
+void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
+                         void *user);
+
 /* context.c: messages, logging, CUDA context scope. */
 /* A context with no device, for argument checks and compile-only work
  * (tests, the CLI on a machine without a GPU). Calls that would launch

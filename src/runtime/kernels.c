@@ -8,11 +8,6 @@
 #include "sha256.h"
 
 /* Generated at build time by cmake/embed_kernels.cmake. */
-typedef struct scree__embedded {
-  const char *name;
-  const unsigned char *data;
-  size_t size;
-} scree__embedded;
 extern const scree__embedded scree__embedded_kernels[];
 extern const size_t scree__embedded_kernel_count;
 #ifndef SCREE_DEFAULT_KERNEL_DIR
@@ -38,18 +33,6 @@ static char *read_file(const char *dir, const char *name) {
   }
   fclose(f);
   return buf;
-}
-
-static char *embedded_text(const char *name) {
-  for (size_t i = 0; i < scree__embedded_kernel_count; i++) {
-    if (strcmp(scree__embedded_kernels[i].name, name)) continue;
-    char *s = malloc(scree__embedded_kernels[i].size + 1);
-    if (!s) return NULL;
-    memcpy(s, scree__embedded_kernels[i].data, scree__embedded_kernels[i].size);
-    s[scree__embedded_kernels[i].size] = 0;
-    return s;
-  }
-  return NULL;
 }
 
 /* Sources are assembled once per process and kept: a few kB per op. */
@@ -78,8 +61,10 @@ const char *scree__kernel_source(const char *file) {
       common = read_file(dir, "common.cuh");
       body = read_file(dir, file);
     } else {
-      common = embedded_text("common.cuh");
-      body = embedded_text(file);
+      common = scree__embedded_text(scree__embedded_kernels,
+                                    scree__embedded_kernel_count, "common.cuh");
+      body = scree__embedded_text(scree__embedded_kernels,
+                                  scree__embedded_kernel_count, file);
     }
     if (common && body) {
       size_t n = strlen(common) + strlen(body) + 64;

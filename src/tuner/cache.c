@@ -1,6 +1,7 @@
 /* cache.c - the SQLite tuning cache: winners, bad configs, misses, the
  * user/shipped stack. docs/cache.md describes the file format. */
 #include "cache.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,15 +141,7 @@ struct scree__cache {
 /* Small helpers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static void put_why(char *why, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void put_why(char *why, size_t size, const char *fmt, ...) {
-  if (!why || !size) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, size, fmt, ap);
-  va_end(ap);
-}
+#define put_why scree__set_why
 
 static void set_err(scree__cache *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

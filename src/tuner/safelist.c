@@ -9,13 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Generated at build time by cmake/embed_kernels.cmake from safe_configs/
- * (the same layout as the embedded kernels). */
-typedef struct scree__embedded {
-  const char *name;
-  const unsigned char *data;
-  size_t size;
-} scree__embedded;
+/* Generated at build time by cmake/embed_kernels.cmake from safe_configs/. */
 extern const scree__embedded scree__embedded_safelists[];
 extern const size_t scree__embedded_safelist_count;
 
@@ -30,15 +24,7 @@ const char *scree__sl_verb_name(scree__sl_verb verb) {
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static void set_why(char *why, size_t why_size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_why(char *why, size_t why_size, const char *fmt, ...) {
-  if (!why || !why_size) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, why_size, fmt, ap);
-  va_end(ap);
-}
+#define set_why scree__set_why
 
 /* "sm_<2 or 3 digits>" with an optional lowercase feature letter ("sm_90a").
  * Fills the number and the letter (0 if none). */
@@ -494,13 +480,6 @@ scree_status scree__safelist_load_file(const char *path, scree__safelist *out,
   return st;
 }
 
-static const scree__embedded *find_embedded(const char *file) {
-  for (size_t i = 0; i < scree__embedded_safelist_count; i++)
-    if (!strcmp(scree__embedded_safelists[i].name, file))
-      return &scree__embedded_safelists[i];
-  return NULL;
-}
-
 /* Tries one arch's file. 1 if it exists (then *st says how loading went),
  * 0 if there is none. */
 static int try_arch(const char *dir, const char *arch, scree__safelist *out,
@@ -516,16 +495,17 @@ static int try_arch(const char *dir, const char *arch, scree__safelist *out,
     *st = scree__safelist_load_file(path, out, why, why_size);
     return 1;
   }
-  const scree__embedded *e = find_embedded(file);
-  if (!e) return 0;
-  char *text = malloc(e->size + 1);
+  int found = 0;
+  for (size_t i = 0; i < scree__embedded_safelist_count; i++)
+    found |= !strcmp(scree__embedded_safelists[i].name, file);
+  if (!found) return 0;
+  char *text = scree__embedded_text(scree__embedded_safelists,
+                                    scree__embedded_safelist_count, file);
   if (!text) {
     set_why(why, why_size, "embedded:%s: out of memory", file);
     *st = SCREE_ERROR_OUT_OF_MEMORY;
     return 1;
   }
-  memcpy(text, e->data, e->size);
-  text[e->size] = 0;
   char name[64];
   snprintf(name, sizeof name, "embedded:%s", file);
   *st = scree__safelist_parse(text, name, out, why, why_size);

@@ -350,36 +350,28 @@ typedef struct cand {
 
 typedef struct cjob {
   scree_context *ctx;
-  const scree__nvrtc_api *nv;
   const scree__op *op;
   const scree__variant *var;
-  const char *arch;
   cand *c;
-  int n, next, done;
+  int n, done;
   pthread_mutex_t lock;
   const scree__tune_opts *o;
 } cjob;
 
-static void *compile_worker(void *p) {
+static void compile_one(void *p, int i) {
   cjob *j = p;
-  for (;;) {
-    pthread_mutex_lock(&j->lock);
-    int i = j->next++;
-    pthread_mutex_unlock(&j->lock);
-    if (i >= j->n) return NULL;
-    cand *c = &j->c[i];
-    if (j->ctx->log_level >= SCREE_LOG_DEBUG) {
-      char cs[128];
-      scree__config_str(j->op, &c->cfg, cs, sizeof cs);
-      scree__log(j->ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", j->op->name, cs, j->arch);
-    }
-    c->cst = scree__compile(j->nv, j->op, &c->cfg, j->var, j->arch, &c->cubin,
-                            &c->cubin_size, &c->log);
-    pthread_mutex_lock(&j->lock);
-    int done = ++j->done;
-    if (j->o->progress) j->o->progress(j->o->user, done, j->n, "compile");
-    pthread_mutex_unlock(&j->lock);
+  cand *c = &j->c[i];
+  if (j->ctx->log_level >= SCREE_LOG_DEBUG) {
+    char cs[128];
+    scree__config_str(j->op, &c->cfg, cs, sizeof cs);
+    scree__log(j->ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", j->op->name, cs, j->ctx->arch);
   }
+  c->cst = scree__compile(j->ctx->nvrtc, j->op, &c->cfg, j->var, j->ctx->arch, &c->cubin,
+                          &c->cubin_size, &c->log);
+  pthread_mutex_lock(&j->lock);
+  const int done = ++j->done;
+  if (j->o->progress) j->o->progress(j->o->user, done, j->n, "compile");
+  pthread_mutex_unlock(&j->lock);
 }
 
 static int same_cfg(const scree__config *a, const scree__config *b) {
@@ -499,16 +491,10 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
              op->name, key.bucket, vs, n, use_space ? "whole space" : "safelist",
              res->known_bad);
 
-  /* Compile on a thread pool. */
-  cjob j = {.ctx = ctx, .nv = ctx->nvrtc, .op = op, .var = var, .arch = ctx->arch, .c = c,
-            .n = n, .o = &o};
+  /* Compile on a thread pool (NVRTC is thread-safe). */
+  cjob j = {.ctx = ctx, .op = op, .var = var, .c = c, .n = n, .o = &o};
   pthread_mutex_init(&j.lock, NULL);
-  long ncpu = o.threads > 0 ? o.threads : sysconf(_SC_NPROCESSORS_ONLN);
-  int nt = ncpu < 1 ? 1 : ncpu > 32 ? 32 : (int)ncpu;
-  if (nt > n) nt = n > 0 ? n : 1;
-  pthread_t th[32];
-  for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, compile_worker, &j);
-  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  scree__parallel_for(n, o.threads, compile_one, &j);
   pthread_mutex_destroy(&j.lock);
   __atomic_fetch_add(&ctx->counters.compiles, (uint64_t)n, __ATOMIC_RELAXED);
 

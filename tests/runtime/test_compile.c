@@ -41,50 +41,37 @@ typedef struct job {
   const scree__config *cfgs;
   const scree__variant *var;
   const char *arch;
-  size_t n;
-  size_t next; /* guarded by lock */
   size_t failed;
   char first_failure[2048];
   pthread_mutex_t lock;
 } job;
 
-static void *worker(void *p) {
+static void compile_one(void *p, int i) {
   job *j = p;
-  for (;;) {
+  void *cubin;
+  size_t size;
+  char *log = NULL;
+  scree_status st = scree__compile(nv, j->op, &j->cfgs[i], j->var, j->arch, &cubin, &size, &log);
+  if (st != SCREE_OK || size < 64 || memcmp(cubin, "\177ELF", 4)) {
     pthread_mutex_lock(&j->lock);
-    size_t i = j->next++;
-    pthread_mutex_unlock(&j->lock);
-    if (i >= j->n) return NULL;
-    void *cubin;
-    size_t size;
-    char *log = NULL;
-    scree_status st = scree__compile(nv, j->op, &j->cfgs[i], j->var, j->arch,
-                                     &cubin, &size, &log);
-    if (st != SCREE_OK || size < 64 || memcmp(cubin, "\177ELF", 4)) {
-      pthread_mutex_lock(&j->lock);
-      if (!j->failed++) {
-        char cs[128];
-        scree__config_str(j->op, &j->cfgs[i], cs, sizeof cs);
-        snprintf(j->first_failure, sizeof j->first_failure, "%s %s %s: %s",
-                 j->op->name, cs, j->arch, log ? log : "not an ELF cubin");
-      }
-      pthread_mutex_unlock(&j->lock);
+    if (!j->failed++) {
+      char cs[128];
+      scree__config_str(j->op, &j->cfgs[i], cs, sizeof cs);
+      snprintf(j->first_failure, sizeof j->first_failure, "%s %s %s: %s", j->op->name, cs,
+               j->arch, log ? log : "not an ELF cubin");
     }
-    if (st == SCREE_OK) free(cubin);
-    free(log);
+    pthread_mutex_unlock(&j->lock);
   }
+  if (st == SCREE_OK) free(cubin);
+  free(log);
 }
 
 static size_t compile_all(const scree__op *op, const scree__config *cfgs,
                           size_t n, const scree__variant *var, const char *arch,
                           char *failure, size_t fsize) {
-  job j = {.op = op, .cfgs = cfgs, .var = var, .arch = arch, .n = n};
+  job j = {.op = op, .cfgs = cfgs, .var = var, .arch = arch};
   pthread_mutex_init(&j.lock, NULL);
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  int nt = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
-  pthread_t th[16];
-  for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, worker, &j);
-  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  scree__parallel_for((int)n, 16, compile_one, &j);
   pthread_mutex_destroy(&j.lock);
   snprintf(failure, fsize, "%s", j.first_failure);
   return j.failed;

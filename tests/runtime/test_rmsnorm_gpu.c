@@ -134,23 +134,15 @@ END_TEST
  * kept aligned), plus a tiny row. Compiles run on threads first. */
 typedef struct cjob {
   scree__config *cfgs;
-  size_t n, next;
   scree__variant var;
-  pthread_mutex_t lock;
   scree_status worst;
 } cjob;
 
-static void *compile_worker(void *p) {
+static void compile_one(void *p, int i) {
   cjob *j = p;
-  for (;;) {
-    pthread_mutex_lock(&j->lock);
-    size_t i = j->next++;
-    pthread_mutex_unlock(&j->lock);
-    if (i >= j->n) return NULL;
-    scree__kernel k;
-    scree_status st = scree__kernel_get(ctx, scree__op_find("rmsnorm"), &j->cfgs[i], &j->var, &k);
-    if (st != SCREE_OK) j->worst = st;
-  }
+  scree__kernel k;
+  scree_status st = scree__kernel_get(ctx, scree__op_find("rmsnorm"), &j->cfgs[i], &j->var, &k);
+  if (st != SCREE_OK) j->worst = st;
 }
 
 START_TEST(every_config) {
@@ -168,13 +160,8 @@ START_TEST(every_config) {
           char why[128];
           if (op->check(&cfg, &var, why, sizeof why)) cfgs[n++] = cfg;
         }
-  cjob j = {.cfgs = cfgs, .n = n, .var = var, .worst = SCREE_OK};
-  pthread_mutex_init(&j.lock, NULL);
-  pthread_t th[16];
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  int nt = ncpu > 16 ? 16 : ncpu < 1 ? 1 : (int)ncpu;
-  for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, compile_worker, &j);
-  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  cjob j = {.cfgs = cfgs, .var = var, .worst = SCREE_OK};
+  scree__parallel_for((int)n, 16, compile_one, &j);
   ck_assert_msg(j.worst == SCREE_OK, "compile/load: %s: %s", scree_status_name(j.worst),
                 scree_last_error(ctx));
   for (size_t i = 0; i < n; i++) {
@@ -187,7 +174,6 @@ START_TEST(every_config) {
   }
   printf("every_config %s/%s/%s: %zu configs x 3 shapes passed\n",
          scree_dtype_name(d.x), scree_dtype_name(d.w), scree_dtype_name(d.y), n);
-  pthread_mutex_destroy(&j.lock);
   free(cfgs);
 }
 END_TEST

@@ -10,11 +10,6 @@
 #include "safelist.h"
 #include "test_util.h"
 
-typedef struct scree__embedded {
-  const char *name;
-  const unsigned char *data;
-  size_t size;
-} scree__embedded;
 extern const scree__embedded scree__embedded_safelists[];
 extern const size_t scree__embedded_safelist_count;
 
