@@ -193,6 +193,12 @@ typedef struct scree_options {
   scree_log_level log_level; /* default SCREE_LOG_WARN, or $SCREE_LOG_LEVEL */
   scree_log_fn log_fn;       /* NULL: log lines go to stderr */
   void *log_user;            /* passed to log_fn */
+  /* 0 (default): scree_create fails with SCREE_ERROR_NO_NVRTC when NVRTC
+   * cannot be loaded. 1 (or $SCREE_NVRTC_OPTIONAL=1): the context is created
+   * anyway and serves only kernels whose cubins come from a cache; a call
+   * that would need a compile returns SCREE_ERROR_NO_NVRTC. For production
+   * machines that run shipped caches. */
+  int nvrtc_optional;
 } scree_options;
 
 /* Fills `opts` with defaults (reading no environment; that happens in
@@ -203,8 +209,7 @@ SCREE_EXTERN void scree_options_init(scree_options *opts);
  * defaults). Loads the CUDA driver and NVRTC with dlopen, retains the
  * device's primary context, and opens the tuning cache. On failure *out is
  * NULL and the status says which layer failed: SCREE_ERROR_NO_DRIVER,
- * SCREE_ERROR_NO_DEVICE, SCREE_ERROR_NO_NVRTC (NVRTC is needed only to
- * compile; a context still needs it unless every kernel comes from a cache),
+ * SCREE_ERROR_NO_DEVICE, SCREE_ERROR_NO_NVRTC (unless opts->nvrtc_optional),
  * SCREE_ERROR_OUT_OF_MEMORY. If `why` is not NULL, up to `why_size` bytes of
  * an explanation are written there (always NUL-terminated).
  * Thread-safe. */

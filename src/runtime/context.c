@@ -176,12 +176,15 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
 
   char nvwhy[1024];
   ctx->nvrtc = scree__nvrtc_load(nvwhy, sizeof nvwhy, NULL);
-  if (!ctx->nvrtc) {
+  const char *nvopt = getenv("SCREE_NVRTC_OPTIONAL");
+  const int nvrtc_optional =
+      opts.nvrtc_optional || (nvopt && *nvopt && strcmp(nvopt, "0"));
+  if (!ctx->nvrtc && !nvrtc_optional) {
     set_why(why, why_size, "%s", nvwhy);
     free(ctx);
     return SCREE_ERROR_NO_NVRTC;
   }
-  ctx->nvrtc->Version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
+  if (ctx->nvrtc) ctx->nvrtc->Version(&ctx->nvrtc_major, &ctx->nvrtc_minor);
 
   CUresult r = cu->DevicePrimaryCtxRetain(&ctx->pctx, ctx->dev);
   if (r != CUDA_SUCCESS) {
@@ -225,6 +228,9 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
     free(ctx->safelist);
     ctx->safelist = NULL;
   }
+  if (!ctx->nvrtc)
+    scree__log(ctx, SCREE_LOG_INFO,
+               "NVRTC is not available (%s): only cached kernels can run", nvwhy);
   scree__log(ctx, SCREE_LOG_INFO,
              "context on device %d (%s, %s, %d SMs), driver %d, NVRTC %d.%d",
              opts.device, ctx->info.name, ctx->arch, ctx->info.sm_count,

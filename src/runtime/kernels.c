@@ -311,6 +311,15 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
     return scree__fail(ctx, SCREE_ERROR_INVALID_CONFIG, "%s config %s: %s",
                        op->name, cs, why);
   }
+  if (!ctx->nvrtc) {
+    char cs[256];
+    scree__config_str(op, cfg, cs, sizeof cs);
+    return scree__fail(ctx, SCREE_ERROR_NO_NVRTC,
+                       "%s config %s must be compiled for %s, but NVRTC is not available "
+                       "and no cache holds it: ship a cache with this shape "
+                       "(scree-tune prewarm, export) or install NVRTC",
+                       op->name, cs, ctx->arch);
+  }
   if (ctx->log_level >= SCREE_LOG_DEBUG) {
     char cs[256];
     scree__config_str(op, cfg, cs, sizeof cs);

@@ -605,6 +605,8 @@ out_nobuf:
       scree_status cs2 = scree__cache_put(ctx->caches->user, &e, &replaced);
       if (cs2) scree__log(ctx, SCREE_LOG_WARN, "could not store the tuned config: %s",
                           scree_status_str(cs2));
+      else
+        scree__cache_delete_miss(ctx->caches->user, &key); /* answered now */
     }
   }
   for (int i = 0; i < n; i++) {

@@ -1,7 +1,9 @@
 /* cache_probe.c - a fresh process for the tuning tests: opens a context on
  * the given cache, runs RMSNorm once on rows x cols (checked against the
  * CPU reference), and prints its counters and the time to the first
- * result. Exit 0 if the answer is right. Not a test by itself.
+ * result. Exit 0 if the answer is right. Not a test by itself. NVRTC is
+ * optional here: run with SCREE_NVRTC_LIBRARY=/nonexistent to show that a
+ * machine without it runs cached kernels.
  *
  *   cache_probe CACHE.db ROWS COLS DTYPE(fp16|bf16|fp32) */
 #include <stdio.h>
@@ -28,6 +30,7 @@ int main(int argc, char **argv) {
   o.cache_path = argv[1];
   o.cache_search_path = "";
   o.miss_policy = SCREE_MISS_ERROR; /* a miss must not be papered over */
+  o.nvrtc_optional = 1;             /* a machine without NVRTC still runs cached kernels */
   scree_context *ctx;
   char why[512];
   scree_status st = scree_create(&o, &ctx, why, sizeof why);

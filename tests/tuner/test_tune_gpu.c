@@ -145,7 +145,7 @@ START_TEST(tune_then_second_process_hits_cache) {
                 again.median_us);
   scree_destroy(ctx);
 
-  /* A new process, same cache, shape in the bucket: no NVRTC at all. */
+  /* A new process, same cache, shape in the bucket: no compile at all. */
   char out[1024];
   int rc = run_probe(g_db, 3000, 4096, "fp16", out, sizeof out);
   printf("probe: %s", out);
@@ -153,6 +153,17 @@ START_TEST(tune_then_second_process_hits_cache) {
   ck_assert_int_eq(field(out, "compiles="), 0);
   ck_assert_int_eq(field(out, "user_cache_hits="), 1);
   ck_assert_int_eq(field(out, "module_loads="), 1);
+  /* The same on a machine without NVRTC; and a shape the cache lacks
+   * fails there with a status that says so. */
+  setenv("SCREE_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so", 1);
+  rc = run_probe(g_db, 3000, 4096, "fp16", out, sizeof out);
+  printf("probe without NVRTC: %s", out);
+  ck_assert_msg(rc == 0, "probe without NVRTC failed: %s", out);
+  ck_assert_int_eq(field(out, "user_cache_hits="), 1);
+  rc = run_probe(g_db, 3000, 4000, "fp16", out, sizeof out);
+  unsetenv("SCREE_NVRTC_LIBRARY");
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(out, "ERROR_CACHE_MISS"), "%s", out);
 }
 END_TEST
 
@@ -297,6 +308,40 @@ START_TEST(miss_policies) {
 }
 END_TEST
 
+static int count_miss(void *user, const scree__cmiss *m) {
+  (void)m;
+  ++*(int *)user;
+  return 0;
+}
+
+/* Misses recorded by production calls are what prewarm --from-misses
+ * tunes; each is removed once its bucket is cached. */
+START_TEST(prewarm_from_misses) {
+  char db[400], cmd[1024];
+  snprintf(db, sizeof db, "%s/misses.db", g_dir);
+  scree_context *ctx = make_ctx(db, SCREE_MISS_DEFAULT);
+  run_once(ctx, 50, 1536, SCREE_OK);
+  scree_counters c;
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.misses_recorded, 1);
+  scree_destroy(ctx);
+  snprintf(cmd, sizeof cmd, "'%s' prewarm --from-misses --cache '%s' --quiet", SCREE_TUNE_BIN, db);
+  ck_assert_int_eq(system(cmd), 0);
+  scree__cache *cache;
+  ck_assert_int_eq(scree__cache_open(db, 1, &cache, NULL, NULL, 0), SCREE_OK);
+  int misses = 0;
+  scree__cache_foreach_miss(cache, NULL, NULL, count_miss, &misses);
+  ck_assert_int_eq(misses, 0);
+  scree__cache_close(cache);
+  /* The next process finds the bucket tuned. */
+  ctx = make_ctx(db, SCREE_MISS_ERROR);
+  run_once(ctx, 60, 1536, SCREE_OK);
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.user_cache_hits, 1);
+  scree_destroy(ctx);
+}
+END_TEST
+
 static double now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -378,6 +423,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, denied_config_is_never_compiled);
   tcase_add_test(tc, failing_config_recorded_and_skipped);
   tcase_add_test(tc, miss_policies);
+  tcase_add_test(tc, prewarm_from_misses);
   tcase_add_test(tc, hot_path_overhead);
   suite_add_tcase(s, tc);
   int rc = scree_test_run(s, 1);
