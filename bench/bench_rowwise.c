@@ -47,48 +47,21 @@ static void die(const char *what, scree_status st, scree_context *ctx) {
     }                                                                         \
   } while (0)
 
-/* Reads [[rows, cols], ...] after "shapes" in a small JSON file. */
+/* Reads the shapes of a bench/rowwise_shapes.json-style file. */
 static int read_shapes(const char *path, long shapes[][2]) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "bench_rowwise: cannot open %s\n", path);
+  char *text = scree__read_text(path), why[256];
+  scree_dtype dts[3];
+  int ndt;
+  int n = text ? scree__parse_shapes(text, shapes, MAX_SHAPES, dts, 3, &ndt, why, sizeof why) : -1;
+  if (n < 0) {
+    fprintf(stderr, "bench_rowwise: %s: %s\n", path, text ? why : "cannot read");
     exit(1);
   }
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  char *p = strstr(buf, "\"shapes\"");
-  if (!p || !(p = strchr(p, '['))) {
-    fprintf(stderr, "bench_rowwise: %s has no \"shapes\" list\n", path);
-    exit(1);
-  }
-  p++;
-  int count = 0;
-  for (;;) {
-    while (*p && *p != '[' && *p != ']') p++;
-    if (*p != '[') break;
-    char *end;
-    long a = strtol(p + 1, &end, 10);
-    while (*end == ',' || *end == ' ' || *end == '\n') end++;
-    long b = strtol(end, &end, 10);
-    if (count < MAX_SHAPES) shapes[count][0] = a, shapes[count][1] = b, count++;
-    p = strchr(end, ']');
-    if (!p) break;
-    p++;
-  }
-  return count;
+  free(text);
+  return n < MAX_SHAPES ? n : MAX_SHAPES;
 }
 
-static double median(float *v, int n) {
-  for (int i = 1; i < n; i++) /* insertion sort: n is small */
-    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-      float t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#define median scree__median
 
 /* Device-to-device copy of a 1 GiB buffer: bytes read + written per second. */
 static double copy_bandwidth(scree_context *ctx) {

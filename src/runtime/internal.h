@@ -206,6 +206,17 @@ char *scree__embedded_text(const scree__embedded *table, size_t count,
 void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
                          void *user);
 
+/* A whole file as a malloc'd NUL-terminated string, or NULL (errno set). */
+char *scree__read_text(const char *path);
+/* Sorts v and returns its median. */
+double scree__median(float *v, int n);
+/* Reads {"shapes": [[rows, cols], ...], "dtypes": ["fp16", ...]} (the
+ * dtypes list is optional). Returns the number of shapes (those past cap are
+ * counted, not stored) or -1 with the reason in why. */
+int scree__parse_shapes(const char *json, long (*shapes)[2], int cap,
+                        scree_dtype *dtypes, int dcap, int *ndtypes, char *why,
+                        size_t why_size);
+
 /* context.c: messages, logging, CUDA context scope. */
 /* A context with no device, for argument checks and compile-only work
  * (tests, the CLI on a machine without a GPU). Calls that would launch

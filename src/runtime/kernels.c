@@ -17,22 +17,7 @@ extern const size_t scree__embedded_kernel_count;
 static char *read_file(const char *dir, const char *name) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-      if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-      } else {
-        buf[n] = 0;
-      }
-    }
-  }
-  fclose(f);
-  return buf;
+  return scree__read_text(path);
 }
 
 /* Sources are assembled once per process and kept: a few kB per op. */

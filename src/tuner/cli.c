@@ -216,16 +216,6 @@ int cli_parse_dtype(const char *s, scree_dtype *out) {
   return -1;
 }
 
-static double median_f(float *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-      float t = v[j];
-      v[j] = v[j - 1];
-      v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Without a GPU: compile what would run, for the archs scree targets. */
 static int demo_offline(scree_dtype dt, long cols) {
   char why[1024];
@@ -356,7 +346,7 @@ static int cmd_demo(int argc, char **argv) {
     cu->EventSynchronize(e1);
     if (i >= 10) cu->EventElapsedTime(&t[i - 10], e0, e1);
   }
-  const double us = median_f(t, 100) * 1e3;
+  const double us = scree__median(t, 100) * 1e3;
   const double bytes = 2.0 * (double)(n * es) + (double)cols * (double)es;
   const size_t cb = (size_t)1 << 30;
   double copy_gbps = 0;
@@ -369,7 +359,7 @@ static int cmd_demo(int argc, char **argv) {
       cu->EventSynchronize(e1);
       if (i >= 3) cu->EventElapsedTime(&ct[i - 3], e0, e1);
     }
-    copy_gbps = 2.0 * (double)cb / (median_f(ct, 20) * 1e-3) / 1e9;
+    copy_gbps = 2.0 * (double)cb / (scree__median(ct, 20) * 1e-3) / 1e9;
   }
   printf("rmsnorm %ldx%ld %s: %.2f us per call (median of 100), %.0f GB/s", rows, cols,
          scree_dtype_name(dt), us, bytes / (us * 1e-6) / 1e9);

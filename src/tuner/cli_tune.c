@@ -129,57 +129,33 @@ static const preset presets[] = {
     {"qwen2.5-7b", 3584}, {"gpt2", 768},
 };
 
-/* Reads {"shapes": [[r, c], ...], "dtypes": ["fp16", ...]}. */
+/* Reads {"shapes": [[r, c], ...], "dtypes": ["fp16", ...]}; bf16 if the
+ * file names no dtypes. */
 static int read_shapes_file(const char *path, tasks *ts) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "scree-tune prewarm: cannot open %s: %s\n", path, strerror(errno));
+  char *text = scree__read_text(path), why[256];
+  if (!text) {
+    fprintf(stderr, "scree-tune prewarm: cannot read %s: %s\n", path, strerror(errno));
     return -1;
   }
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
+  long shapes[256][2];
   scree_dtype dts[3];
   int ndt = 0;
-  char *d = strstr(buf, "\"dtypes\"");
-  if (d && (d = strchr(d, '['))) {
-    for (char *q = d; *q && *q != ']'; q++) {
-      if (*q != '"') continue;
-      char *e = strchr(q + 1, '"');
-      if (!e) break;
-      *e = 0;
-      if (ndt < 3 && cli_parse_dtype(q + 1, &dts[ndt]) == 0) ndt++;
-      *e = '"';
-      q = e;
-    }
-  }
-  if (!ndt) dts[ndt++] = SCREE_DTYPE_BF16;
-  char *p = strstr(buf, "\"shapes\"");
-  if (!p || !(p = strchr(p, '['))) {
-    fprintf(stderr, "scree-tune prewarm: %s: expected a \"shapes\" list\n", path);
+  const int n = scree__parse_shapes(text, shapes, 256, dts, 3, &ndt, why, sizeof why);
+  free(text);
+  if (n < 0 || n > 256) {
+    fprintf(stderr, "scree-tune prewarm: %s: %s\n", path, n < 0 ? why : "more than 256 shapes");
     return -1;
   }
-  p++;
-  int count = 0;
-  for (;;) {
-    while (*p && *p != '[' && *p != ']') p++;
-    if (*p != '[') break;
-    char *end;
-    long r = strtol(p + 1, &end, 10);
-    while (*end == ',' || *end == ' ' || *end == '\n' || *end == '\t') end++;
-    long c = strtol(end, &end, 10);
-    if (r < 1 || c < 1 || c > 65536) {
-      fprintf(stderr, "scree-tune prewarm: %s: shape %d is not [rows >= 1, 1 <= cols <= 65536]\n",
-              path, count + 1);
+  if (!ndt) dts[ndt++] = SCREE_DTYPE_BF16;
+  for (int i = 0; i < n; i++) {
+    if (shapes[i][1] > 65536) {
+      fprintf(stderr, "scree-tune prewarm: %s: shape %d has cols %ld > 65536\n", path, i + 1,
+              shapes[i][1]);
       return -1;
     }
-    for (int k = 0; k < ndt; k++) add_rmsnorm(ts, r, c, dts[k]);
-    count++;
-    if (!(p = strchr(end, ']'))) break;
-    p++;
+    for (int k = 0; k < ndt; k++) add_rmsnorm(ts, shapes[i][0], shapes[i][1], dts[k]);
   }
-  return count;
+  return n;
 }
 
 typedef struct miss_ctx {

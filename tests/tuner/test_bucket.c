@@ -126,6 +126,33 @@ START_TEST(cache_key_names_everything) {
 }
 END_TEST
 
+START_TEST(shapes_files) {
+  long shapes[8][2];
+  scree_dtype dts[3];
+  int ndt;
+  char why[128];
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[16384, 4096], [8,\n 128]], "
+                                       "\"dtypes\": [\"fp16\", \"bf16\"]}",
+                                       shapes, 8, dts, 3, &ndt, why, sizeof why), 2);
+  ck_assert_int_eq(shapes[0][0], 16384);
+  ck_assert_int_eq(shapes[1][1], 128);
+  ck_assert_int_eq(ndt, 2);
+  ck_assert_int_eq(dts[1], SCREE_DTYPE_BF16);
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[1, 2]]}", shapes, 8, dts, 3, &ndt, why,
+                                       sizeof why), 1);
+  ck_assert_int_eq(ndt, 0);
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[1, 2, 3]]}", shapes, 8, dts, 3, &ndt,
+                                       why, sizeof why), -1);
+  ck_assert(strstr(why, "shape 1"));
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[0, 2]]}", shapes, 8, dts, 3, &ndt, why,
+                                       sizeof why), -1);
+  ck_assert_int_eq(scree__parse_shapes("{\"dtypes\": [\"fp64\"], \"shapes\": []}", shapes, 8,
+                                       dts, 3, &ndt, why, sizeof why), -1);
+  ck_assert(strstr(why, "fp64"));
+  ck_assert_int_eq(scree__parse_shapes("{}", shapes, 8, dts, 3, &ndt, why, sizeof why), -1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("bucket");
   TCase *tc = tcase_create("core");
@@ -136,6 +163,7 @@ int main(void) {
   tcase_add_test(tc, alignment_classes);
   tcase_add_test(tc, variant_strings_roundtrip);
   tcase_add_test(tc, cache_key_names_everything);
+  tcase_add_test(tc, shapes_files);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
