@@ -63,6 +63,9 @@ struct scree__op {
   const char *name;        /* "rmsnorm" */
   const char *source;      /* kernel file under kernels/, "rmsnorm.cu" */
   const char *entry;       /* extern "C" kernel name */
+  /* 1 if the kernel uses instructions of an arch-specific target (wgmma,
+   * setmaxnreg): on sm_90 it is then compiled for sm_90a. */
+  int arch_specific;
   int nfields;
   const scree__field *fields;
   int nvfields;
@@ -256,6 +259,10 @@ scree_status scree__compile(const scree__nvrtc_api *nvrtc, const scree__op *op,
                             const scree__config *cfg,
                             const scree__variant *var, const char *arch,
                             void **cubin, size_t *cubin_size, char **log);
+/* The NVRTC target for op on this context: ctx->arch, or "sm_90a" for an
+ * arch-specific op on sm_90. Writes into buf (16 bytes) and returns it. */
+const char *scree__target_arch(const scree_context *ctx, const scree__op *op,
+                               char *buf);
 /* Finds or builds (compile + load) the kernel. Thread-safe. */
 scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
                                const scree__config *cfg,

@@ -276,6 +276,15 @@ static scree_status load_cubin(scree_context *ctx, const scree__op *op,
   return SCREE_OK;
 }
 
+const char *scree__target_arch(const scree_context *ctx, const scree__op *op,
+                               char *buf) {
+  /* Arch-specific features ("a" targets) exist from sm_90 on; the cubin
+   * then runs only on exactly that arch, which the cache key already
+   * records. */
+  snprintf(buf, 16, "%.14s%s", ctx->arch, op->arch_specific && ctx->sm >= 90 ? "a" : "");
+  return buf;
+}
+
 scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
                                const scree__config *cfg,
                                const scree__variant *var, scree__kernel *out) {
@@ -308,14 +317,17 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
   if (ctx->log_level >= SCREE_LOG_DEBUG) {
     char cs[256];
     scree__config_str(op, cfg, cs, sizeof cs);
-    scree__log(ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", op->name, cs, ctx->arch);
+    char t[16];
+    scree__log(ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", op->name, cs,
+               scree__target_arch(ctx, op, t));
   }
   /* Compile outside the lock: other calls keep running meanwhile. */
   void *cubin = NULL;
   size_t size = 0;
   char *log = NULL;
-  scree_status st =
-      scree__compile(ctx->nvrtc, op, cfg, var, ctx->arch, &cubin, &size, &log);
+  char target[16];
+  scree_status st = scree__compile(ctx->nvrtc, op, cfg, var,
+                                   scree__target_arch(ctx, op, target), &cubin, &size, &log);
   __atomic_fetch_add(&ctx->counters.compiles, 1, __ATOMIC_RELAXED);
   if (st != SCREE_OK) {
     char cs[256];

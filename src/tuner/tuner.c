@@ -364,9 +364,13 @@ static void compile_one(void *p, int i) {
   if (j->ctx->log_level >= SCREE_LOG_DEBUG) {
     char cs[128];
     scree__config_str(j->op, &c->cfg, cs, sizeof cs);
-    scree__log(j->ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", j->op->name, cs, j->ctx->arch);
+    char t[16];
+    scree__log(j->ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", j->op->name, cs,
+               scree__target_arch(j->ctx, j->op, t));
   }
-  c->cst = scree__compile(j->ctx->nvrtc, j->op, &c->cfg, j->var, j->ctx->arch, &c->cubin,
+  char target[16];
+  c->cst = scree__compile(j->ctx->nvrtc, j->op, &c->cfg, j->var,
+                          scree__target_arch(j->ctx, j->op, target), &c->cubin,
                           &c->cubin_size, &c->log);
   pthread_mutex_lock(&j->lock);
   const int done = ++j->done;

@@ -105,6 +105,31 @@ START_TEST(whole_space_compiles) {
 }
 END_TEST
 
+/* Arch-specific targets compile too (ops that use wgmma or setmaxnreg ask
+ * for sm_90a through scree__op.arch_specific). */
+START_TEST(arch_specific_target_compiles) {
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree__variant var = {{SCREE_DTYPE_BF16, SCREE_DTYPE_BF16, SCREE_DTYPE_BF16}};
+  scree__config cfg;
+  op->default_config(90, &var, NULL, &cfg);
+  char failure[2048];
+  ck_assert_msg(compile_all(op, &cfg, 1, &var, "sm_90a", failure, sizeof failure) == 0, "%s",
+                failure);
+  scree_context *ctx = scree__context_offline();
+  snprintf(ctx->arch, sizeof ctx->arch, "sm_90");
+  ctx->sm = 90;
+  scree__op special = *op;
+  char t[16];
+  ck_assert_str_eq(scree__target_arch(ctx, op, t), "sm_90");
+  special.arch_specific = 1;
+  ck_assert_str_eq(scree__target_arch(ctx, &special, t), "sm_90a");
+  snprintf(ctx->arch, sizeof ctx->arch, "sm_80");
+  ctx->sm = 80;
+  ck_assert_str_eq(scree__target_arch(ctx, &special, t), "sm_80");
+  scree_destroy(ctx);
+}
+END_TEST
+
 /* Every dtype combination with each arch's default config. */
 START_TEST(every_dtype_compiles) {
   for (int o = 0; scree__ops[o]; o++) {
@@ -187,6 +212,7 @@ int main(void) {
   tcase_set_timeout(tc, 1800);
   tcase_add_loop_test(tc, whole_space_compiles, 0, 2);
   tcase_add_test(tc, every_dtype_compiles);
+  tcase_add_test(tc, arch_specific_target_compiles);
   tcase_add_test(tc, host_check_matches_static_asserts);
   tcase_add_test(tc, config_strings_roundtrip);
   suite_add_tcase(s, tc);
