@@ -15,9 +15,17 @@
  * Thread safety: unless a declaration says otherwise, functions are safe to
  * call concurrently on *different* contexts. Functions marked "thread-safe"
  * may also be called concurrently on the *same* context. scree never calls
- * exit(), never prints unless logging is enabled, and never changes the CUDA
- * context that is current on the calling thread (it pushes and pops the
+ * exit(), prints only through its log (warnings go to stderr by default:
+ * set log_level to SCREE_LOG_OFF or give a log_fn), and never changes the
+ * CUDA context that is current on the calling thread (it pushes and pops the
  * device's primary context around its own work when needed).
+ *
+ * Environment: SCREE_MISS_POLICY, SCREE_LOG_LEVEL, SCREE_NO_CACHE=1 and
+ * SCREE_NVRTC_OPTIONAL=1 are read by scree_create and take precedence over
+ * the matching options, so that an operator can change a deployed program's
+ * behaviour without rebuilding it; SCREE_CACHE_DIR and SCREE_CACHE_PATH
+ * apply where the cache options are NULL (docs/architecture.md lists every
+ * variable).
  */
 #ifndef SCREE_H
 #define SCREE_H
@@ -168,7 +176,8 @@ typedef enum scree_log_level {
 } scree_log_level;
 
 /* A log sink. `message` is one line without a trailing newline, valid only
- * during the call. May be called from any thread that uses the context. */
+ * during the call. May be called from any thread that uses the context and,
+ * at debug level, from scree's own compile threads: it must be thread-safe. */
 typedef void (*scree_log_fn)(void *user, scree_log_level level,
                              const char *message);
 
@@ -186,7 +195,7 @@ typedef struct scree_options {
    * ~/.cache/scree/tune.db). The string is copied. */
   const char *cache_path;
   /* Read-only caches consulted after the user's, colon separated; NULL
-   * selects $SCREE_CACHE_PATH. The string is copied. */
+   * selects $SCREE_CACHE_PATH ("" means none). The string is copied. */
   const char *cache_search_path;
   int disable_cache;         /* 1: no SQLite cache at all (in-memory only) */
   scree_miss_policy miss_policy; /* default SCREE_MISS_DEFAULT, or $SCREE_MISS_POLICY */

@@ -221,10 +221,12 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
   }
   ctx->safelist = calloc(1, sizeof *ctx->safelist);
   char slwhy[512] = "";
+  scree_status slst = SCREE_OK;
   if (ctx->safelist &&
-      scree__safelist_for_arch(ctx->arch, ctx->safelist, slwhy, sizeof slwhy) != SCREE_OK) {
-    scree__log(ctx, SCREE_LOG_INFO, "no safelist for %s (%s): tuning explores the whole space",
-               ctx->arch, slwhy);
+      (slst = scree__safelist_for_arch(ctx->arch, ctx->safelist, slwhy, sizeof slwhy)) != SCREE_OK) {
+    /* No list for this arch is normal; a list that does not parse is not. */
+    scree__log(ctx, slst == SCREE_ERROR_NOT_FOUND ? SCREE_LOG_INFO : SCREE_LOG_WARN,
+               "no safelist for %s (%s): tuning explores the whole space", ctx->arch, slwhy);
     free(ctx->safelist);
     ctx->safelist = NULL;
   }

@@ -115,7 +115,10 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op,
                            "run scree-tune prewarm", op->name, key.bucket, key.dtype, ctx->arch);
       case SCREE_MISS_TUNE: {
         scree__tune_result res;
-        scree_status st = scree__tune(ctx, op, var, bucket, NULL, &res);
+        scree__tune_opts o;
+        scree__tune_opts_init(&o);
+        o.reuse_cached = 1; /* another thread may have tuned it meanwhile */
+        scree_status st = scree__tune(ctx, op, var, bucket, &o, &res);
         if (st) return st;
         cfg = res.cfg;
         break;
@@ -126,8 +129,10 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op,
         if (!ctx->safelist || !scree__safelist_default(ctx->safelist, op, vs, &cfg))
           op->default_config(ctx->sm, var, args, &cfg);
         count(ctx, &ctx->counters.safelist_defaults);
+        char shape[128];
+        op->shape_str(args, shape, sizeof shape);
         if (ctx->caches && ctx->caches->user &&
-            scree__cache_record_miss(ctx->caches->user, &key, key.bucket) == SCREE_OK)
+            scree__cache_record_miss(ctx->caches->user, &key, shape) == SCREE_OK)
           count(ctx, &ctx->counters.misses_recorded);
         scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: miss, default config", op->name,
                    key.bucket, key.dtype);
@@ -175,6 +180,9 @@ scree_status scree__dispatch(scree_context *ctx, const scree__op *op,
     pthread_mutex_unlock(&ctx->lock);
     cfg = np.cfg;
     fn = np.k.fn;
+    /* Building the plan may have noted a failure it recovered from (a
+     * cached cubin that did not load): the call itself succeeds. */
+    scree__clear_error(ctx);
   } else {
     count(ctx, &ctx->counters.memory_hits);
   }

@@ -120,6 +120,9 @@ struct scree__op {
   void (*reference)(const void *args, void *const *host);
   /* The causal flag of a call, for the cache key (0 for most ops). */
   int (*causal)(const scree__variant *var);
+  /* The call's shape as text ("rows=16000,cols=4096"), recorded with a
+   * miss so the offline tuner sees real shapes. */
+  void (*shape_str)(const void *args, char *buf, size_t size);
 };
 
 
@@ -165,7 +168,7 @@ struct scree_context {
   CUcontext pctx;                /* the device's primary context */
   scree_device_info info;
   int sm;                        /* 80, 90 ... */
-  char arch[16];                 /* "sm_90", or "sm_90a" when asked */
+  char arch[16];                 /* "sm_90" (see scree__target_arch) */
   int driver_version;
   int nvrtc_major, nvrtc_minor;
 
@@ -274,6 +277,10 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
                                       const scree__config *cfg,
                                       const scree__variant *var,
                                       const void *cubin, scree__kernel *out);
+/* Loads a cubin into a module of the caller's own, outside the table (the
+ * caller unloads k->module). */
+scree_status scree__module_load(scree_context *ctx, const scree__op *op,
+                                const void *cubin, scree__kernel *k);
 /* sha256 hex of an op's kernel source as compiled (common.cuh + file),
  * computed once per process. "" if the source is missing. */
 const char *scree__source_hash(const scree__op *op);

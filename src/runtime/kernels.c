@@ -343,6 +343,14 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
   return st;
 }
 
+scree_status scree__module_load(scree_context *ctx, const scree__op *op,
+                                const void *cubin, scree__kernel *out) {
+  const int pushed = scree__ctx_enter(ctx);
+  scree_status st = load_cubin(ctx, op, cubin, out);
+  scree__ctx_leave(ctx, pushed);
+  return st;
+}
+
 scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
                                       const scree__config *cfg,
                                       const scree__variant *var,

@@ -40,7 +40,7 @@ typedef struct scree__cache scree__cache;
 
 typedef struct scree__ckey {
   char op[32];       /* "rmsnorm" */
-  char bucket[96];   /* op-defined shape bucket, e.g. "rows=16384,cols=4096" */
+  char bucket[96];   /* op-defined shape bucket, e.g. "rows<=16384,cols=4096" */
   char dtype[64];    /* variant string, e.g. "x=fp16,w=fp16,y=fp16" */
   int causal;        /* 0 or 1 */
   char arch[16];     /* "sm_90" */

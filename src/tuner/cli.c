@@ -149,17 +149,25 @@ int cli_unknown(const char *cmd, const char *arg) {
   return CLI_USAGE;
 }
 
-int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd) {
+int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
+                        int readonly) {
   char path[4096];
+  *out = NULL;
   if (c->cache) {
     snprintf(path, sizeof path, "%s", c->cache);
   } else if (scree__cache_default_path(path, sizeof path) != SCREE_OK) {
     fprintf(stderr, "scree-tune %s: no cache path: set SCREE_CACHE_DIR or HOME, or pass --cache\n", cmd);
     return CLI_CACHE;
   }
+  /* Reading commands never create, convert or move a cache: a shipped file
+   * stays byte for byte as it was. */
+  if (readonly && access(path, F_OK) != 0) {
+    if (!c->quiet && !c->json) fprintf(stderr, "scree-tune %s: no cache at %s\n", cmd, path);
+    return CLI_OK;
+  }
   char why[1024] = "";
   int recovered = 0;
-  scree_status st = scree__cache_open(path, 0, out, &recovered, why, sizeof why);
+  scree_status st = scree__cache_open(path, readonly, out, &recovered, why, sizeof why);
   if (st != SCREE_OK) {
     fprintf(stderr, "scree-tune %s: cannot open cache %s: %s\n", cmd, path, why);
     return CLI_CACHE;

@@ -34,8 +34,11 @@ int cli_common_opt(cli_common *c, int argc, char **argv, int *i, const char *cmd
 const char *cli_value(int argc, char **argv, int *i, const char *name, const char *cmd);
 int cli_unknown(const char *cmd, const char *arg);
 
-/* Opens the user cache read-write (--cache or the default path). */
-int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd);
+/* Opens the user cache (--cache or the default path). readonly = 1 for
+ * commands that only read: a missing file is then not created, *out is NULL
+ * and the result CLI_OK (nothing cached yet). */
+int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
+                        int readonly);
 
 /* A progress bar with ETA on stderr when it is a terminal and not --quiet. */
 typedef struct cli_progress {

@@ -182,9 +182,13 @@ int cmd_list(int argc, char **argv) {
     return CLI_USAGE;
   }
   scree__cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, "list");
+  int rc = cli_open_user_cache(&c, &cache, "list", 1);
   if (rc) return rc;
   lctx l = {.c = &c};
+  if (!cache) {
+    if (c.json) printf("{\"cache\": null, \"%s\": []}\n", misses ? "misses" : bad ? "bad" : "entries");
+    return CLI_OK;
+  }
   const char *what = misses ? "misses" : bad ? "bad" : "entries";
   if (c.json) {
     printf("{\"cache\": ");
@@ -221,8 +225,9 @@ int cmd_show(int argc, char **argv) {
       return cli_unknown("show", argv[i]);
   }
   scree__cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, "show");
+  int rc = cli_open_user_cache(&c, &cache, "show", 1);
   if (rc) return rc;
+  if (!cache) return CLI_FAIL;
   if (c.json) printf("{\"entries\": [");
   scree_status st = scree__cache_foreach_entry(cache, c.arch, c.op, 1, on_entry, &l);
   if (c.json) printf("\n]}\n");
@@ -248,8 +253,9 @@ int cmd_export(int argc, char **argv) {
     return CLI_USAGE;
   }
   scree__cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, "export");
+  int rc = cli_open_user_cache(&c, &cache, "export", 1);
   if (rc) return rc;
+  if (!cache) return CLI_CACHE;
   int n = 0;
   char why[1024] = "";
   scree_status st = scree__cache_export(cache, out, c.arch, c.op, &n, why, sizeof why);
@@ -305,7 +311,7 @@ int cmd_merge(int argc, char **argv) {
     return CLI_USAGE;
   }
   scree__cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, argv[0]);
+  int rc = cli_open_user_cache(&c, &cache, argv[0], 0);
   if (rc) return rc;
   mctx m = {.c = &c, .first = 1};
   int ta = 0, tr = 0, tc = 0;
@@ -349,7 +355,7 @@ int cmd_clear(int argc, char **argv) {
     return CLI_USAGE;
   }
   scree__cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, "clear");
+  int rc = cli_open_user_cache(&c, &cache, "clear", 0);
   if (rc) return rc;
   int n = 0;
   scree_status st = scree__cache_clear(cache, c.arch, c.op, &n);
@@ -364,6 +370,7 @@ typedef struct sctx {
   scree__safelist *sl;
   int cap;
   const char *op;
+  int skipped_stale, skipped_local;
 } sctx;
 
 static scree__sl_entry *push(sctx *s) {
@@ -379,33 +386,48 @@ static scree__sl_entry *push(sctx *s) {
   return e;
 }
 
+/* Drops every line of op/cfg (any verb, any dtype selector). */
+static void drop_lines(scree__safelist *sl, const scree__op *op, const scree__config *cfg) {
+  int m = 0;
+  for (int i = 0; i < sl->n; i++)
+    if (!(sl->entries[i].op == op && !memcmp(&sl->entries[i].cfg, cfg, sizeof *cfg)))
+      sl->entries[m++] = sl->entries[i];
+  sl->n = m;
+}
+
+/* A bad record becomes a deny line when it says the config is wrong
+ * everywhere: it failed to compile or load (bucket "*"), or computed a
+ * wrong answer. Timeouts and launch failures of one bucket stay in the
+ * cache, where they apply to that bucket only. Records for another kernel
+ * source say nothing about this one and are skipped. */
 static int learn_bad(void *user, const scree__cbad *b) {
   sctx *s = user;
   const scree__op *op = scree__op_find(b->key.op);
   scree__config cfg;
   char why[256];
   if (!op || scree__config_parse(op, b->config, &cfg, why, sizeof why)) return 0;
-  /* A bad config is denied for every dtype: it failed to build or gave a
-   * wrong answer with this kernel source on this arch. */
-  for (int i = 0; i < s->sl->n; i++) {
-    scree__sl_entry *e = &s->sl->entries[i];
-    if (e->op == op && !memcmp(&e->cfg, &cfg, sizeof cfg)) {
-      if (e->verb == SCREE__SL_DENY) return 0;
-      e->verb = SCREE__SL_DENY; /* was allowed: now known bad */
-      snprintf(e->dtype, sizeof e->dtype, "*");
-      snprintf(e->reason, sizeof e->reason, "learned: %.120s (%.40s, %.60s)", b->reason,
-               b->key.dtype, b->key.bucket);
-      return 0;
-    }
+  if (strcmp(b->key.src_hash, scree__source_hash(op))) {
+    s->skipped_stale++;
+    return 0;
   }
+  const int global = !strcmp(b->key.bucket, "*") || !strncmp(b->reason, "wrong answer", 12);
+  if (!global) {
+    s->skipped_local++;
+    return 0;
+  }
+  for (int i = 0; i < s->sl->n; i++)
+    if (s->sl->entries[i].op == op && s->sl->entries[i].verb == SCREE__SL_DENY &&
+        !memcmp(&s->sl->entries[i].cfg, &cfg, sizeof cfg) && !strcmp(s->sl->entries[i].dtype, "*"))
+      return 0; /* denied already */
+  drop_lines(s->sl, op, &cfg);
   scree__sl_entry *e = push(s);
   if (!e) return 1;
   e->op = op;
   e->verb = SCREE__SL_DENY;
   e->cfg = cfg;
   snprintf(e->dtype, sizeof e->dtype, "*");
-  snprintf(e->reason, sizeof e->reason, "learned: %.120s (%.40s, %.60s)", b->reason, b->key.dtype,
-           b->key.bucket);
+  snprintf(e->reason, sizeof e->reason, "learned: %.120s (%.40s, %.60s, NVRTC %d.%d)", b->reason,
+           b->key.dtype, b->key.bucket, b->nvrtc_version / 1000, (b->nvrtc_version % 1000) / 10);
   return 0;
 }
 
@@ -415,6 +437,7 @@ static int learn_good(void *user, const scree__centry *w) {
   scree__config cfg;
   char why[256];
   if (!op || scree__config_parse(op, w->config, &cfg, why, sizeof why)) return 0;
+  if (strcmp(w->key.src_hash, scree__source_hash(op))) return 0; /* another kernel */
   for (int i = 0; i < s->sl->n; i++)
     if (s->sl->entries[i].op == op && !memcmp(&s->sl->entries[i].cfg, &cfg, sizeof cfg))
       return 0; /* listed already (allowed, denied or default) */
@@ -452,22 +475,33 @@ int cmd_safelist(int argc, char **argv) {
   }
   scree__safelist sl;
   char why[1024];
-  if (scree__safelist_for_arch(c.arch, &sl, why, sizeof why)) {
+  scree_status lst = scree__safelist_for_arch(c.arch, &sl, why, sizeof why);
+  if (lst == SCREE_ERROR_NOT_FOUND) {
     memset(&sl, 0, sizeof sl); /* none yet: start an empty list */
     snprintf(sl.arch, sizeof sl.arch, "%s", c.arch);
+  } else if (lst != SCREE_OK) {
+    fprintf(stderr, "scree-tune safelist export: the current list does not load: %s\n", why);
+    return CLI_FAIL;
   } else if (strcmp(sl.arch, c.arch)) {
     snprintf(sl.arch, sizeof sl.arch, "%s", c.arch); /* a fallback family list */
   }
   sctx s = {.sl = &sl, .cap = sl.n, .op = c.op};
   scree__cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, "safelist export");
+  int rc = cli_open_user_cache(&c, &cache, "safelist export", 1);
   if (rc) {
     scree__safelist_free(&sl);
     return rc;
   }
-  scree_status st = scree__cache_foreach_bad(cache, c.arch, c.op, learn_bad, &s);
-  if (!st) st = scree__cache_foreach_entry(cache, c.arch, c.op, 0, learn_good, &s);
-  scree__cache_close(cache);
+  scree_status st = SCREE_OK;
+  if (cache) {
+    st = scree__cache_foreach_bad(cache, c.arch, c.op, learn_bad, &s);
+    if (!st) st = scree__cache_foreach_entry(cache, c.arch, c.op, 0, learn_good, &s);
+    scree__cache_close(cache);
+  }
+  if (!c.quiet && (s.skipped_stale || s.skipped_local))
+    fprintf(stderr,
+            "scree-tune safelist export: left out %d bad record(s) of another kernel source "
+            "and %d that apply to one bucket only\n", s.skipped_stale, s.skipped_local);
   if (st) {
     scree__safelist_free(&sl);
     return CLI_CACHE;

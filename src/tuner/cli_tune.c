@@ -244,12 +244,21 @@ int cmd_prewarm(int argc, char **argv) {
       return cli_unknown("prewarm", argv[i]);
     }
   }
-  if (c.op) {
+  if (c.op && !scree__op_find(c.op)) {
+    fprintf(stderr, "scree-tune prewarm: unknown op %s\n", c.op);
+    return CLI_USAGE;
+  }
+  /* --op names the op of --cols/--rows shapes; with --from-misses alone it
+   * filters the misses. */
+  if (c.op && (ncols || nrows || rows_max)) {
     if (strcmp(c.op, "rmsnorm")) {
       fprintf(stderr, "scree-tune prewarm: --op %s: only rmsnorm takes shapes from flags\n", c.op);
       return CLI_USAGE;
     }
     have_op = 1;
+  } else if (c.op && !from_misses) {
+    fprintf(stderr, "scree-tune prewarm: --op %s needs --cols and --rows or --rows-max\n", c.op);
+    return CLI_USAGE;
   }
   if (!ndt) dts[ndt++] = SCREE_DTYPE_BF16;
   if (have_op || ncols || nrows || rows_max) {
@@ -301,9 +310,10 @@ int cmd_prewarm(int argc, char **argv) {
   scree__cache *user = ctx->caches->user;
   if (from_misses) {
     miss_ctx mc = {.ts = &ts, .arch = ctx->arch};
+    const int before = ts.n;
     scree__cache_foreach_miss(user, ctx->arch, c.op, on_miss, &mc);
     if (!c.quiet && !c.json)
-      printf("%d recorded miss(es) for %s\n", ts.n, ctx->arch);
+      printf("%d recorded miss(es) for %s\n", ts.n - before, ctx->arch);
   }
   if (c.json) printf("{\"device\": "), cli_json_str(stdout, ctx->info.name),
       printf(", \"arch\": \"%s\", \"results\": [", ctx->arch);
@@ -479,8 +489,9 @@ int cmd_verify(int argc, char **argv) {
       return cli_unknown("verify", argv[i]);
   }
   scree__cache *cache = NULL;
-  int rc = cli_open_user_cache(&c, &cache, "verify");
+  int rc = cli_open_user_cache(&c, &cache, "verify", 1);
   if (rc) return rc;
+  if (!cache) return CLI_OK; /* nothing cached: nothing to verify */
   scree_context *ctx = NULL;
   if ((rc = make_context(&c, device, &ctx, "verify"))) {
     scree__cache_close(cache);

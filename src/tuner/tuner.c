@@ -84,7 +84,7 @@ typedef struct problem {
   size_t bytes[SCREE__MAX_BUFS];
 } problem;
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t g_draws; /* distinct seeds for concurrent tunes */
 static double rnd_normal(uint64_t *s) {
   double u[2];
   for (int i = 0; i < 2; i++) {
@@ -107,10 +107,11 @@ static void problem_free(scree_context *ctx, problem *p) {
 }
 
 /* Allocates a problem. check = 1: one set, random host inputs uploaded and
- * the CPU reference computed into host[] of the outputs. check = 0: sets
- * rotated so that the inputs exceed 3x L2, filled on the device from a
- * random chunk (the values only need to be ordinary numbers). Needs the
- * primary context current. */
+ * the CPU reference computed into host[] of the outputs. check = 0: enough
+ * sets to exceed 3x L2 when they are rotated (at most MAX_SETS, so small
+ * buckets stay partly cache-resident, as they would be in use), filled on
+ * the device from a random chunk (the values only need to be ordinary
+ * numbers). Needs the primary context current. */
 static scree_status problem_make(scree_context *ctx, const scree__op *op,
                                  const scree__variant *var, uint64_t bucket,
                                  int check, problem *p) {
@@ -133,8 +134,8 @@ static scree_status problem_make(scree_context *ctx, const scree__op *op,
     ctx->cu->MemGetInfo(&free_b, &total_b);
     while (p->nsets > 1 && per_set * (size_t)p->nsets > free_b / 4) p->nsets--;
   }
-  uint64_t seed = g_rng ^ (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-  g_rng = seed * 6364136223846793005ull + 1;
+  uint64_t seed = ((uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32)) +
+                  0x9e3779b97f4a7c15ull * (__atomic_fetch_add(&g_draws, 1, __ATOMIC_RELAXED) + 1);
   CUresult r;
   for (int s = 0; s < p->nsets; s++)
     for (int b = 0; b < p->nbufs; b++) {
@@ -229,6 +230,7 @@ static scree_status check_one(scree_context *ctx, const scree__op *op,
                               problem *chk, CUstream stream, double limit_ms,
                               char *why, size_t why_size) {
   _Alignas(16) unsigned char args[256];
+  snprintf(why, why_size, "check failed"); /* replaced below by the cause */
   bind_set(op, chk, 0, args);
   for (int b = 0; b < chk->nbufs; b++)
     if (chk->bufs[b].is_output) ctx->cu->MemsetD8Async(chk->dev[0][b], 0xff, chk->bytes[b], stream);
@@ -288,6 +290,7 @@ static scree_status time_one(scree_context *ctx, const scree__op *op,
                              char *why, size_t why_size) {
   _Alignas(16) unsigned char args[256];
   CUevent ev[129];
+  snprintf(why, why_size, "timing failed"); /* replaced below by the cause */
   if (reps > 128) reps = 128;
   if (reps < 3) reps = 3;
   for (int i = 0; i <= reps; i++)
@@ -436,6 +439,21 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
   scree__ckey key;
   scree__make_key(ctx, op, var, bucket, &key);
   snprintf(res->bucket, sizeof res->bucket, "%s", key.bucket);
+  if (o.reuse_cached && ctx->caches && ctx->caches->user) {
+    scree__centry e;
+    char why[256];
+    if (scree__cache_get(ctx->caches->user, &key, &e) == SCREE_OK) {
+      const int ok = e.cubin_ok && !scree__config_parse(op, e.config, &res->cfg, why, sizeof why);
+      res->median_us = e.median_us;
+      res->spread_us = e.spread_us;
+      scree__centry_free(&e);
+      if (ok) {
+        res->seconds = now_s() - t0;
+        pthread_mutex_unlock(&ctx->tune_lock);
+        return SCREE_OK;
+      }
+    }
+  }
   char vs[64];
   scree__variant_str(op, var, vs, sizeof vs);
   const int nvrtc = ctx->nvrtc_major * 1000 + ctx->nvrtc_minor * 10;
@@ -547,6 +565,11 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
       st = time_one(ctx, op, &k->cfg, k->k.fn, &tp, stream, o.warmup, o.reps,
                     o.time_limit_ms, &k->median, &k->spread, why, sizeof why);
     if (st) {
+      if (!strcmp(why, "check failed") || !strcmp(why, "timing failed")) {
+        char generic[32];
+        snprintf(generic, sizeof generic, "%.20s", why);
+        snprintf(why, sizeof why, "%s: %.400s", generic, ctx->err);
+      }
       record_bad(ctx, &key, op, &k->cfg, 0, why);
       res->failed++;
       /* A fault poisons the whole CUDA context: nothing after it can run. */
@@ -632,7 +655,7 @@ scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
   if (!op->check(cfg, var, why, sizeof why))
     return scree__fail(ctx, SCREE_ERROR_INVALID_CONFIG, "%s", why);
   scree__kernel k;
-  scree_status st = cubin ? scree__kernel_from_cubin(ctx, op, cfg, var, cubin, &k)
+  scree_status st = cubin ? scree__module_load(ctx, op, cubin, &k)
                           : scree__kernel_get(ctx, op, cfg, var, &k);
   if (st) return st;
   const int pushed = scree__ctx_enter(ctx);
@@ -661,6 +684,7 @@ scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
   ctx->cu->StreamDestroy(stream);
   problem_free(ctx, &chk);
 out:
+  if (cubin) ctx->cu->ModuleUnload(k.module);
   scree__ctx_leave(ctx, pushed);
   return st;
 }

@@ -16,6 +16,9 @@ typedef struct scree__tune_opts {
   /* Called as candidates finish (done of total); may be NULL. */
   void (*progress)(void *user, int done, int total, const char *stage);
   void *user;
+  /* If, once the tuning lock is taken, the user cache already holds the
+   * bucket (another thread tuned it meanwhile), use that entry. */
+  int reuse_cached;
   /* Testing hook: a config string that is treated as computing a wrong
    * answer, to exercise the bad-config path. NULL normally. */
   const char *poison_config;
@@ -39,7 +42,8 @@ void scree__tune_opts_init(scree__tune_opts *o);
  * candidates on a thread pool, loads them, checks each against the CPU
  * reference, times the correct ones, records failures as bad configs in the
  * user cache, picks the winner and (opts->store) stores it with its cubin.
- * The winner is left loaded in the context's kernel table. Serialized per
+ * Every candidate that loaded stays in the context's kernel table until
+ * scree_destroy (the winner is then ready to launch). Serialized per
  * context. */
 scree_status scree__tune(scree_context *ctx, const scree__op *op,
                          const scree__variant *var, uint64_t bucket,
@@ -49,7 +53,9 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
 /* Checks one config on the bucket's check problem against the CPU
  * reference (SCREE_ERROR_WRONG_ANSWER with details in the context's
  * message), and if median_us is not NULL times it on the representative
- * problem. `cubin` may be NULL (then it is compiled). */
+ * problem. `cubin` may be NULL (then it is compiled or taken from the
+ * kernel table); a given cubin is loaded into a module of its own, run and
+ * unloaded, so that exactly those bytes are checked. */
 scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
                                   const scree__variant *var, uint64_t bucket,
                                   const scree__config *cfg, const void *cubin,

@@ -42,7 +42,7 @@ static void put(const char *arch, const char *bucket, const char *config, double
   snprintf(e.key.bucket, sizeof e.key.bucket, "%s", bucket);
   snprintf(e.key.dtype, sizeof e.key.dtype, "%s", dtype);
   snprintf(e.key.arch, sizeof e.key.arch, "%s", arch);
-  snprintf(e.key.src_hash, sizeof e.key.src_hash, "%064d", 7);
+  snprintf(e.key.src_hash, sizeof e.key.src_hash, "%s", scree__source_hash(scree__op_find("rmsnorm")));
   snprintf(e.config, sizeof e.config, "%s", config);
   snprintf(e.device_name, sizeof e.device_name, "Synthetic GPU");
   e.median_us = us;
@@ -76,9 +76,19 @@ static void setup(void) {
   snprintf(k.bucket, sizeof k.bucket, "*");
   snprintf(k.dtype, sizeof k.dtype, "%s", F16);
   snprintf(k.arch, sizeof k.arch, "sm_90");
-  snprintf(k.src_hash, sizeof k.src_hash, "%064d", 7);
+  snprintf(k.src_hash, sizeof k.src_hash, "%s", scree__source_hash(scree__op_find("rmsnorm")));
   ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=1024,rows=1,vec=8,cache=8", 13000,
                                            "load: CUDA_ERROR_OUT_OF_RESOURCES"),
+                   SCREE_OK);
+  /* Not learned: a timeout of one bucket, and a record for another source. */
+  snprintf(k.bucket, sizeof k.bucket, "rows<=4,cols=64");
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=512,rows=1,vec=8,cache=2", 13000,
+                                           "timeout: one launch took 2000 ms"),
+                   SCREE_OK);
+  snprintf(k.bucket, sizeof k.bucket, "*");
+  snprintf(k.src_hash, sizeof k.src_hash, "%064d", 7);
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=256,rows=1,vec=8,cache=4", 13000,
+                                           "compile: an older kernel"),
                    SCREE_OK);
   snprintf(k.bucket, sizeof k.bucket, "rows<=8,cols=512");
   ck_assert_int_eq(scree__cache_record_miss(c, &k, "rows=5,cols=512"), SCREE_OK);
@@ -212,6 +222,9 @@ START_TEST(safelist_export_learns) {
   ck_assert_ptr_nonnull(d);
   ck_assert(strstr(d->reason, "OUT_OF_RESOURCES"));
   ck_assert(scree__safelist_allows(&sl, op, F16, &learned));
+  scree__config local = {{512, 1, 8, 2}}, stale = {{256, 1, 8, 4}};
+  ck_assert_ptr_null(scree__safelist_denied(&sl, op, F16, &local));
+  ck_assert_ptr_null(scree__safelist_denied(&sl, op, F16, &stale));
   scree__safelist_free(&sl);
   ck_assert_int_eq(tune(out, sizeof out, "safelist export --cache '%s'", db), 2);
   ck_assert_int_eq(tune(out, sizeof out, "safelist frob"), 2);
@@ -236,8 +249,37 @@ START_TEST(gpu_commands_without_gpu) {
 END_TEST
 
 START_TEST(unwritable_cache_location) {
-  ck_assert_int_eq(tune(out, sizeof out, "list --cache /proc/scree/tune.db"), 4);
+  ck_assert_int_eq(tune(out, sizeof out, "clear --all --cache /proc/scree/tune.db"), 4);
   ck_assert(strstr(out, "cannot open cache"));
+  /* Reading commands on a missing cache: nothing cached, nothing created. */
+  char missing[400];
+  snprintf(missing, sizeof missing, "%s/none/tune.db", dir);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", missing), 0);
+  ck_assert(strstr(out, "no cache at"));
+  ck_assert_int_ne(access(missing, F_OK), 0);
+}
+END_TEST
+
+/* Reading commands leave a shipped cache byte for byte as it was. */
+START_TEST(reading_commands_do_not_touch_the_file) {
+  char shipped[400];
+  snprintf(shipped, sizeof shipped, "%s/shipped.db", dir);
+  ck_assert_int_eq(tune(out, sizeof out, "export '%s' --cache '%s'", shipped, db), 0);
+  FILE *f = fopen(shipped, "rb");
+  static unsigned char before[1 << 16], after[1 << 16];
+  size_t nb = fread(before, 1, sizeof before, f);
+  fclose(f);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", shipped), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s'", shipped), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "list --misses --cache '%s'", shipped), 0);
+  f = fopen(shipped, "rb");
+  size_t na = fread(after, 1, sizeof after, f);
+  fclose(f);
+  ck_assert_uint_eq(na, nb);
+  ck_assert_int_eq(memcmp(before, after, nb), 0);
+  char wal[420];
+  snprintf(wal, sizeof wal, "%s-wal", shipped);
+  ck_assert_int_ne(access(wal, F_OK), 0);
 }
 END_TEST
 
@@ -254,6 +296,7 @@ int main(void) {
   tcase_add_test(tc, safelist_export_learns);
   tcase_add_test(tc, gpu_commands_without_gpu);
   tcase_add_test(tc, unwritable_cache_location);
+  tcase_add_test(tc, reading_commands_do_not_touch_the_file);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

@@ -213,6 +213,11 @@ static void reference(const void *args, void *const *h) {
   scree__ref_rmsnorm(args, h[0], h[1], h[2]);
 }
 
+static void shape_str(const void *args, char *buf, size_t size) {
+  const scree_rmsnorm_args *a = args;
+  snprintf(buf, size, "rows=%lld,cols=%lld", (long long)a->rows, (long long)a->cols);
+}
+
 static int no_causal(const scree__variant *var) {
   (void)var;
   return 0;
@@ -241,6 +246,7 @@ const scree__op scree__op_rmsnorm = {
     .bind = bind,
     .reference = reference,
     .causal = no_causal,
+    .shape_str = shape_str,
 };
 
 /* ---- the public entry point -------------------------------------------- */
