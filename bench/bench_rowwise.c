@@ -318,18 +318,16 @@ int main(int argc, char **argv) {
       }
 
       if (sweep) {
-        ranked *r = calloc(2048, sizeof *r);
+        const int total = scree__config_space(op, NULL, 0);
+        scree__config *all = calloc((size_t)total, sizeof *all);
+        ranked *r = calloc((size_t)total, sizeof *r);
+        scree__config_space(op, all, total);
         int nr = 0, nbad = 0;
-        int idx[4] = {0};
-        for (;;) {
-          scree__config c = {{op->fields[0].values[idx[0]], op->fields[1].values[idx[1]],
-                              op->fields[2].values[idx[2]], op->fields[3].values[idx[3]]}};
+        for (int i = 0; i < total; i++) {
           char w2[128];
-          if (op->check(&c, &var, w2, sizeof w2)) r[nr++].cfg = c;
-          int f = 0;
-          while (f < 4 && ++idx[f] == op->fields[f].nvalues) idx[f++] = 0;
-          if (f == 4) break;
+          if (op->check(&all[i], &var, w2, sizeof w2)) r[nr++].cfg = all[i];
         }
+        free(all);
         precompile(ctx, op, &var, r, nr);
         const int full = g_reps;
         g_reps = 30;

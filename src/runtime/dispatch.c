@@ -154,15 +154,15 @@ scree_status scree__dispatch(scree_context *ctx, const scree__op *op,
   const int aclass = op->adapt_class(var, args);
   const uint64_t h = plan_hash(op, var, bucket, aclass);
   scree__config cfg;
-  CUfunction fn = NULL;
+  scree__kernel k = {0};
   pthread_mutex_lock(&ctx->lock);
   const scree__plan *p = plan_find(ctx, op, var, bucket, aclass, h);
   if (p) {
     cfg = p->cfg;
-    fn = p->k.fn;
+    k = p->k;
   }
   pthread_mutex_unlock(&ctx->lock);
-  if (!fn) {
+  if (!k.fn) {
     scree__plan np;
     memset(&np, 0, sizeof np);
     scree_status st = plan_build(ctx, op, var, args, bucket, &np);
@@ -179,7 +179,7 @@ scree_status scree__dispatch(scree_context *ctx, const scree__op *op,
     }
     pthread_mutex_unlock(&ctx->lock);
     cfg = np.cfg;
-    fn = np.k.fn;
+    k = np.k;
     /* Building the plan may have noted a failure it recovered from (a
      * cached cubin that did not load): the call itself succeeds. */
     scree__clear_error(ctx);
@@ -187,7 +187,7 @@ scree_status scree__dispatch(scree_context *ctx, const scree__op *op,
     count(ctx, &ctx->counters.memory_hits);
   }
   const int pushed = scree__ctx_enter(ctx);
-  scree_status st = op->launch(ctx, fn, &cfg, args, (CUstream)stream);
+  scree_status st = op->launch(ctx, &k, &cfg, args, (CUstream)stream);
   scree__ctx_leave(ctx, pushed);
   if (st == SCREE_OK) count(ctx, &ctx->counters.calls);
   return st;
@@ -204,7 +204,7 @@ scree_status scree__run_config(scree_context *ctx, const scree__op *op,
   scree_status st = scree__kernel_get(ctx, op, cfg, var, &k);
   if (st) return st;
   const int pushed = scree__ctx_enter(ctx);
-  st = op->launch(ctx, k.fn, cfg, args, (CUstream)stream);
+  st = op->launch(ctx, &k, cfg, args, (CUstream)stream);
   scree__ctx_leave(ctx, pushed);
   return st;
 }

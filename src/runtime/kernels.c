@@ -124,6 +124,20 @@ int scree__config_parse(const scree__op *op, const char *s, scree__config *cfg,
   return 0;
 }
 
+int scree__config_space(const scree__op *op, scree__config *out, int cap) {
+  int n = 0, idx[SCREE__MAX_FIELDS] = {0};
+  for (;;) {
+    if (n < cap) {
+      memset(&out[n], 0, sizeof out[n]);
+      for (int f = 0; f < op->nfields; f++) out[n].v[f] = op->fields[f].values[idx[f]];
+    }
+    n++;
+    int f = 0;
+    while (f < op->nfields && ++idx[f] == op->fields[f].nvalues) idx[f++] = 0;
+    if (f == op->nfields) return n;
+  }
+}
+
 void scree__variant_str(const scree__op *op, const scree__variant *var,
                         char *buf, size_t size) {
   size_t n = 0;
@@ -263,15 +277,28 @@ void scree__kernel_table_free(scree_context *ctx) {
   ctx->ktab_cap = ctx->ktab_len = 0;
 }
 
-/* Loads a cubin into the current context and resolves the entry point. */
+/* Loads a cubin into the current context, resolves the entry point and
+ * asks how many CTAs of this config one SM holds. */
 static scree_status load_cubin(scree_context *ctx, const scree__op *op,
-                               const void *cubin, scree__kernel *k) {
+                               const scree__config *cfg, const void *cubin,
+                               scree__kernel *k) {
   CUresult r = ctx->cu->ModuleLoadDataEx(&k->module, cubin, 0, NULL, NULL);
   if (r != CUDA_SUCCESS) return scree__cu_fail(ctx, r, SCREE_ERROR_LOAD, "cuModuleLoadDataEx");
   r = ctx->cu->ModuleGetFunction(&k->fn, k->module, op->entry);
   if (r != CUDA_SUCCESS) {
     ctx->cu->ModuleUnload(k->module);
     return scree__cu_fail(ctx, r, SCREE_ERROR_LOAD, "cuModuleGetFunction");
+  }
+  k->blocks_per_sm = 1;
+  r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&k->blocks_per_sm, k->fn,
+                                                         op->threads(cfg), 0);
+  if (r != CUDA_SUCCESS || k->blocks_per_sm < 1) {
+    /* A config whose CTA does not fit on an SM cannot run at all. */
+    ctx->cu->ModuleUnload(k->module);
+    if (r == CUDA_SUCCESS)
+      return scree__fail(ctx, SCREE_ERROR_LOAD, "%s: no CTA of %d threads fits on an SM",
+                         op->name, op->threads(cfg));
+    return scree__cu_fail(ctx, r, SCREE_ERROR_LOAD, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   }
   return SCREE_OK;
 }
@@ -344,9 +371,10 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
 }
 
 scree_status scree__module_load(scree_context *ctx, const scree__op *op,
-                                const void *cubin, scree__kernel *out) {
+                                const scree__config *cfg, const void *cubin,
+                                scree__kernel *out) {
   const int pushed = scree__ctx_enter(ctx);
-  scree_status st = load_cubin(ctx, op, cubin, out);
+  scree_status st = load_cubin(ctx, op, cfg, cubin, out);
   scree__ctx_leave(ctx, pushed);
   return st;
 }
@@ -358,7 +386,7 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
   const uint64_t h = key_hash(op, cfg, var);
   scree__kernel k;
   const int pushed = scree__ctx_enter(ctx);
-  scree_status st = load_cubin(ctx, op, cubin, &k);
+  scree_status st = load_cubin(ctx, op, cfg, cubin, &k);
   scree__ctx_leave(ctx, pushed);
   if (st != SCREE_OK) return st;
 

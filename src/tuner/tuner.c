@@ -226,7 +226,7 @@ static int wait_stream(scree_context *ctx, CUstream st, double limit_ms,
 /* Runs cfg on the check problem and compares. On a mismatch writes a
  * one-line description into why. */
 static scree_status check_one(scree_context *ctx, const scree__op *op,
-                              const scree__config *cfg, CUfunction fn,
+                              const scree__config *cfg, const scree__kernel *fn,
                               problem *chk, CUstream stream, double limit_ms,
                               char *why, size_t why_size) {
   _Alignas(16) unsigned char args[256];
@@ -284,7 +284,7 @@ static int cmp_float(const void *a, const void *b) {
 /* Times fn on the rotated timing problem: warm-up, then back-to-back
  * launches between events; median and interquartile spread in us. */
 static scree_status time_one(scree_context *ctx, const scree__op *op,
-                             const scree__config *cfg, CUfunction fn,
+                             const scree__config *cfg, const scree__kernel *fn,
                              problem *tp, CUstream stream, int warmup, int reps,
                              double limit_ms, double *median, double *spread,
                              char *why, size_t why_size) {
@@ -478,16 +478,10 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
     if (n == 0) use_space = 1;
   }
   if (use_space) {
-    int idx[SCREE__MAX_FIELDS] = {0};
-    for (;;) {
-      scree__config cfg;
-      memset(&cfg, 0, sizeof cfg);
-      for (int f = 0; f < op->nfields; f++) cfg.v[f] = op->fields[f].values[idx[f]];
-      n = add_cand(c, n, &cfg);
-      int f = 0;
-      while (f < op->nfields && ++idx[f] == op->fields[f].nvalues) idx[f++] = 0;
-      if (f == op->nfields) break;
-    }
+    scree__config *all = calloc(MAX_CANDIDATES, sizeof *all);
+    const int total = all ? scree__config_space(op, all, MAX_CANDIDATES) : 0;
+    for (int i = 0; i < total && i < MAX_CANDIDATES; i++) n = add_cand(c, n, &all[i]);
+    free(all);
   }
   scree__config dflt;
   if (!ctx->safelist || !scree__safelist_default(ctx->safelist, op, vs, &dflt))
@@ -556,13 +550,13 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
       st = SCREE_OK;
       continue;
     }
-    st = check_one(ctx, op, &k->cfg, k->k.fn, &chk, stream, o.time_limit_ms, why, sizeof why);
+    st = check_one(ctx, op, &k->cfg, &k->k, &chk, stream, o.time_limit_ms, why, sizeof why);
     if (!st && o.poison_config && !strcmp(o.poison_config, cs)) {
       snprintf(why, sizeof why, "wrong answer: poisoned for testing");
       st = SCREE_ERROR_WRONG_ANSWER;
     }
     if (!st)
-      st = time_one(ctx, op, &k->cfg, k->k.fn, &tp, stream, o.warmup, o.reps,
+      st = time_one(ctx, op, &k->cfg, &k->k, &tp, stream, o.warmup, o.reps,
                     o.time_limit_ms, &k->median, &k->spread, why, sizeof why);
     if (st) {
       if (!strcmp(why, "check failed") || !strcmp(why, "timing failed")) {
@@ -655,7 +649,7 @@ scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
   if (!op->check(cfg, var, why, sizeof why))
     return scree__fail(ctx, SCREE_ERROR_INVALID_CONFIG, "%s", why);
   scree__kernel k;
-  scree_status st = cubin ? scree__module_load(ctx, op, cubin, &k)
+  scree_status st = cubin ? scree__module_load(ctx, op, cfg, cubin, &k)
                           : scree__kernel_get(ctx, op, cfg, var, &k);
   if (st) return st;
   const int pushed = scree__ctx_enter(ctx);
@@ -669,13 +663,13 @@ scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
     st = scree__fail(ctx, SCREE_ERROR_CUDA, "cuStreamCreate");
     goto out;
   }
-  st = check_one(ctx, op, cfg, k.fn, &chk, stream, 1000, why, sizeof why);
+  st = check_one(ctx, op, cfg, &k, &chk, stream, 1000, why, sizeof why);
   if (st) st = scree__fail(ctx, st, "%s", why);
   if (!st && median_us) {
     st = problem_make(ctx, op, var, bucket, 0, &tp);
     if (!st) {
       double sp = 0;
-      st = time_one(ctx, op, cfg, k.fn, &tp, stream, 3, 25, 1000, median_us, &sp, why, sizeof why);
+      st = time_one(ctx, op, cfg, &k, &tp, stream, 3, 25, 1000, median_us, &sp, why, sizeof why);
       if (st) st = scree__fail(ctx, st, "%s", why);
       if (spread_us) *spread_us = sp;
       problem_free(ctx, &tp);

@@ -20,22 +20,6 @@ static void setup(void) {
   }
 }
 
-/* Enumerates the op's whole space; returns the count written to out. */
-static size_t enumerate(const scree__op *op, scree__config *out, size_t cap) {
-  size_t n = 0;
-  int idx[SCREE__MAX_FIELDS] = {0};
-  for (;;) {
-    if (n < cap) {
-      memset(&out[n], 0, sizeof out[n]);
-      for (int f = 0; f < op->nfields; f++) out[n].v[f] = op->fields[f].values[idx[f]];
-    }
-    n++;
-    int f = 0;
-    while (f < op->nfields && ++idx[f] == op->fields[f].nvalues) idx[f++] = 0;
-    if (f == op->nfields) return n;
-  }
-}
-
 typedef struct job {
   const scree__op *op;
   const scree__config *cfgs;
@@ -84,9 +68,9 @@ START_TEST(whole_space_compiles) {
   const char *arch = archs[_i];
   for (int o = 0; scree__ops[o]; o++) {
     const scree__op *op = scree__ops[o];
-    size_t total = enumerate(op, NULL, 0);
+    size_t total = (size_t)scree__config_space(op, NULL, 0);
     scree__config *all = calloc(total, sizeof *all);
-    enumerate(op, all, total);
+    scree__config_space(op, all, (int)total);
     scree__variant var = {{0}};
     for (int v = 0; v < op->nvfields; v++)
       var.v[v] = op->vfields[v].is_dtype ? SCREE_DTYPE_FP16 : 0;
@@ -193,15 +177,15 @@ START_TEST(config_strings_roundtrip) {
   scree__config c = {{256, 2, 8, 4}}, back;
   char s[128], why[128];
   scree__config_str(op, &c, s, sizeof s);
-  ck_assert_str_eq(s, "tpr=256,rows=2,vec=8,cache=4");
+  ck_assert_str_eq(s, "tpr=256,rows=2,vec=8,cache=4,persist=0");
   ck_assert_int_eq(scree__config_parse(op, s, &back, why, sizeof why), 0);
   ck_assert_int_eq(memcmp(&c, &back, sizeof c), 0);
   ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8", &back, why, sizeof why), -1);
   ck_assert(strstr(why, "cache missing"));
-  ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8,cache=4,foo=1", &back, why, sizeof why), -1);
+  ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8,cache=4,persist=0,foo=1", &back, why, sizeof why), -1);
   ck_assert(strstr(why, "foo"));
   ck_assert_int_eq(scree__config_parse(op, "tpr=x,rows=2,vec=8,cache=4", &back, why, sizeof why), -1);
-  ck_assert_int_eq(scree__config_parse(op, "tpr=1,tpr=2,rows=2,vec=8,cache=4", &back, why, sizeof why), -1);
+  ck_assert_int_eq(scree__config_parse(op, "tpr=1,tpr=2,rows=2,vec=8,cache=4,persist=0", &back, why, sizeof why), -1);
 }
 END_TEST
 

@@ -149,17 +149,14 @@ START_TEST(every_config) {
   const scree__op *op = scree__op_find("rmsnorm");
   const dt3 d = dtype_sets[_i];
   const scree__variant var = {{d.x, d.w, d.y}};
-  size_t cap = 4096, n = 0;
-  scree__config *cfgs = calloc(cap, sizeof *cfgs);
-  for (int a = 0; a < 8; a++)
-    for (int b = 0; b < 5; b++)
-      for (int c = 0; c < 4; c++)
-        for (int e = 0; e < 5; e++) {
-          scree__config cfg = {{op->fields[0].values[a], op->fields[1].values[b],
-                                op->fields[2].values[c], op->fields[3].values[e]}};
-          char why[128];
-          if (op->check(&cfg, &var, why, sizeof why)) cfgs[n++] = cfg;
-        }
+  const int total = scree__config_space(op, NULL, 0);
+  scree__config *cfgs = calloc((size_t)total, sizeof *cfgs);
+  scree__config_space(op, cfgs, total);
+  size_t n = 0;
+  for (int i = 0; i < total; i++) {
+    char why[128];
+    if (op->check(&cfgs[i], &var, why, sizeof why)) cfgs[n++] = cfgs[i];
+  }
   cjob j = {.cfgs = cfgs, .var = var, .worst = SCREE_OK};
   scree__parallel_for((int)n, 16, compile_one, &j);
   ck_assert_msg(j.worst == SCREE_OK, "compile/load: %s: %s", scree_status_name(j.worst),
