@@ -10,17 +10,11 @@
  * longer rows re-read the rest in the second pass. Columns past the last
  * full vector (cols % VEC) are handled one element at a time.
  *
- * With SCREE_PERSIST = 1 the grid is as large as the GPU holds at once
- * (the host sizes it) and each CTA walks rows with a stride, loading the
- * next row's cached vectors before it reduces and stores the current one,
- * so reads keep streaming while the row is written.
- *
  * Macros (all required; the host sets them from the config and the call):
  *   SCREE_TPR    threads per row: 8, 16, ..., 1024 (power of two)
  *   SCREE_ROWS   rows per CTA: TPR * ROWS threads, 32..1024
  *   SCREE_VEC    elements per access: 1, 2, 4 or 8
  *   SCREE_CACHE  vectors per thread kept in registers: 1..16
- *   SCREE_PERSIST  0 or 1: persistent CTAs that prefetch the next row
  *   SCREE_X_DTYPE, SCREE_W_DTYPE, SCREE_Y_DTYPE   dtype codes (common.cuh)
  *
  * The host guarantees: x, w, y aligned to VEC elements of their dtype; row
@@ -38,9 +32,6 @@ static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC ==
               "VEC must be 1, 2, 4 or 8");
 static_assert(SCREE_CACHE >= 1 && SCREE_CACHE <= 16, "CACHE must be in [1, 16]");
 static_assert(SCREE_VEC * SCREE_CACHE <= 64, "VEC * CACHE must be at most 64");
-static_assert(SCREE_PERSIST == 0 || SCREE_PERSIST == 1, "PERSIST must be 0 or 1");
-static_assert(SCREE_PERSIST == 0 || SCREE_VEC * SCREE_CACHE <= 32,
-              "PERSIST holds two rows: VEC * CACHE must be at most 32");
 
 typedef scree_dtype_of<SCREE_X_DTYPE>::type xt;
 typedef scree_dtype_of<SCREE_W_DTYPE>::type wt;
@@ -60,17 +51,6 @@ __device__ __forceinline__ yv scree_norm_vec(const xv &a, const wv &b, float r) 
   return o;
 }
 
-/* This thread's cached vectors of one row. */
-__device__ __forceinline__ void scree_load_row(xv (&c)[SCREE_CACHE], const xt *xrow,
-                                               int lane, int nvec, bool active) {
-  const xv *xr = reinterpret_cast<const xv *>(xrow);
-#pragma unroll
-  for (int k = 0; k < SCREE_CACHE; k++) {
-    const int v = k * SCREE_TPR + lane;
-    if (active && v < nvec) c[k] = xr[v];
-  }
-}
-
 /* x and y carry no __restrict__: they may be the same buffer (in place). */
 extern "C" __global__ void __launch_bounds__(THREADS)
 scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
@@ -81,17 +61,9 @@ scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
   const int nvec = cols / SCREE_VEC;
   const float inv_cols = 1.0f / (float)cols;
   const wv *wr = reinterpret_cast<const wv *>(w);
-  const long long step = (long long)gridDim.x * SCREE_ROWS;
 
-  xv cache[SCREE_CACHE];
-#if SCREE_PERSIST
-  xv next[SCREE_CACHE];
-  {
-    const long long row = (long long)blockIdx.x * SCREE_ROWS + group;
-    scree_load_row(cache, x + (row < rows ? row : 0) * x_stride, lane, nvec, row < rows);
-  }
-#endif
-  for (long long base = (long long)blockIdx.x * SCREE_ROWS; base < rows; base += step) {
+  for (long long base = (long long)blockIdx.x * SCREE_ROWS; base < rows;
+       base += (long long)gridDim.x * SCREE_ROWS) {
     const long long row = base + group;
     const bool active = row < rows;
     const xt *xrow = x + (active ? row : 0) * x_stride;
@@ -99,15 +71,13 @@ scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
     const xv *xr = reinterpret_cast<const xv *>(xrow);
     yv *yr = reinterpret_cast<yv *>(yrow);
 
-#if SCREE_PERSIST
-    /* The next row's loads go out now and land while this row is reduced
-     * and written. */
-    const long long nrow = row + step;
-    scree_load_row(next, x + (nrow < rows ? nrow : 0) * x_stride, lane, nvec, nrow < rows);
-#else
-    scree_load_row(cache, xrow, lane, nvec, active);
-#endif
+    xv cache[SCREE_CACHE];
     float ss = 0.f;
+#pragma unroll
+    for (int c = 0; c < SCREE_CACHE; c++) {
+      const int v = c * SCREE_TPR + lane;
+      if (active && v < nvec) cache[c] = xr[v];
+    }
 #pragma unroll
     for (int c = 0; c < SCREE_CACHE; c++) {
       const int v = c * SCREE_TPR + lane;
@@ -158,10 +128,6 @@ scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
     }
 #if SCREE_TPR > 32
     __syncthreads(); /* partial[] is rewritten by the next row */
-#endif
-#if SCREE_PERSIST
-#pragma unroll
-    for (int c = 0; c < SCREE_CACHE; c++) cache[c] = next[c];
 #endif
   }
 }

@@ -73,7 +73,6 @@ static void cu_load_once(void) {
   CU_SYM(ModuleGetFunction, "cuModuleGetFunction");
   CU_SYM(FuncGetAttribute, "cuFuncGetAttribute");
   CU_SYM(FuncSetAttribute, "cuFuncSetAttribute");
-  CU_SYM(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   CU_SYM(LaunchKernel, "cuLaunchKernel");
   CU_SYM(MemAlloc, "cuMemAlloc_v2");
   CU_SYM(MemFree, "cuMemFree_v2");

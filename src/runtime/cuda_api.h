@@ -73,8 +73,6 @@ typedef struct scree__cu_api {
                                 const char *name);
   CUresult (*FuncGetAttribute)(int *value, int attrib, CUfunction fn);
   CUresult (*FuncSetAttribute)(CUfunction fn, int attrib, int value);
-  CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction fn,
-                                                        int block_size, size_t smem);
   CUresult (*LaunchKernel)(CUfunction fn, unsigned gx, unsigned gy,
                            unsigned gz, unsigned bx, unsigned by, unsigned bz,
                            unsigned smem, CUstream stream, void **params,

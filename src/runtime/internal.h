@@ -84,8 +84,6 @@ struct scree__op {
    * vector width for a misaligned row stride). May leave it unchanged. */
   void (*adapt)(scree__config *cfg, const scree__variant *var,
                 const void *args);
-  /* Threads per block of a config (for the occupancy query at load). */
-  int (*threads)(const scree__config *cfg);
   /* Grid, block, shared memory and kernel parameters; launches. */
   scree_status (*launch)(scree_context *ctx, const struct scree__kernel *k,
                          const scree__config *cfg, const void *args,
@@ -133,12 +131,10 @@ struct scree__op {
 extern const scree__op *const scree__ops[];
 const scree__op *scree__op_find(const char *name);
 
-/* A loaded kernel: the module, its entry point, and how many of its CTAs
- * one SM holds at once (for persistent grids). */
+/* A loaded kernel: the module and its entry point. */
 typedef struct scree__kernel {
   CUmodule module;
   CUfunction fn;
-  int blocks_per_sm;
 } scree__kernel;
 
 /* One in-memory kernel table entry, keyed by op, config, variant, arch. */
@@ -249,7 +245,7 @@ scree_status scree__cu_fail(scree_context *ctx, CUresult r, scree_status st,
 /* The embedded (or on-disk, see SCREE_KERNEL_DIR) source of a kernel file,
  * with common.cuh prepended. NULL if unknown. Owned by scree. */
 const char *scree__kernel_source(const char *file);
-/* Renders "tpr=128,rows=2,vec=8,cache=4,persist=0". */
+/* Renders "tpr=128,rows=2,vec=8,cache=4". */
 void scree__config_str(const scree__op *op, const scree__config *cfg,
                        char *buf, size_t size);
 /* Parses the form above; every field must appear once. 0 on success, else
@@ -288,8 +284,7 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
 /* Loads a cubin into a module of the caller's own, outside the table (the
  * caller unloads k->module). */
 scree_status scree__module_load(scree_context *ctx, const scree__op *op,
-                                const scree__config *cfg, const void *cubin,
-                                scree__kernel *k);
+                                const void *cubin, scree__kernel *k);
 /* sha256 hex of an op's kernel source as compiled (common.cuh + file),
  * computed once per process. "" if the source is missing. */
 const char *scree__source_hash(const scree__op *op);

@@ -277,28 +277,15 @@ void scree__kernel_table_free(scree_context *ctx) {
   ctx->ktab_cap = ctx->ktab_len = 0;
 }
 
-/* Loads a cubin into the current context, resolves the entry point and
- * asks how many CTAs of this config one SM holds. */
+/* Loads a cubin into the current context and resolves the entry point. */
 static scree_status load_cubin(scree_context *ctx, const scree__op *op,
-                               const scree__config *cfg, const void *cubin,
-                               scree__kernel *k) {
+                               const void *cubin, scree__kernel *k) {
   CUresult r = ctx->cu->ModuleLoadDataEx(&k->module, cubin, 0, NULL, NULL);
   if (r != CUDA_SUCCESS) return scree__cu_fail(ctx, r, SCREE_ERROR_LOAD, "cuModuleLoadDataEx");
   r = ctx->cu->ModuleGetFunction(&k->fn, k->module, op->entry);
   if (r != CUDA_SUCCESS) {
     ctx->cu->ModuleUnload(k->module);
     return scree__cu_fail(ctx, r, SCREE_ERROR_LOAD, "cuModuleGetFunction");
-  }
-  k->blocks_per_sm = 1;
-  r = ctx->cu->OccupancyMaxActiveBlocksPerMultiprocessor(&k->blocks_per_sm, k->fn,
-                                                         op->threads(cfg), 0);
-  if (r != CUDA_SUCCESS || k->blocks_per_sm < 1) {
-    /* A config whose CTA does not fit on an SM cannot run at all. */
-    ctx->cu->ModuleUnload(k->module);
-    if (r == CUDA_SUCCESS)
-      return scree__fail(ctx, SCREE_ERROR_LOAD, "%s: no CTA of %d threads fits on an SM",
-                         op->name, op->threads(cfg));
-    return scree__cu_fail(ctx, r, SCREE_ERROR_LOAD, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   }
   return SCREE_OK;
 }
@@ -371,10 +358,9 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
 }
 
 scree_status scree__module_load(scree_context *ctx, const scree__op *op,
-                                const scree__config *cfg, const void *cubin,
-                                scree__kernel *out) {
+                                const void *cubin, scree__kernel *out) {
   const int pushed = scree__ctx_enter(ctx);
-  scree_status st = load_cubin(ctx, op, cfg, cubin, out);
+  scree_status st = load_cubin(ctx, op, cubin, out);
   scree__ctx_leave(ctx, pushed);
   return st;
 }
@@ -386,7 +372,7 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
   const uint64_t h = key_hash(op, cfg, var);
   scree__kernel k;
   const int pushed = scree__ctx_enter(ctx);
-  scree_status st = load_cubin(ctx, op, cfg, cubin, &k);
+  scree_status st = load_cubin(ctx, op, cubin, &k);
   scree__ctx_leave(ctx, pushed);
   if (st != SCREE_OK) return st;
 

@@ -49,7 +49,7 @@ typedef struct scree__ckey {
 
 typedef struct scree__centry {
   scree__ckey key;
-  char config[128]; /* "tpr=128,rows=1,vec=8,cache=4,persist=0" */
+  char config[128]; /* "tpr=128,rows=1,vec=8,cache=4" */
   double median_us, spread_us;
   char device_name[128];
   int sm_count;

@@ -65,7 +65,7 @@ static void representative_variant(const scree__op *op, scree__variant *var) {
     var->v[i] = op->vfields[i].is_dtype ? SCREE_DTYPE_FP16 : 0;
 }
 
-/* "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0" plus " dtype=..." if set. */
+/* "rmsnorm allow tpr=128,rows=1,vec=8,cache=4" plus " dtype=..." if set. */
 static void describe(const scree__sl_entry *e, char *buf, size_t size) {
   char cs[256];
   scree__config_str(e->op, &e->cfg, cs, sizeof cs);
@@ -291,7 +291,7 @@ static scree_status parse_entry(parser *p, char *opname, char *rest) {
   char *cs = next_token(&rest);
   if (!cs || !strcmp(cs, "--") || !strncmp(cs, "dtype=", 6))
     return perr(p, "expected a config after \"%s %s\", as in %s %s %s", opname,
-                verb, opname, verb, "tpr=128,rows=1,vec=8,cache=4,persist=0");
+                verb, opname, verb, "tpr=128,rows=1,vec=8,cache=4");
   char why[512];
   if (scree__config_parse(e.op, cs, &e.cfg, why, sizeof why) != 0)
     return perr(p, "%s config %s: %s", opname, cs, why);

@@ -649,7 +649,7 @@ scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
   if (!op->check(cfg, var, why, sizeof why))
     return scree__fail(ctx, SCREE_ERROR_INVALID_CONFIG, "%s", why);
   scree__kernel k;
-  scree_status st = cubin ? scree__module_load(ctx, op, cfg, cubin, &k)
+  scree_status st = cubin ? scree__module_load(ctx, op, cubin, &k)
                           : scree__kernel_get(ctx, op, cfg, var, &k);
   if (st) return st;
   const int pushed = scree__ctx_enter(ctx);

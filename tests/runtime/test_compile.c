@@ -177,15 +177,15 @@ START_TEST(config_strings_roundtrip) {
   scree__config c = {{256, 2, 8, 4}}, back;
   char s[128], why[128];
   scree__config_str(op, &c, s, sizeof s);
-  ck_assert_str_eq(s, "tpr=256,rows=2,vec=8,cache=4,persist=0");
+  ck_assert_str_eq(s, "tpr=256,rows=2,vec=8,cache=4");
   ck_assert_int_eq(scree__config_parse(op, s, &back, why, sizeof why), 0);
   ck_assert_int_eq(memcmp(&c, &back, sizeof c), 0);
   ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8", &back, why, sizeof why), -1);
   ck_assert(strstr(why, "cache missing"));
-  ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8,cache=4,persist=0,foo=1", &back, why, sizeof why), -1);
+  ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8,cache=4,foo=1", &back, why, sizeof why), -1);
   ck_assert(strstr(why, "foo"));
   ck_assert_int_eq(scree__config_parse(op, "tpr=x,rows=2,vec=8,cache=4", &back, why, sizeof why), -1);
-  ck_assert_int_eq(scree__config_parse(op, "tpr=1,tpr=2,rows=2,vec=8,cache=4,persist=0", &back, why, sizeof why), -1);
+  ck_assert_int_eq(scree__config_parse(op, "tpr=1,tpr=2,rows=2,vec=8,cache=4", &back, why, sizeof why), -1);
 }
 END_TEST
 

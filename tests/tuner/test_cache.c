@@ -595,7 +595,7 @@ START_TEST(put_get_roundtrip) {
   scree__cache *c = open_rw(path);
   scree__ckey k = key("rmsnorm", "rows=16384,cols=4096",
                       "x=fp16,w=fp16,y=fp16", 0, "sm_90");
-  scree__centry e = entry(&k, "tpr=128,rows=1,vec=8,cache=4,persist=0", 12.5, 7, 10000);
+  scree__centry e = entry(&k, "tpr=128,rows=1,vec=8,cache=4", 12.5, 7, 10000);
   e.spread_us = 0.25;
   int rep = -1;
   ck_assert_int_eq(scree__cache_put(c, &e, &rep), SCREE_OK);
@@ -609,7 +609,7 @@ START_TEST(put_get_roundtrip) {
   ck_assert_int_eq(g.key.causal, 0);
   ck_assert_str_eq(g.key.arch, "sm_90");
   ck_assert_str_eq(g.key.src_hash, k.src_hash);
-  ck_assert_str_eq(g.config, "tpr=128,rows=1,vec=8,cache=4,persist=0");
+  ck_assert_str_eq(g.config, "tpr=128,rows=1,vec=8,cache=4");
   ck_assert_double_eq(g.median_us, 12.5);
   ck_assert_double_eq(g.spread_us, 0.25);
   ck_assert_str_eq(g.device_name, "NVIDIA H100 80GB HBM3");

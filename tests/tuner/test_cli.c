@@ -63,11 +63,11 @@ static void setup(void) {
   snprintf(dir, sizeof dir, "/tmp/scree-cli-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(db, sizeof db, "%s/tune.db", dir);
-  put("sm_90", "rows<=16384,cols=4096", "tpr=128,rows=1,vec=8,cache=4,persist=0", 70.5, F16);
-  put("sm_90", "rows<=1024,cols=4096", "tpr=256,rows=1,vec=8,cache=2,persist=0", 10.25, F16);
-  put("sm_80", "rows<=16384,cols=4096", "tpr=256,rows=1,vec=8,cache=2,persist=0", 120.0, F16);
+  put("sm_90", "rows<=16384,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 70.5, F16);
+  put("sm_90", "rows<=1024,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 10.25, F16);
+  put("sm_80", "rows<=16384,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 120.0, F16);
   /* A winner the shipped safelist does not list, to be learned as allowed. */
-  put("sm_90", "rows<=64,cols=100", "tpr=32,rows=8,vec=2,cache=2,persist=0", 3.0, F16);
+  put("sm_90", "rows<=64,cols=100", "tpr=32,rows=8,vec=2,cache=2", 3.0, F16);
   scree__cache *c;
   ck_assert_int_eq(scree__cache_open(db, 0, &c, NULL, NULL, 0), SCREE_OK);
   scree__ckey k;
@@ -77,17 +77,17 @@ static void setup(void) {
   snprintf(k.dtype, sizeof k.dtype, "%s", F16);
   snprintf(k.arch, sizeof k.arch, "sm_90");
   snprintf(k.src_hash, sizeof k.src_hash, "%s", scree__source_hash(scree__op_find("rmsnorm")));
-  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=1024,rows=1,vec=8,cache=8,persist=0", 13000,
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=1024,rows=1,vec=8,cache=8", 13000,
                                            "load: CUDA_ERROR_OUT_OF_RESOURCES"),
                    SCREE_OK);
   /* Not learned: a timeout of one bucket, and a record for another source. */
   snprintf(k.bucket, sizeof k.bucket, "rows<=4,cols=64");
-  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=512,rows=1,vec=8,cache=2,persist=0", 13000,
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=512,rows=1,vec=8,cache=2", 13000,
                                            "timeout: one launch took 2000 ms"),
                    SCREE_OK);
   snprintf(k.bucket, sizeof k.bucket, "*");
   snprintf(k.src_hash, sizeof k.src_hash, "%064d", 7);
-  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=256,rows=1,vec=8,cache=4,persist=0", 13000,
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=256,rows=1,vec=8,cache=4", 13000,
                                            "compile: an older kernel"),
                    SCREE_OK);
   snprintf(k.bucket, sizeof k.bucket, "rows<=8,cols=512");
@@ -125,7 +125,7 @@ END_TEST
 START_TEST(list_table_json_filters) {
   ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", db), 0);
   ck_assert(strstr(out, "rows<=16384,cols=4096"));
-  ck_assert(strstr(out, "tpr=128,rows=1,vec=8,cache=4,persist=0"));
+  ck_assert(strstr(out, "tpr=128,rows=1,vec=8,cache=4"));
   ck_assert(strstr(out, "4 winner(s)"));
   ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s' --arch sm_80", db), 0);
   ck_assert(strstr(out, "1 winner(s)"));
@@ -147,7 +147,7 @@ END_TEST
 
 START_TEST(show_entries) {
   ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket 'rows<=1024,cols=4096'", db), 0);
-  ck_assert(strstr(out, "tpr=256,rows=1,vec=8,cache=2,persist=0"));
+  ck_assert(strstr(out, "tpr=256,rows=1,vec=8,cache=2"));
   ck_assert(strstr(out, "10.250 us median"));
   ck_assert(strstr(out, "Synthetic GPU"));
   ck_assert(strstr(out, "(matches)"));
@@ -180,16 +180,16 @@ START_TEST(export_then_merge_and_import) {
   char saved[400];
   snprintf(saved, sizeof saved, "%s", db);
   snprintf(db, sizeof db, "%s", other);
-  put("sm_90", "rows<=16384,cols=4096", "tpr=64,rows=2,vec=8,cache=8,persist=0", 60.0, F16);
-  put("sm_90", "rows<=1024,cols=4096", "tpr=512,rows=1,vec=8,cache=1,persist=0", 11.0, F16);
-  put("sm_90", "rows<=2,cols=4096", "tpr=256,rows=1,vec=8,cache=2,persist=0", 4.5, F16);
+  put("sm_90", "rows<=16384,cols=4096", "tpr=64,rows=2,vec=8,cache=8", 60.0, F16);
+  put("sm_90", "rows<=1024,cols=4096", "tpr=512,rows=1,vec=8,cache=1", 11.0, F16);
+  put("sm_90", "rows<=2,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 4.5, F16);
   snprintf(db, sizeof db, "%s", saved);
   ck_assert_int_eq(tune(out, sizeof out, "merge '%s' --cache '%s'", other, db), 0);
   ck_assert_msg(strstr(out, "1 added, 1 replaced by faster entries, 2 conflict(s)"), "%s", out);
   ck_assert(strstr(out, "kept theirs"));
   ck_assert(strstr(out, "kept mine"));
   ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket 'rows<=16384,cols=4096' --arch sm_90", db), 0);
-  ck_assert(strstr(out, "tpr=64,rows=2,vec=8,cache=8,persist=0"));
+  ck_assert(strstr(out, "tpr=64,rows=2,vec=8,cache=8"));
   /* import is merge: merging the same file again changes nothing. */
   ck_assert_int_eq(tune(out, sizeof out, "import '%s' --cache '%s' --json", other, db), 0);
   ck_assert_msg(strstr(out, "\"added\": 0, \"replaced\": 0"), "%s", out);

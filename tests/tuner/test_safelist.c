@@ -143,16 +143,16 @@ static const char *good_text =
     "\n"
     "   # indented comment\n"
     "arch sm_90\n"
-    "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-    "\trmsnorm   allow\ttpr=256,rows=1,vec=8,cache=2,persist=0  -- two vectors per thread  \r\n"
-    "rmsnorm allow tpr=64,rows=2,vec=4,cache=4,persist=0 dtype=x=fp32,w=fp32,y=fp32\n"
-    "rmsnorm deny tpr=1024,rows=1,vec=1,cache=1,persist=0 -- slow: 3x default on every bucket\n"
-    "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=bf16,w=bf16,y=bf16 -- wrong answer: # not a comment\n"
-    "rmsnorm default tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-    "rmsnorm default tpr=256,rows=1,vec=8,cache=2,persist=0 dtype=x=fp16,w=fp16,y=fp16 -- measured\n"
-    "rmsnorm allow tpr=32,rows=4,vec=8,cache=2,persist=0\n"
-    "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16\n"
-    "rmsnorm default tpr=64,rows=2,vec=4,cache=4,persist=0 dtype=x=fp32,w=fp32,y=fp32\n"
+    "rmsnorm allow tpr=128,rows=1,vec=8,cache=4\n"
+    "\trmsnorm   allow\ttpr=256,rows=1,vec=8,cache=2  -- two vectors per thread  \r\n"
+    "rmsnorm allow tpr=64,rows=2,vec=4,cache=4 dtype=x=fp32,w=fp32,y=fp32\n"
+    "rmsnorm deny tpr=1024,rows=1,vec=1,cache=1 -- slow: 3x default on every bucket\n"
+    "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 dtype=x=bf16,w=bf16,y=bf16 -- wrong answer: # not a comment\n"
+    "rmsnorm default tpr=128,rows=1,vec=8,cache=4\n"
+    "rmsnorm default tpr=256,rows=1,vec=8,cache=2 dtype=x=fp16,w=fp16,y=fp16 -- measured\n"
+    "rmsnorm allow tpr=32,rows=4,vec=8,cache=2\n"
+    "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16\n"
+    "rmsnorm default tpr=64,rows=2,vec=4,cache=4 dtype=x=fp32,w=fp32,y=fp32\n"
     "# end";
 
 START_TEST(good_file_entries) {
@@ -165,17 +165,17 @@ START_TEST(good_file_entries) {
     const char *cfg, *dtype, *reason;
     int line;
   } want[] = {
-      {SCREE__SL_ALLOW, "tpr=128,rows=1,vec=8,cache=4,persist=0", "*", "", 5},
-      {SCREE__SL_ALLOW, "tpr=256,rows=1,vec=8,cache=2,persist=0", "*", "two vectors per thread", 6},
-      {SCREE__SL_ALLOW, "tpr=64,rows=2,vec=4,cache=4,persist=0", "x=fp32,w=fp32,y=fp32", "", 7},
-      {SCREE__SL_DENY, "tpr=1024,rows=1,vec=1,cache=1,persist=0", "*", "slow: 3x default on every bucket", 8},
-      {SCREE__SL_DENY, "tpr=128,rows=1,vec=8,cache=4,persist=0", "x=bf16,w=bf16,y=bf16",
+      {SCREE__SL_ALLOW, "tpr=128,rows=1,vec=8,cache=4", "*", "", 5},
+      {SCREE__SL_ALLOW, "tpr=256,rows=1,vec=8,cache=2", "*", "two vectors per thread", 6},
+      {SCREE__SL_ALLOW, "tpr=64,rows=2,vec=4,cache=4", "x=fp32,w=fp32,y=fp32", "", 7},
+      {SCREE__SL_DENY, "tpr=1024,rows=1,vec=1,cache=1", "*", "slow: 3x default on every bucket", 8},
+      {SCREE__SL_DENY, "tpr=128,rows=1,vec=8,cache=4", "x=bf16,w=bf16,y=bf16",
        "wrong answer: # not a comment", 9},
-      {SCREE__SL_DEFAULT, "tpr=128,rows=1,vec=8,cache=4,persist=0", "*", "", 10},
-      {SCREE__SL_DEFAULT, "tpr=256,rows=1,vec=8,cache=2,persist=0", "x=fp16,w=fp16,y=fp16", "measured", 11},
-      {SCREE__SL_ALLOW, "tpr=32,rows=4,vec=8,cache=2,persist=0", "*", "", 12},
-      {SCREE__SL_ALLOW, "tpr=128,rows=1,vec=8,cache=4,persist=0", "x=fp16,w=fp16,y=fp16", "", 13},
-      {SCREE__SL_DEFAULT, "tpr=64,rows=2,vec=4,cache=4,persist=0", "x=fp32,w=fp32,y=fp32", "", 14},
+      {SCREE__SL_DEFAULT, "tpr=128,rows=1,vec=8,cache=4", "*", "", 10},
+      {SCREE__SL_DEFAULT, "tpr=256,rows=1,vec=8,cache=2", "x=fp16,w=fp16,y=fp16", "measured", 11},
+      {SCREE__SL_ALLOW, "tpr=32,rows=4,vec=8,cache=2", "*", "", 12},
+      {SCREE__SL_ALLOW, "tpr=128,rows=1,vec=8,cache=4", "x=fp16,w=fp16,y=fp16", "", 13},
+      {SCREE__SL_DEFAULT, "tpr=64,rows=2,vec=4,cache=4", "x=fp32,w=fp32,y=fp32", "", 14},
   };
   for (int i = 0; i < 10; i++) {
     const scree__sl_entry *e = &s.entries[i];
@@ -201,7 +201,7 @@ START_TEST(header_only_and_names_without_txt) {
   ck_assert_int_eq(s.n, 0);
   scree__safelist_free(&s);
   /* A name that is no <arch>.txt file name puts no constraint on the arch. */
-  s = parse_ok("arch sm_100\nrmsnorm allow tpr=8,rows=16,vec=8,cache=1,persist=0", "<string>");
+  s = parse_ok("arch sm_100\nrmsnorm allow tpr=8,rows=16,vec=8,cache=1", "<string>");
   ck_assert_str_eq(s.arch, "sm_100");
   ck_assert_int_eq(s.n, 1);
   scree__safelist_free(&s);
@@ -211,78 +211,78 @@ END_TEST
 /* ---- errors ------------------------------------------------------------------- */
 
 #define H "arch sm_90\n"
-#define A1 "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0\n"
+#define A1 "rmsnorm allow tpr=128,rows=1,vec=8,cache=4\n"
 static const struct {
   const char *text, *why;
 } bad[] = {
     /* unknown op, verb */
-    {H "rmsnrom allow tpr=128,rows=1,vec=8,cache=4,persist=0\n",
+    {H "rmsnrom allow tpr=128,rows=1,vec=8,cache=4\n",
      "sm_90.txt:2: unknown op \"rmsnrom\" (expected one of: rmsnorm)"},
-    {H "# c\n\nrmsnorm alow tpr=128,rows=1,vec=8,cache=4,persist=0\n",
+    {H "# c\n\nrmsnorm alow tpr=128,rows=1,vec=8,cache=4\n",
      "sm_90.txt:4: unknown verb \"alow\" (expected allow, deny or default)"},
     {H "rmsnorm\n", "sm_90.txt:2: expected a verb (allow, deny or default) after \"rmsnorm\""},
     {H "rmsnorm allow\n",
      "sm_90.txt:2: expected a config after \"rmsnorm allow\", as in rmsnorm allow "
-     "tpr=128,rows=1,vec=8,cache=4,persist=0"},
+     "tpr=128,rows=1,vec=8,cache=4"},
     {H "rmsnorm allow -- why\n",
      "sm_90.txt:2: expected a config after \"rmsnorm allow\", as in rmsnorm allow "
-     "tpr=128,rows=1,vec=8,cache=4,persist=0"},
+     "tpr=128,rows=1,vec=8,cache=4"},
     /* bad config strings */
     {H "rmsnorm allow tpr=128,rows=1,vec=8\n",
      "sm_90.txt:2: rmsnorm config tpr=128,rows=1,vec=8: field cache missing"},
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0,warps=2\n",
-     "sm_90.txt:2: rmsnorm config tpr=128,rows=1,vec=8,cache=4,persist=0,warps=2: rmsnorm has no "
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,warps=2\n",
+     "sm_90.txt:2: rmsnorm config tpr=128,rows=1,vec=8,cache=4,warps=2: rmsnorm has no "
      "config field \"warps\""},
     {H "rmsnorm allow tpr=abc,rows=1,vec=8,cache=4\n",
      "sm_90.txt:2: rmsnorm config tpr=abc,rows=1,vec=8,cache=4: field tpr: expected an "
      "integer at \"abc,rows=1,vec=8,cache=4\""},
-    {H "rmsnorm allow rows=1,tpr=128,vec=8,cache=4,persist=0\n",
-     "sm_90.txt:2: rmsnorm config rows=1,tpr=128,vec=8,cache=4,persist=0 is not in canonical form "
-     "(expected tpr=128,rows=1,vec=8,cache=4,persist=0)"},
+    {H "rmsnorm allow rows=1,tpr=128,vec=8,cache=4\n",
+     "sm_90.txt:2: rmsnorm config rows=1,tpr=128,vec=8,cache=4 is not in canonical form "
+     "(expected tpr=128,rows=1,vec=8,cache=4)"},
     /* configs failing the op's check */
-    {H A1 "rmsnorm allow tpr=96,rows=1,vec=8,cache=4,persist=0\n",
-     "sm_90.txt:3: rmsnorm config tpr=96,rows=1,vec=8,cache=4,persist=0: tpr=96 must be a power of "
+    {H A1 "rmsnorm allow tpr=96,rows=1,vec=8,cache=4\n",
+     "sm_90.txt:3: rmsnorm config tpr=96,rows=1,vec=8,cache=4: tpr=96 must be a power of "
      "two in [8, 1024]"},
-    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=16,persist=0 -- too big\n",
-     "sm_90.txt:2: rmsnorm config tpr=128,rows=1,vec=8,cache=16,persist=0: vec*cache=128 exceeds 64 "
+    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=16 -- too big\n",
+     "sm_90.txt:2: rmsnorm config tpr=128,rows=1,vec=8,cache=16: vec*cache=128 exceeds 64 "
      "elements of registers per thread"},
-    {H "rmsnorm allow tpr=1024,rows=2,vec=8,cache=4,persist=0 dtype=x=fp32,w=fp16,y=fp32\n",
-     "sm_90.txt:2: rmsnorm config tpr=1024,rows=2,vec=8,cache=4,persist=0 for x=fp32,w=fp16,y=fp32: "
+    {H "rmsnorm allow tpr=1024,rows=2,vec=8,cache=4 dtype=x=fp32,w=fp16,y=fp32\n",
+     "sm_90.txt:2: rmsnorm config tpr=1024,rows=2,vec=8,cache=4 for x=fp32,w=fp16,y=fp32: "
      "tpr*rows=2048 must be in [32, 1024]"},
     /* deny without a reason */
-    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0\n",
+    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4\n",
      "sm_90.txt:2: deny needs a reason after \"--\""},
-    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 --   \n",
+    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 --   \n",
      "sm_90.txt:2: deny needs a reason after \"--\""},
-    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 --slow\n",
+    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 --slow\n",
      "sm_90.txt:2: expected a space after \"--\", found \"--slow\""},
     /* duplicates and conflicts */
-    {H A1 "# x\n" A1, "sm_90.txt:4: duplicate of line 2: rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0"},
-    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16 -- a\n"
-       "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16 -- b\n",
-     "sm_90.txt:3: duplicate of line 2: rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 "
+    {H A1 "# x\n" A1, "sm_90.txt:4: duplicate of line 2: rmsnorm allow tpr=128,rows=1,vec=8,cache=4"},
+    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16 -- a\n"
+       "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16 -- b\n",
+     "sm_90.txt:3: duplicate of line 2: rmsnorm deny tpr=128,rows=1,vec=8,cache=4 "
      "dtype=x=fp16,w=fp16,y=fp16"},
-    {H A1 "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 -- slow\n",
-     "sm_90.txt:3: rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 conflicts with allow on line 2 "
+    {H A1 "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 -- slow\n",
+     "sm_90.txt:3: rmsnorm deny tpr=128,rows=1,vec=8,cache=4 conflicts with allow on line 2 "
      "(a config cannot be both allowed and denied for the same dtypes)"},
-    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 -- slow\n" A1,
-     "sm_90.txt:3: rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 conflicts with deny on line 2 "
+    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 -- slow\n" A1,
+     "sm_90.txt:3: rmsnorm allow tpr=128,rows=1,vec=8,cache=4 conflicts with deny on line 2 "
      "(a config cannot be both allowed and denied for the same dtypes)"},
-    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 -- slow\n"
-       "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16\n",
-     "sm_90.txt:3: rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16 "
+    {H "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 -- slow\n"
+       "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16\n",
+     "sm_90.txt:3: rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16 "
      "conflicts with deny on line 2 (a config cannot be both allowed and denied for the "
      "same dtypes)"},
-    {H "rmsnorm default tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-       "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 -- slow\n",
-     "sm_90.txt:3: rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 conflicts with default on "
+    {H "rmsnorm default tpr=128,rows=1,vec=8,cache=4\n"
+       "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 -- slow\n",
+     "sm_90.txt:3: rmsnorm deny tpr=128,rows=1,vec=8,cache=4 conflicts with default on "
      "line 2 (a config cannot be both the default and denied for the same dtypes)"},
     /* two defaults for one selector */
-    {H "rmsnorm default tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-       "rmsnorm default tpr=256,rows=1,vec=8,cache=2,persist=0\n",
+    {H "rmsnorm default tpr=128,rows=1,vec=8,cache=4\n"
+       "rmsnorm default tpr=256,rows=1,vec=8,cache=2\n",
      "sm_90.txt:3: second default for rmsnorm dtype=* (the first is on line 2)"},
-    {H "rmsnorm default tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=bf16,w=bf16,y=bf16\n" A1
-       "rmsnorm default tpr=256,rows=1,vec=8,cache=2,persist=0 dtype=x=bf16,w=bf16,y=bf16\n",
+    {H "rmsnorm default tpr=128,rows=1,vec=8,cache=4 dtype=x=bf16,w=bf16,y=bf16\n" A1
+       "rmsnorm default tpr=256,rows=1,vec=8,cache=2 dtype=x=bf16,w=bf16,y=bf16\n",
      "sm_90.txt:4: second default for rmsnorm dtype=x=bf16,w=bf16,y=bf16 (the first is on "
      "line 2)"},
     /* the header */
@@ -297,20 +297,20 @@ static const struct {
                       "with a feature letter, as in sm_90 or sm_90a)"},
     {"arch sm_90 sm_80\n", "sm_90.txt:1: unexpected \"sm_80\" after the arch name"},
     /* the selector and the rest of the line */
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp8,w=fp16,y=fp16\n",
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp8,w=fp16,y=fp16\n",
      "sm_90.txt:2: dtype selector \"x=fp8,w=fp16,y=fp16\": x=fp8 is not fp32, fp16 or bf16"},
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,y=fp16\n",
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,y=fp16\n",
      "sm_90.txt:2: dtype selector \"x=fp16,y=fp16\": field w missing"},
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=w=fp16,x=fp16,y=fp16\n",
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=w=fp16,x=fp16,y=fp16\n",
      "sm_90.txt:2: dtype selector \"w=fp16,x=fp16,y=fp16\" is not in canonical form "
      "(expected x=fp16,w=fp16,y=fp16)"},
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=\n",
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=\n",
      "sm_90.txt:2: dtype= needs a variant or \"*\""},
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=* dtype=*\n",
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=* dtype=*\n",
      "sm_90.txt:2: dtype= given twice"},
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 # fast\n",
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 # fast\n",
      "sm_90.txt:2: unexpected \"#\" (a comment must be on a line of its own)"},
-    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 fast\n",
+    {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 fast\n",
      "sm_90.txt:2: unexpected \"fast\" (expected dtype=<variant> or \"--\" and a reason)"},
 };
 #undef H
@@ -359,11 +359,11 @@ START_TEST(legal_combinations) {
    * different selectors; allow and default of one config. */
   scree__safelist s = parse_ok(
       "arch sm_90\n"
-      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-      "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp32,w=fp32,y=fp32 -- slow\n"
-      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16\n"
-      "rmsnorm default tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-      "rmsnorm default tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16\n",
+      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4\n"
+      "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 dtype=x=fp32,w=fp32,y=fp32 -- slow\n"
+      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16\n"
+      "rmsnorm default tpr=128,rows=1,vec=8,cache=4\n"
+      "rmsnorm default tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16\n",
       "sm_90.txt");
   ck_assert_int_eq(s.n, 5);
   scree__safelist_free(&s);
@@ -377,12 +377,12 @@ START_TEST(queries) {
   scree__safelist s = parse_ok(good_text, "sm_90.txt");
   const char *f16 = "x=fp16,w=fp16,y=fp16", *b16 = "x=bf16,w=bf16,y=bf16",
              *f32 = "x=fp32,w=fp32,y=fp32", *mix = "x=fp16,w=fp32,y=fp16";
-  const scree__config c128 = cfg_of("tpr=128,rows=1,vec=8,cache=4,persist=0"),
-                      c256 = cfg_of("tpr=256,rows=1,vec=8,cache=2,persist=0"),
-                      c64 = cfg_of("tpr=64,rows=2,vec=4,cache=4,persist=0"),
-                      c1024 = cfg_of("tpr=1024,rows=1,vec=1,cache=1,persist=0"),
-                      c32 = cfg_of("tpr=32,rows=4,vec=8,cache=2,persist=0"),
-                      other = cfg_of("tpr=16,rows=8,vec=8,cache=4,persist=0");
+  const scree__config c128 = cfg_of("tpr=128,rows=1,vec=8,cache=4"),
+                      c256 = cfg_of("tpr=256,rows=1,vec=8,cache=2"),
+                      c64 = cfg_of("tpr=64,rows=2,vec=4,cache=4"),
+                      c1024 = cfg_of("tpr=1024,rows=1,vec=1,cache=1"),
+                      c32 = cfg_of("tpr=32,rows=4,vec=8,cache=2"),
+                      other = cfg_of("tpr=16,rows=8,vec=8,cache=4");
 
   /* allows */
   ck_assert_int_eq(scree__safelist_allows(&s, op, f16, &c128), 1);
@@ -492,17 +492,17 @@ START_TEST(write_round_trips) {
       "\n"
       "arch sm_90\n"
       "\n"
-      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-      "rmsnorm allow tpr=256,rows=1,vec=8,cache=2,persist=0 -- two vectors per thread\n"
-      "rmsnorm allow tpr=64,rows=2,vec=4,cache=4,persist=0 dtype=x=fp32,w=fp32,y=fp32\n"
-      "rmsnorm deny tpr=1024,rows=1,vec=1,cache=1,persist=0 -- slow: 3x default on every bucket\n"
-      "rmsnorm deny tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=bf16,w=bf16,y=bf16 -- wrong "
+      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4\n"
+      "rmsnorm allow tpr=256,rows=1,vec=8,cache=2 -- two vectors per thread\n"
+      "rmsnorm allow tpr=64,rows=2,vec=4,cache=4 dtype=x=fp32,w=fp32,y=fp32\n"
+      "rmsnorm deny tpr=1024,rows=1,vec=1,cache=1 -- slow: 3x default on every bucket\n"
+      "rmsnorm deny tpr=128,rows=1,vec=8,cache=4 dtype=x=bf16,w=bf16,y=bf16 -- wrong "
       "answer: # not a comment\n"
-      "rmsnorm default tpr=128,rows=1,vec=8,cache=4,persist=0\n"
-      "rmsnorm default tpr=256,rows=1,vec=8,cache=2,persist=0 dtype=x=fp16,w=fp16,y=fp16 -- measured\n"
-      "rmsnorm allow tpr=32,rows=4,vec=8,cache=2,persist=0\n"
-      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4,persist=0 dtype=x=fp16,w=fp16,y=fp16\n"
-      "rmsnorm default tpr=64,rows=2,vec=4,cache=4,persist=0 dtype=x=fp32,w=fp32,y=fp32\n");
+      "rmsnorm default tpr=128,rows=1,vec=8,cache=4\n"
+      "rmsnorm default tpr=256,rows=1,vec=8,cache=2 dtype=x=fp16,w=fp16,y=fp16 -- measured\n"
+      "rmsnorm allow tpr=32,rows=4,vec=8,cache=2\n"
+      "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp16,w=fp16,y=fp16\n"
+      "rmsnorm default tpr=64,rows=2,vec=4,cache=4 dtype=x=fp32,w=fp32,y=fp32\n");
   scree__safelist back = parse_ok(text, "sm_90.txt");
   assert_same_entries(&s, &back);
   free(text);
@@ -542,13 +542,13 @@ START_TEST(load_file_errors) {
                    SCREE_ERROR_IO);
   ck_assert_str_eq(why, "/nonexistent/dir/sm_90.txt: No such file or directory");
   const char *dir = make_tmpdir();
-  mkfile(dir, "sm_90.txt", "arch sm_90\n\nrmsnorm deny tpr=8,rows=16,vec=8,cache=1,persist=0\n");
+  mkfile(dir, "sm_90.txt", "arch sm_90\n\nrmsnorm deny tpr=8,rows=16,vec=8,cache=1\n");
   char path[256], want[512];
   snprintf(path, sizeof path, "%s/sm_90.txt", dir);
   ck_assert_int_eq(scree__safelist_load_file(path, &s, why, sizeof why), SCREE_ERROR_PARSE);
   snprintf(want, sizeof want, "%s:3: deny needs a reason after \"--\"", path);
   ck_assert_str_eq(why, want);
-  mkfile(dir, "sm_90.txt", "arch sm_90\nrmsnorm allow tpr=8,rows=16,vec=8,cache=1,persist=0\n");
+  mkfile(dir, "sm_90.txt", "arch sm_90\nrmsnorm allow tpr=8,rows=16,vec=8,cache=1\n");
   ck_assert_int_eq(scree__safelist_load_file(path, &s, why, sizeof why), SCREE_OK);
   ck_assert_str_eq(s.source, path);
   ck_assert_int_eq(s.n, 1);
@@ -605,10 +605,10 @@ END_TEST
 
 START_TEST(dir_override_and_fallback) {
   const char *dir = make_tmpdir();
-  mkfile(dir, "sm_80.txt", "arch sm_80\nrmsnorm allow tpr=8,rows=16,vec=8,cache=1,persist=0\n");
-  mkfile(dir, "sm_86.txt", "arch sm_86\nrmsnorm allow tpr=16,rows=8,vec=8,cache=1,persist=0\n");
+  mkfile(dir, "sm_80.txt", "arch sm_80\nrmsnorm allow tpr=8,rows=16,vec=8,cache=1\n");
+  mkfile(dir, "sm_86.txt", "arch sm_86\nrmsnorm allow tpr=16,rows=8,vec=8,cache=1\n");
   mkfile(dir, "sm_90a.txt", "arch sm_90a\n");
-  mkfile(dir, "sm_95.txt", "arch sm_95\nrmsnorm allow tpr=96,rows=1,vec=8,cache=1,persist=0\n");
+  mkfile(dir, "sm_95.txt", "arch sm_95\nrmsnorm allow tpr=96,rows=1,vec=8,cache=1\n");
   ck_assert_int_eq(setenv("SCREE_SAFELIST_DIR", dir, 1), 0);
   char prefix[256];
   snprintf(prefix, sizeof prefix, "%s/", dir);
@@ -618,7 +618,7 @@ START_TEST(dir_override_and_fallback) {
   char why[1024];
   ck_assert_int_eq(scree__safelist_for_arch("sm_80", &s, why, sizeof why), SCREE_OK);
   ck_assert_int_eq(s.n, 1);
-  scree__config c = cfg_of("tpr=8,rows=16,vec=8,cache=1,persist=0");
+  scree__config c = cfg_of("tpr=8,rows=16,vec=8,cache=1");
   ck_assert(cfg_same(&s.entries[0].cfg, &c));
   scree__safelist_free(&s);
 
@@ -636,7 +636,7 @@ START_TEST(dir_override_and_fallback) {
   ck_assert_int_eq(scree__safelist_for_arch("sm_95", &s, why, sizeof why), SCREE_ERROR_PARSE);
   char want[1024];
   snprintf(want, sizeof want,
-           "%ssm_95.txt:2: rmsnorm config tpr=96,rows=1,vec=8,cache=1,persist=0: tpr=96 must be a "
+           "%ssm_95.txt:2: rmsnorm config tpr=96,rows=1,vec=8,cache=1: tpr=96 must be a "
            "power of two in [8, 1024]",
            prefix);
   ck_assert_str_eq(why, want);

@@ -6,7 +6,7 @@
 
 #include "../internal.h"
 
-enum { F_TPR, F_ROWS, F_VEC, F_CACHE, F_PERSIST };
+enum { F_TPR, F_ROWS, F_VEC, F_CACHE };
 enum { V_X, V_W, V_Y };
 
 static const scree__field fields[] = {
@@ -14,7 +14,6 @@ static const scree__field fields[] = {
     {"rows", "SCREE_ROWS", 5, {1, 2, 4, 8, 16}},
     {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
     {"cache", "SCREE_CACHE", 5, {1, 2, 4, 8, 16}},
-    {"persist", "SCREE_PERSIST", 2, {0, 1}},
 };
 static const scree__vfield vfields[] = {
     {"x", "SCREE_X_DTYPE", 1},
@@ -52,15 +51,6 @@ static int check(const scree__config *c, const scree__variant *var, char *why,
   if (vec * cache > 64) {
     snprintf(why, n, "vec*cache=%d exceeds 64 elements of registers per thread",
              vec * cache);
-    return 0;
-  }
-  const int persist = c->v[F_PERSIST];
-  if (persist != 0 && persist != 1) {
-    snprintf(why, n, "persist=%d must be 0 or 1", persist);
-    return 0;
-  }
-  if (persist && vec * cache > 32) {
-    snprintf(why, n, "persist=1 holds two rows: vec*cache=%d exceeds 32", vec * cache);
     return 0;
   }
   return 1;
@@ -114,8 +104,6 @@ static void adapt(scree__config *c, const scree__variant *var,
   }
 }
 
-static int threads(const scree__config *c) { return c->v[F_TPR] * c->v[F_ROWS]; }
-
 static scree_status launch(scree_context *ctx, const scree__kernel *k,
                            const scree__config *c, const void *args,
                            CUstream stream) {
@@ -128,13 +116,10 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
   uint64_t x = a->x, w = a->w, y = a->y;
   const long long per_cta = c->v[F_ROWS];
   long long grid = (rows + per_cta - 1) / per_cta;
-  /* Persistent: exactly as many CTAs as the GPU holds at once. */
-  const long long resident = (long long)ctx->info.sm_count * k->blocks_per_sm;
-  if (c->v[F_PERSIST] && grid > resident) grid = resident;
   if (grid > 0x7fffffffLL) grid = 0x7fffffffLL; /* the kernel strides */
   void *params[] = {&x, &w, &y, &rows, &cols, &xs, &ys, &eps};
   CUresult r = ctx->cu->LaunchKernel(
-      k->fn, (unsigned)grid, 1, 1, (unsigned)threads(c), 1, 1,
+      k->fn, (unsigned)grid, 1, 1, (unsigned)(c->v[F_TPR] * c->v[F_ROWS]), 1, 1,
       0, stream, params, NULL);
   if (r != CUDA_SUCCESS)
     return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(rmsnorm)");
@@ -242,14 +227,13 @@ const scree__op scree__op_rmsnorm = {
     .name = "rmsnorm",
     .source = "rmsnorm.cu",
     .entry = "scree_rmsnorm",
-    .nfields = 5,
+    .nfields = 4,
     .fields = fields,
     .nvfields = 3,
     .vfields = vfields,
     .check = check,
     .default_config = default_config,
     .adapt = adapt,
-    .threads = threads,
     .launch = launch,
     .args_size = sizeof(scree_rmsnorm_args),
     .bucket_key = bucket_key,
