@@ -16,8 +16,15 @@ t0=$(now)
 t1=$(now)
 cat "$out/prewarm_cold.json"
 echo "scree-tune process wall time: $(python3 -c "print(round($t1 - $t0, 3))") s"
+echo "== scree: the same bucket, exploring the whole config space (--explore --force)"
+t0=$(now)
+"$build/scree-tune" prewarm --op rmsnorm --rows 16384 --cols 4096 --dtype bf16 --explore --force --json
+t1=$(now)
+echo "scree-tune --explore process wall time: $(python3 -c "print(round($t1 - $t0, 3))") s"
 echo "== scree: first call in fresh processes with the warm cache"
 for i in 1 2 3; do "$build/tests/cache_probe" "$SCREE_CACHE_DIR/tune.db" 16384 4096 bf16; done
+echo "== scree: the same without NVRTC (SCREE_NVRTC_LIBRARY points nowhere)"
+SCREE_NVRTC_LIBRARY=/nonexistent "$build/tests/cache_probe" "$SCREE_CACHE_DIR/tune.db" 16384 4096 bf16
 echo "== scree: a model preset (llama-3-8b, 15 buckets)"
 t0=$(now)
 "$build/scree-tune" prewarm --model llama-3-8b --quiet
