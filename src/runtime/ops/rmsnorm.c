@@ -130,9 +130,9 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
 
 /* Bucket: rows rounded up to a power of two, cols exact. */
 static int log2_ceil(int64_t v) {
-  int l = 0;
-  while (((int64_t)1 << l) < v && l < 62) l++;
-  return l;
+  if (v <= 1) return 0;
+  const int l = 64 - __builtin_clzll((uint64_t)(v - 1)); /* on the hot path */
+  return l > 62 ? 62 : l;
 }
 
 static uint64_t bucket_key(const void *args) {
