@@ -542,7 +542,9 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
       res->failed++;
       continue;
     }
-    st = scree__kernel_from_cubin(ctx, op, &k->cfg, var, k->cubin, &k->k);
+    /* Candidates run from modules of their own, unloaded when the tune
+     * ends; only the winner joins the kernel table. */
+    st = scree__module_load(ctx, op, k->cubin, &k->k);
     if (st) {
       snprintf(why, sizeof why, "load: %.400s", ctx->err);
       record_bad(ctx, &key, op, &k->cfg, 1, why);
@@ -585,6 +587,8 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
   problem_free(ctx, &chk);
   problem_free(ctx, &tp);
 out_nobuf:
+  for (int i = 0; i < n; i++)
+    if (c[i].k.module) ctx->cu->ModuleUnload(c[i].k.module);
   scree__ctx_leave(ctx, pushed);
 
   int win = -1;
@@ -600,6 +604,11 @@ out_nobuf:
       st = scree__fail(ctx, SCREE_ERROR_NOT_FOUND,
                        "tune %s %s %s: no candidate compiled and computed the right answer "
                        "(%d tried, %d known bad)", op->name, key.bucket, vs, n, res->known_bad);
+  }
+  if (win >= 0) {
+    scree__kernel wk;
+    scree_status ls = scree__kernel_from_cubin(ctx, op, &c[win].cfg, var, c[win].cubin, &wk);
+    if (ls) st = ls, win = -1;
   }
   if (win >= 0) {
     res->cfg = c[win].cfg;

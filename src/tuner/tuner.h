@@ -42,9 +42,8 @@ void scree__tune_opts_init(scree__tune_opts *o);
  * candidates on a thread pool, loads them, checks each against the CPU
  * reference, times the correct ones, records failures as bad configs in the
  * user cache, picks the winner and (opts->store) stores it with its cubin.
- * Every candidate that loaded stays in the context's kernel table until
- * scree_destroy (the winner is then ready to launch). Serialized per
- * context. */
+ * The winner joins the context's kernel table, ready to launch; the other
+ * candidates' modules are unloaded. Serialized per context. */
 scree_status scree__tune(scree_context *ctx, const scree__op *op,
                          const scree__variant *var, uint64_t bucket,
                          const scree__tune_opts *opts,
