@@ -342,6 +342,47 @@ START_TEST(prewarm_from_misses) {
 }
 END_TEST
 
+/* verify re-checks every winner on this GPU: a good cache passes, and an
+ * entry whose cubin computes something else (a bf16 kernel filed under an
+ * fp16 key) is caught. */
+START_TEST(verify_catches_a_wrong_entry) {
+  char db[400], cmd[1024];
+  snprintf(db, sizeof db, "%s/verify.db", g_dir);
+  scree_context *ctx = make_ctx(db, SCREE_MISS_TUNE);
+  run_once(ctx, 30, 2048, SCREE_OK); /* tunes rows<=32,cols=2048 */
+  snprintf(cmd, sizeof cmd, "'%s' verify --cache '%s' --quiet", SCREE_TUNE_BIN, db);
+  ck_assert_int_eq(system(cmd), 0);
+
+  const scree__op *op = scree__op_find("rmsnorm");
+  /* Same element size, so nothing is read out of bounds: only the values
+   * are wrong (fp16 bits read as bf16). */
+  const scree__variant bf16 = {{SCREE_DTYPE_BF16, SCREE_DTYPE_BF16, SCREE_DTYPE_BF16}};
+  scree_rmsnorm_args rep;
+  op->representative(bucket_of(64, 2048), &fp16, 0, &rep);
+  scree__config cfg;
+  op->default_config(ctx->sm, &fp16, &rep, &cfg);
+  scree__centry e;
+  memset(&e, 0, sizeof e);
+  scree__make_key(ctx, op, &fp16, bucket_of(64, 2048), &e.key);
+  scree__config_str(op, &cfg, e.config, sizeof e.config);
+  e.median_us = 1;
+  snprintf(e.device_name, sizeof e.device_name, "test");
+  char *log = NULL;
+  ck_assert_int_eq(scree__compile(ctx->nvrtc, op, &cfg, &bf16, ctx->arch, &e.cubin,
+                                  &e.cubin_size, &log),
+                   SCREE_OK);
+  free(log);
+  ck_assert_int_eq(scree__cache_put(ctx->caches->user, &e, NULL), SCREE_OK);
+  free(e.cubin);
+  scree_destroy(ctx);
+  snprintf(cmd, sizeof cmd, "'%s' verify --cache '%s' --quiet | grep -q WRONG", SCREE_TUNE_BIN, db);
+  ck_assert_int_eq(system(cmd), 0);
+  snprintf(cmd, sizeof cmd, "'%s' verify --cache '%s' --quiet >/dev/null", SCREE_TUNE_BIN, db);
+  const int st = system(cmd);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+}
+END_TEST
+
 static double now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -424,6 +465,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, failing_config_recorded_and_skipped);
   tcase_add_test(tc, miss_policies);
   tcase_add_test(tc, prewarm_from_misses);
+  tcase_add_test(tc, verify_catches_a_wrong_entry);
   tcase_add_test(tc, hot_path_overhead);
   suite_add_tcase(s, tc);
   int rc = scree_test_run(s, 1);
