@@ -262,6 +262,7 @@ void scree_destroy(scree_context *ctx) {
   scree__kernel_table_free(ctx);
   scree__ctx_leave(ctx, pushed);
   scree__plan_table_free(ctx);
+  scree__tuner_free(ctx);
   if (ctx->caches) {
     scree__cache_stack_close(ctx->caches);
     free(ctx->caches);

@@ -189,6 +189,7 @@ struct scree_context {
   struct scree__cache_stack *caches; /* NULL when disabled */
   struct scree__safelist *safelist;  /* NULL when none applies */
   pthread_mutex_t tune_lock;     /* one tuning run at a time */
+  struct scree__cubin_memo *cubin_memo; /* tuner.c: compiled candidates */
 
   pthread_mutex_t err_lock;
   char err[4096];
@@ -288,6 +289,9 @@ scree_status scree__module_load(scree_context *ctx, const scree__op *op,
 /* sha256 hex of an op's kernel source as compiled (common.cuh + file),
  * computed once per process. "" if the source is missing. */
 const char *scree__source_hash(const scree__op *op);
+
+/* tuner.c: frees what tuning kept for later tunes. */
+void scree__tuner_free(scree_context *ctx);
 
 /* dispatch.c: which config a call runs, then the launch. */
 void scree__plan_table_free(scree_context *ctx);

@@ -356,14 +356,15 @@ typedef struct cjob {
   const scree__op *op;
   const scree__variant *var;
   cand *c;
+  const int *todo; /* indexes into c of the candidates to compile */
   int n, done;
   pthread_mutex_t lock;
   const scree__tune_opts *o;
 } cjob;
 
-static void compile_one(void *p, int i) {
+static void compile_one(void *p, int k) {
   cjob *j = p;
-  cand *c = &j->c[i];
+  cand *c = &j->c[j->todo[k]];
   if (j->ctx->log_level >= SCREE_LOG_DEBUG) {
     char cs[128];
     scree__config_str(j->op, &c->cfg, cs, sizeof cs);
@@ -379,6 +380,60 @@ static void compile_one(void *p, int i) {
   const int done = ++j->done;
   if (j->o->progress) j->o->progress(j->o->user, done, j->n, "compile");
   pthread_mutex_unlock(&j->lock);
+}
+
+/* ---- compiled candidates, kept for the context's later tunes ------------
+ * The buckets of one op share most candidates, and a cubin depends only on
+ * (op, config, variant, target): a prewarm of many buckets compiles each
+ * candidate once. */
+
+typedef struct memo_entry {
+  const scree__op *op;
+  scree__config cfg;
+  scree__variant var;
+  void *cubin;
+  size_t size;
+} memo_entry;
+
+struct scree__cubin_memo {
+  memo_entry *e;
+  int n, cap;
+};
+
+static memo_entry *memo_find(scree_context *ctx, const scree__op *op,
+                             const scree__config *cfg, const scree__variant *var) {
+  struct scree__cubin_memo *m = ctx->cubin_memo;
+  for (int i = 0; m && i < m->n; i++)
+    if (m->e[i].op == op && !memcmp(&m->e[i].cfg, cfg, sizeof *cfg) &&
+        !memcmp(&m->e[i].var, var, sizeof *var))
+      return &m->e[i];
+  return NULL;
+}
+
+static void memo_add(scree_context *ctx, const scree__op *op, const scree__config *cfg,
+                     const scree__variant *var, const void *cubin, size_t size) {
+  if (!ctx->cubin_memo && !(ctx->cubin_memo = calloc(1, sizeof *ctx->cubin_memo))) return;
+  struct scree__cubin_memo *m = ctx->cubin_memo;
+  if (m->n == m->cap) {
+    const int cap = m->cap ? m->cap * 2 : 64;
+    memo_entry *e = realloc(m->e, (size_t)cap * sizeof *e);
+    if (!e) return;
+    m->e = e;
+    m->cap = cap;
+  }
+  void *copy = malloc(size);
+  if (!copy) return;
+  memcpy(copy, cubin, size);
+  m->e[m->n++] = (memo_entry){op, *cfg, *var, copy, size};
+}
+
+void scree__tuner_free(scree_context *ctx) {
+  struct scree__cubin_memo *m = ctx->cubin_memo;
+  if (!m) return;
+  for (int i = 0; i < m->n; i++) free(m->e[i].cubin);
+  free(m->e);
+  free(m);
+  ctx->cubin_memo = NULL;
 }
 
 static int same_cfg(const scree__config *a, const scree__config *b) {
@@ -507,12 +562,30 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
              op->name, key.bucket, vs, n, use_space ? "whole space" : "safelist",
              res->known_bad);
 
-  /* Compile on a thread pool (NVRTC is thread-safe). */
-  cjob j = {.ctx = ctx, .op = op, .var = var, .c = c, .n = n, .o = &o};
+  /* Compile on a thread pool (NVRTC is thread-safe) what no earlier tune
+   * of this context compiled already; tuning is serialized, so the memo
+   * needs no lock of its own. */
+  int *todo = calloc((size_t)(n > 0 ? n : 1), sizeof *todo);
+  int ntodo = 0;
+  for (int i = 0; i < n && todo; i++) {
+    const memo_entry *me = memo_find(ctx, op, &c[i].cfg, var);
+    if (me && (c[i].cubin = malloc(me->size))) {
+      memcpy(c[i].cubin, me->cubin, me->size);
+      c[i].cubin_size = me->size;
+      c[i].cst = SCREE_OK;
+    } else {
+      todo[ntodo++] = i;
+    }
+  }
+  cjob j = {.ctx = ctx, .op = op, .var = var, .c = c, .todo = todo, .n = ntodo, .o = &o};
   pthread_mutex_init(&j.lock, NULL);
-  scree__parallel_for(n, o.threads, compile_one, &j);
+  scree__parallel_for(ntodo, o.threads, compile_one, &j);
   pthread_mutex_destroy(&j.lock);
-  __atomic_fetch_add(&ctx->counters.compiles, (uint64_t)n, __ATOMIC_RELAXED);
+  for (int t = 0; t < ntodo; t++)
+    if (c[todo[t]].cst == SCREE_OK)
+      memo_add(ctx, op, &c[todo[t]].cfg, var, c[todo[t]].cubin, c[todo[t]].cubin_size);
+  free(todo);
+  __atomic_fetch_add(&ctx->counters.compiles, (uint64_t)ntodo, __ATOMIC_RELAXED);
 
   const int pushed = scree__ctx_enter(ctx);
   problem chk, tp;
