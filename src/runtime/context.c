@@ -92,7 +92,7 @@ scree_status scree_get_runtime_info(scree_runtime_info *info) {
       const scree__cu_api *c2 = scree__cu_load(NULL, 0, NULL);
       c2->DriverGetVersion(&info->driver_version);
     }
-    snprintf(info->driver_error, sizeof info->driver_error, "%s", why);
+    snprintf(info->driver_error, sizeof info->driver_error, "%.255s", why);
   }
   const char *path = NULL;
   const scree__nvrtc_api *nv = scree__nvrtc_load(why, sizeof why, &path);
@@ -101,7 +101,7 @@ scree_status scree_get_runtime_info(scree_runtime_info *info) {
     nv->Version(&info->nvrtc_major, &info->nvrtc_minor);
     snprintf(info->nvrtc_path, sizeof info->nvrtc_path, "%s", path);
   } else {
-    snprintf(info->nvrtc_error, sizeof info->nvrtc_error, "%s", why);
+    snprintf(info->nvrtc_error, sizeof info->nvrtc_error, "%.255s", why);
   }
   return SCREE_OK;
 }

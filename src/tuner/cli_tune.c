@@ -200,9 +200,8 @@ static int make_context(const cli_common *c, int device, scree_context **ctx,
              : CLI_FAIL;
 }
 
-int cmd_prewarm(int argc, char **argv) {
+static int prewarm(int argc, char **argv, tasks *tsp) {
   cli_common c = {0};
-  tasks ts = {0};
   long rows[64], cols[64], rows_max = 0;
   int nrows = 0, ncols = 0, ndt = 0, explore = 0, force = 0, reps = 25, device = 0;
   int from_misses = 0, have_op = 0;
@@ -272,8 +271,8 @@ int cmd_prewarm(int argc, char **argv) {
         return CLI_USAGE;
       }
       for (int d = 0; d < ndt; d++) {
-        for (int r = 0; r < nrows; r++) add_rmsnorm(&ts, rows[r], cols[k], dts[d]);
-        for (long r = 1; rows_max && r <= rows_max; r *= 2) add_rmsnorm(&ts, r, cols[k], dts[d]);
+        for (int r = 0; r < nrows; r++) add_rmsnorm(tsp, rows[r], cols[k], dts[d]);
+        for (long r = 1; rows_max && r <= rows_max; r *= 2) add_rmsnorm(tsp, r, cols[k], dts[d]);
       }
     }
   }
@@ -289,10 +288,10 @@ int cmd_prewarm(int argc, char **argv) {
       return CLI_USAGE;
     }
     for (int d = 0; d < ndt; d++)
-      for (long r = 1; r <= 16384; r *= 2) add_rmsnorm(&ts, r, p->hidden, dts[d]);
+      for (long r = 1; r <= 16384; r *= 2) add_rmsnorm(tsp, r, p->hidden, dts[d]);
   }
-  if (shapes && read_shapes_file(shapes, &ts) < 0) return CLI_USAGE;
-  if (!from_misses && ts.n == 0) {
+  if (shapes && read_shapes_file(shapes, tsp) < 0) return CLI_USAGE;
+  if (!from_misses && tsp->n == 0) {
     fprintf(stderr, "scree-tune prewarm: nothing to tune: give --op/--cols/--rows, "
                     "--shapes, --model or --from-misses (see --help)\n");
     return CLI_USAGE;
@@ -309,11 +308,11 @@ int cmd_prewarm(int argc, char **argv) {
   }
   scree__cache *user = ctx->caches->user;
   if (from_misses) {
-    miss_ctx mc = {.ts = &ts, .arch = ctx->arch};
-    const int before = ts.n;
+    miss_ctx mc = {.ts = tsp, .arch = ctx->arch};
+    const int before = tsp->n;
     scree__cache_foreach_miss(user, ctx->arch, c.op, on_miss, &mc);
     if (!c.quiet && !c.json)
-      printf("%d recorded miss(es) for %s\n", ts.n - before, ctx->arch);
+      printf("%d recorded miss(es) for %s\n", tsp->n - before, ctx->arch);
   }
   if (c.json) printf("{\"device\": "), cli_json_str(stdout, ctx->info.name),
       printf(", \"arch\": \"%s\", \"results\": [", ctx->arch);
@@ -322,8 +321,8 @@ int cmd_prewarm(int argc, char **argv) {
            "winner", "us", "default", "gain", "cand", "s");
   int failures = 0, first = 1;
   const double t0 = cli_now();
-  for (int i = 0; i < ts.n; i++) {
-    task *t = &ts.t[i];
+  for (int i = 0; i < tsp->n; i++) {
+    task *t = &tsp->t[i];
     scree__ckey key;
     scree__make_key(ctx, t->op, &t->var, t->bucket, &key);
     scree__centry e;
@@ -384,11 +383,17 @@ int cmd_prewarm(int argc, char **argv) {
   if (c.json)
     printf("\n], \"seconds\": %.3f, \"failures\": %d}\n", cli_now() - t0, failures);
   else if (!c.quiet)
-    printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", ts.n, cli_now() - t0, failures,
+    printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", tsp->n, cli_now() - t0, failures,
            scree__cache_path(user));
-  free(ts.t);
   scree_destroy(ctx);
   return failures ? CLI_FAIL : CLI_OK;
+}
+
+int cmd_prewarm(int argc, char **argv) {
+  tasks ts = {0};
+  const int rc = prewarm(argc, argv, &ts); /* every path leaves ts to us */
+  free(ts.t);
+  return rc;
 }
 
 /* ---- verify ------------------------------------------------------------ */
