@@ -20,10 +20,10 @@
  * CUDA context that is current on the calling thread (it pushes and pops the
  * device's primary context around its own work when needed).
  *
- * Environment: SCREE_MISS_POLICY, SCREE_LOG_LEVEL, SCREE_NO_CACHE=1 and
- * SCREE_NVRTC_OPTIONAL=1 are read by scree_create and take precedence over
- * the matching options, so that an operator can change a deployed program's
- * behaviour without rebuilding it; SCREE_CACHE_DIR and SCREE_CACHE_PATH
+ * Environment: SCREE_MISS_POLICY and SCREE_LOG_LEVEL, when set, take
+ * precedence over the matching options, and SCREE_NO_CACHE=1 and
+ * SCREE_NVRTC_OPTIONAL=1 turn those options on, so that an operator can
+ * change a deployed program's behaviour without rebuilding it; SCREE_CACHE_DIR and SCREE_CACHE_PATH
  * apply where the cache options are NULL (docs/architecture.md lists every
  * variable).
  */
@@ -70,7 +70,7 @@ extern "C" {
   X(ERROR_INVALID_ARGUMENT, 1, "invalid argument")                             \
   X(ERROR_UNSUPPORTED, 2, "unsupported dtype, size or feature")                \
   X(ERROR_MISALIGNED, 3, "pointer or stride not aligned for its dtype")        \
-  X(ERROR_NO_DRIVER, 4, "CUDA driver library (libcuda.so.1) not available")    \
+  X(ERROR_NO_DRIVER, 4, "CUDA driver unusable (too old, or failed to initialize)") \
   X(ERROR_NO_DEVICE, 5, "no usable CUDA device")                               \
   X(ERROR_NO_NVRTC, 6, "NVRTC library (libnvrtc.so) not available")           \
   X(ERROR_COMPILE, 7, "kernel failed to compile")                              \
@@ -156,8 +156,9 @@ typedef struct scree_runtime_info {
  * `info` is NULL, else SCREE_OK. Thread-safe. */
 SCREE_EXTERN scree_status scree_get_runtime_info(scree_runtime_info *info);
 
-/* Describes device `ordinal`. Returns SCREE_ERROR_NO_DRIVER,
- * SCREE_ERROR_NO_DEVICE (ordinal out of range) or SCREE_OK. Thread-safe. */
+/* Describes device `ordinal`. Returns SCREE_ERROR_NO_DEVICE (no driver
+ * library, no GPU, or the ordinal out of range), SCREE_ERROR_NO_DRIVER (a
+ * driver too old or failing to initialize) or SCREE_OK. Thread-safe. */
 SCREE_EXTERN scree_status scree_get_device_info(int ordinal,
                                                 scree_device_info *info);
 
@@ -234,8 +235,10 @@ SCREE_EXTERN void scree_destroy(scree_context *ctx);
 
 /* A description of the last failure on this context: the NVRTC log, the
  * driver's error name, or the bad argument and its value. "" when the last
- * call succeeded. Owned by the context, valid until the next call on it.
- * With several threads failing at once it holds one of their messages. */
+ * call succeeded. The string is a copy owned by the calling thread, valid
+ * until that thread calls scree_last_error again. With several threads
+ * using the context, it describes the latest call that finished on any of
+ * them. Thread-safe. */
 SCREE_EXTERN const char *scree_last_error(const scree_context *ctx);
 
 /* The device this context runs on. Thread-safe. */

@@ -27,6 +27,8 @@
 #define THREADS (SCREE_TPR * SCREE_ROWS)
 static_assert((SCREE_TPR & (SCREE_TPR - 1)) == 0 && SCREE_TPR >= 8 &&
                   SCREE_TPR <= 1024, "TPR must be a power of two in [8, 1024]");
+static_assert((SCREE_ROWS & (SCREE_ROWS - 1)) == 0 && SCREE_ROWS >= 1 && SCREE_ROWS <= 16,
+              "ROWS must be a power of two in [1, 16]: whole warps per CTA");
 static_assert(THREADS >= 32 && THREADS <= 1024, "TPR * ROWS must be in [32, 1024]");
 static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC == 8,
               "VEC must be 1, 2, 4 or 8");

@@ -279,7 +279,19 @@ void scree_destroy(scree_context *ctx) {
 }
 
 const char *scree_last_error(const scree_context *ctx) {
-  return ctx ? ctx->err : "ctx is NULL";
+  /* A copy per thread: another thread's failure or success cannot change
+   * the string while the caller reads it. */
+  static __thread char copy[sizeof ctx->err];
+  if (!ctx) return "ctx is NULL";
+  scree__error_copy((scree_context *)ctx, copy, sizeof copy);
+  return copy;
+}
+
+void scree__error_copy(scree_context *ctx, char *buf, size_t size) {
+  if (!size) return;
+  pthread_mutex_lock(&ctx->err_lock);
+  snprintf(buf, size, "%s", ctx->err);
+  pthread_mutex_unlock(&ctx->err_lock);
 }
 
 scree_status scree_context_device(const scree_context *ctx,
@@ -307,18 +319,19 @@ scree_status scree__fail(scree_context *ctx, scree_status st, const char *fmt,
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   pthread_mutex_lock(&ctx->err_lock);
-  memcpy(ctx->err, buf, sizeof buf);
+  memcpy(ctx->err, buf, strlen(buf) + 1);
+  __atomic_store_n(&ctx->has_err, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&ctx->err_lock);
   scree__log(ctx, SCREE_LOG_DEBUG, "%s: %s", scree_status_name(st), buf);
   return st;
 }
 
 void scree__clear_error(scree_context *ctx) {
-  /* Racy read first: the hot path skips the lock when there is nothing to
-   * clear. */
-  if (ctx->err[0]) {
+  /* The hot path takes no lock when there is nothing to clear. */
+  if (__atomic_load_n(&ctx->has_err, __ATOMIC_ACQUIRE)) {
     pthread_mutex_lock(&ctx->err_lock);
     ctx->err[0] = 0;
+    __atomic_store_n(&ctx->has_err, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ctx->err_lock);
   }
 }

@@ -102,6 +102,8 @@ typedef struct scree__cu_api {
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
 #define NVRTC_SUCCESS 0
+#define NVRTC_ERROR_OUT_OF_MEMORY 1
+#define NVRTC_ERROR_COMPILATION 6
 
 /* The NVRTC entries scree calls. NVRTC is thread-safe: separate programs
  * may be compiled on separate threads at once. */

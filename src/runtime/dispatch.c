@@ -66,10 +66,7 @@ void scree__plan_table_free(scree_context *ctx) {
   ctx->plan_cap = ctx->plan_len = 0;
 }
 
-static void count(scree_context *ctx, uint64_t *counter) {
-  (void)ctx;
-  __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
-}
+static void count(uint64_t *counter) { __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED); }
 
 /* Decides the config of a new plan: cache, then the miss policy. Loads the
  * kernel (from a cached cubin when there is one). */
@@ -87,18 +84,27 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op,
       char why[256];
       if (scree__config_parse(op, e.config, &cfg, why, sizeof why) == 0 &&
           op->check(&cfg, var, why, sizeof why)) {
-        scree__kernel k;
-        scree_status st = scree__kernel_from_cubin(ctx, op, &cfg, var, e.cubin, &k);
+        /* The cached cubin serves the call only if adapt keeps the config;
+         * otherwise the narrowed config is compiled below. */
+        scree__config adapted = cfg;
+        op->adapt(&adapted, var, args);
+        scree_status st = SCREE_OK;
+        if (!memcmp(&adapted, &cfg, sizeof cfg)) {
+          scree__kernel k;
+          st = scree__kernel_from_cubin(ctx, op, &cfg, var, e.cubin, &k);
+        }
         if (st == SCREE_OK) {
           have = 1;
-          count(ctx, level == SCREE__LEVEL_USER ? &ctx->counters.user_cache_hits
+          count(level == SCREE__LEVEL_USER ? &ctx->counters.user_cache_hits
                                                 : &ctx->counters.shipped_cache_hits);
           scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: %s cache hit: %s", op->name,
                      key.bucket, key.dtype, level == SCREE__LEVEL_USER ? "user" : "shipped",
                      e.config);
         } else {
+          char err[512];
+          scree__error_copy(ctx, err, sizeof err);
           scree__log(ctx, SCREE_LOG_WARN, "%s %s: cached cubin for %s does not load: %s",
-                     op->name, key.bucket, e.config, ctx->err);
+                     op->name, key.bucket, e.config, err);
         }
       } else {
         scree__log(ctx, SCREE_LOG_WARN, "%s %s: ignoring cached config \"%s\": %s",
@@ -128,12 +134,12 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op,
         scree__variant_str(op, var, vs, sizeof vs);
         if (!ctx->safelist || !scree__safelist_default(ctx->safelist, op, vs, &cfg))
           op->default_config(ctx->sm, var, args, &cfg);
-        count(ctx, &ctx->counters.safelist_defaults);
+        count(&ctx->counters.safelist_defaults);
         char shape[128];
         op->shape_str(args, shape, sizeof shape);
         if (ctx->caches && ctx->caches->user &&
             scree__cache_record_miss(ctx->caches->user, &key, shape) == SCREE_OK)
-          count(ctx, &ctx->counters.misses_recorded);
+          count(&ctx->counters.misses_recorded);
         scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: miss, default config", op->name,
                    key.bucket, key.dtype);
       }
@@ -184,12 +190,12 @@ scree_status scree__dispatch(scree_context *ctx, const scree__op *op,
      * cached cubin that did not load): the call itself succeeds. */
     scree__clear_error(ctx);
   } else {
-    count(ctx, &ctx->counters.memory_hits);
+    count(&ctx->counters.memory_hits);
   }
   const int pushed = scree__ctx_enter(ctx);
   scree_status st = op->launch(ctx, &k, &cfg, args, (CUstream)stream);
   scree__ctx_leave(ctx, pushed);
-  if (st == SCREE_OK) count(ctx, &ctx->counters.calls);
+  if (st == SCREE_OK) count(&ctx->counters.calls);
   return st;
 }
 

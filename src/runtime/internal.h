@@ -116,6 +116,10 @@ struct scree__op {
                  scree__buf *out);
   /* Points the args at buffers given in `buffers` order. */
   void (*bind)(void *args, const scree_devptr *ptrs);
+  /* Optional (may be NULL): reshapes random check inputs so that likely
+   * kernel mistakes show beyond the tolerance (rows of very different
+   * scale, large values in tails); host copies in `buffers` order. */
+  void (*shape_inputs)(const void *args, void *const *host);
   /* The CPU reference, on host copies of the buffers in `buffers` order;
    * writes the output buffers. */
   void (*reference)(const void *args, void *const *host);
@@ -191,7 +195,8 @@ struct scree_context {
   pthread_mutex_t tune_lock;     /* one tuning run at a time */
   struct scree__cubin_memo *cubin_memo; /* tuner.c: compiled candidates */
 
-  pthread_mutex_t err_lock;
+  pthread_mutex_t err_lock;     /* guards err */
+  int has_err;                  /* err is not empty (atomic) */
   char err[4096];
 };
 
@@ -233,6 +238,8 @@ scree_context *scree__context_offline(void);
 scree_status scree__fail(scree_context *ctx, scree_status st, const char *fmt,
                          ...) __attribute__((format(printf, 3, 4)));
 void scree__clear_error(scree_context *ctx);
+/* The context's last failure message, copied under its lock. */
+void scree__error_copy(scree_context *ctx, char *buf, size_t size);
 void scree__log(scree_context *ctx, scree_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Makes the primary context current; returns 1 if it pushed one. */

@@ -10,6 +10,10 @@
 /* Generated at build time by cmake/embed_kernels.cmake. */
 extern const scree__embedded scree__embedded_kernels[];
 extern const size_t scree__embedded_kernel_count;
+/* The NVRTC options every compile shares besides the target and the -D
+ * options; part of every cubin's identity (scree__source_hash). */
+#define SCREE__FIXED_NVRTC_OPTS "-std=c++17"
+
 #ifndef SCREE_DEFAULT_KERNEL_DIR
 #define SCREE_DEFAULT_KERNEL_DIR ""
 #endif
@@ -173,7 +177,7 @@ scree_status scree__compile(const scree__nvrtc_api *nv, const scree__op *op,
   int n = 0;
   snprintf(optbuf[n], 64, "--gpu-architecture=%s", arch);
   n++;
-  snprintf(optbuf[n], 64, "-std=c++17");
+  snprintf(optbuf[n], 64, "%s", SCREE__FIXED_NVRTC_OPTS);
   n++;
   for (int i = 0; i < op->nfields; i++, n++)
     snprintf(optbuf[n], 64, "-D%s=%d", op->fields[i].macro, cfg->v[i]);
@@ -182,16 +186,20 @@ scree_status scree__compile(const scree__nvrtc_api *nv, const scree__op *op,
   for (int i = 0; i < n; i++) opts[i] = optbuf[i];
 
   nvrtcProgram prog;
+  /* Only a compilation error (NVRTC_ERROR_COMPILATION) says the config
+   * itself is bad; running out of memory or an NVRTC failure does not. */
   nvrtcResult r = nv->CreateProgram(&prog, src, op->source, 0, NULL, NULL);
   if (r != NVRTC_SUCCESS) {
     if (log && (*log = malloc(256)))
       snprintf(*log, 256, "nvrtcCreateProgram: %s", nv->GetErrorString(r));
-    return SCREE_ERROR_COMPILE;
+    return r == NVRTC_ERROR_OUT_OF_MEMORY ? SCREE_ERROR_OUT_OF_MEMORY : SCREE_ERROR_INTERNAL;
   }
   r = nv->CompileProgram(prog, n, opts);
   scree_status st = SCREE_OK;
   if (r != NVRTC_SUCCESS) {
-    st = SCREE_ERROR_COMPILE;
+    st = r == NVRTC_ERROR_COMPILATION      ? SCREE_ERROR_COMPILE
+         : r == NVRTC_ERROR_OUT_OF_MEMORY ? SCREE_ERROR_OUT_OF_MEMORY
+                                          : SCREE_ERROR_INTERNAL;
     size_t ls = 0;
     if (log && nv->GetProgramLogSize(prog, &ls) == NVRTC_SUCCESS &&
         (*log = malloc(ls + 128))) {
@@ -204,7 +212,7 @@ scree_status scree__compile(const scree__nvrtc_api *nv, const scree__op *op,
         !(*cubin = malloc(sz)) || nv->GetCUBIN(prog, *cubin) != NVRTC_SUCCESS) {
       free(*cubin);
       *cubin = NULL;
-      st = SCREE_ERROR_COMPILE;
+      st = SCREE_ERROR_INTERNAL;
       if (log && (*log = malloc(128)))
         snprintf(*log, 128, "NVRTC produced no cubin for %s", arch);
     } else {
@@ -383,13 +391,17 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
   if (e) { /* another thread won the race: keep its module */
     *out = e->k;
     pthread_mutex_unlock(&ctx->lock);
+    const int p2 = scree__ctx_enter(ctx);
     ctx->cu->ModuleUnload(k.module);
+    scree__ctx_leave(ctx, p2);
     return SCREE_OK;
   }
   scree__kentry ne = {.op = op, .cfg = *cfg, .var = *var, .k = k, .hash = h};
   if (table_insert(ctx, &ne) != 0) {
     pthread_mutex_unlock(&ctx->lock);
+    const int p2 = scree__ctx_enter(ctx);
     ctx->cu->ModuleUnload(k.module);
+    scree__ctx_leave(ctx, p2);
     return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "kernel table is full");
   }
   pthread_mutex_unlock(&ctx->lock);
@@ -413,9 +425,17 @@ const char *scree__source_hash(const scree__op *op) {
     }
   const char *src = scree__kernel_source(op->source);
   if (src && n < 32) {
-    memo[n].op = op;
-    scree__sha256_hex(src, strlen(src), memo[n].hex);
-    r = memo[n++].hex;
+    /* What NVRTC compiles: the source and the options every config shares
+     * (the config's and variant's -D options are in the cache key). */
+    const size_t len = strlen(src) + sizeof SCREE__FIXED_NVRTC_OPTS + 16;
+    char *all = malloc(len);
+    if (all) {
+      const int k = snprintf(all, len, "%s\n//nvrtc %s", src, SCREE__FIXED_NVRTC_OPTS);
+      memo[n].op = op;
+      scree__sha256_hex(all, (size_t)k, memo[n].hex);
+      r = memo[n++].hex;
+      free(all);
+    }
   }
 out:
   pthread_mutex_unlock(&lock);

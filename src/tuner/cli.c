@@ -300,6 +300,8 @@ static int cmd_demo(int argc, char **argv) {
   void *hy = malloc(n * es), *ref = malloc(n * es);
   if (!hx || !hw || !hy || !ref) {
     fprintf(stderr, "scree-tune demo: out of host memory\n");
+    free(hx), free(hw), free(hy), free(ref);
+    scree_destroy(ctx);
     return EXIT_FAIL;
   }
   uint64_t r = 88172645463325252ull;

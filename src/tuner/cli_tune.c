@@ -218,6 +218,10 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       if ((ncols = parse_list(v, cols, 64)) <= 0) return cli_unknown("prewarm", v);
     } else if ((v = cli_value(argc, argv, &i, "--rows-max", "prewarm"))) {
       rows_max = atol(v);
+      if (rows_max < 1 || rows_max > (1L << 40)) {
+        fprintf(stderr, "scree-tune prewarm: --rows-max must be in [1, 2^40]\n");
+        return CLI_USAGE;
+      }
     } else if ((v = cli_value(argc, argv, &i, "--dtype", "prewarm"))) {
       if ((ndt = parse_dtypes(v, dts, 3)) <= 0) return cli_unknown("prewarm", v);
     } else if ((v = cli_value(argc, argv, &i, "--shapes", "prewarm"))) {

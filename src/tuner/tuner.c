@@ -160,6 +160,15 @@ static scree_status problem_make(scree_context *ctx, const scree__op *op,
         }
       }
     }
+    if (op->shape_inputs) {
+      op->shape_inputs(p->args, p->host);
+      for (int b = 0; b < p->nbufs; b++)
+        if (!p->bufs[b].is_output &&
+            (r = ctx->cu->MemcpyHtoD(p->dev[0][b], p->host[b], p->bytes[b]))) {
+          problem_free(ctx, p);
+          return scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "upload");
+        }
+    }
     op->reference(p->args, p->host);
     return SCREE_OK;
   }
@@ -236,7 +245,9 @@ static scree_status check_one(scree_context *ctx, const scree__op *op,
     if (chk->bufs[b].is_output) ctx->cu->MemsetD8Async(chk->dev[0][b], 0xff, chk->bytes[b], stream);
   scree_status st = op->launch(ctx, fn, cfg, args, stream);
   if (st) {
-    snprintf(why, why_size, "launch: %.400s", ctx->err);
+    char err[400];
+    scree__error_copy(ctx, err, sizeof err);
+    snprintf(why, why_size, "launch: %s", err);
     return st;
   }
   CUresult r;
@@ -321,7 +332,11 @@ static scree_status time_one(scree_context *ctx, const scree__op *op,
       st = op->launch(ctx, fn, cfg, args, stream);
       ctx->cu->EventRecord(ev[i + 1], stream);
     }
-    if (st) snprintf(why, why_size, "launch: %.400s", ctx->err);
+    if (st) {
+      char err[400];
+      scree__error_copy(ctx, err, sizeof err);
+      snprintf(why, why_size, "launch: %s", err);
+    }
   }
   if (!st) {
     r = ctx->cu->EventSynchronize(ev[reps]);
@@ -446,6 +461,7 @@ static int add_cand(cand *c, int n, const scree__config *cfg) {
   if (n >= MAX_CANDIDATES) return n;
   memset(&c[n], 0, sizeof c[n]);
   c[n].cfg = *cfg;
+  c[n].cst = SCREE_ERROR_INTERNAL; /* until compiled */
   return n + 1;
 }
 
@@ -489,7 +505,6 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
   if (!ctx->nvrtc) return scree__fail(ctx, SCREE_ERROR_NO_NVRTC, "tuning needs NVRTC");
   const double t0 = now_s();
   pthread_mutex_lock(&ctx->tune_lock);
-  __atomic_fetch_add(&ctx->counters.tunes, 1, __ATOMIC_RELAXED);
 
   scree__ckey key;
   scree__make_key(ctx, op, var, bucket, &key);
@@ -498,7 +513,11 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
     scree__centry e;
     char why[256];
     if (scree__cache_get(ctx->caches->user, &key, &e) == SCREE_OK) {
-      const int ok = e.cubin_ok && !scree__config_parse(op, e.config, &res->cfg, why, sizeof why);
+      scree__kernel k;
+      const int ok = e.cubin_ok &&
+                     !scree__config_parse(op, e.config, &res->cfg, why, sizeof why) &&
+                     op->check(&res->cfg, var, why, sizeof why) &&
+                     scree__kernel_from_cubin(ctx, op, &res->cfg, var, e.cubin, &k) == SCREE_OK;
       res->median_us = e.median_us;
       res->spread_us = e.spread_us;
       scree__centry_free(&e);
@@ -513,6 +532,7 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
   scree__variant_str(op, var, vs, sizeof vs);
   const int nvrtc = ctx->nvrtc_major * 1000 + ctx->nvrtc_minor * 10;
 
+  __atomic_fetch_add(&ctx->counters.tunes, 1, __ATOMIC_RELAXED);
   _Alignas(16) unsigned char rep[256];
   op->representative(bucket, var, 0, rep);
 
@@ -542,6 +562,19 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
   if (!ctx->safelist || !scree__safelist_default(ctx->safelist, op, vs, &dflt))
     op->default_config(ctx->sm, var, rep, &dflt);
   n = add_cand(c, n, &dflt);
+  /* Candidates run as a contiguous call of the bucket would: adapted to
+   * its alignment (a row length that is not a multiple of the vector
+   * width narrows the vectors), which may make two candidates one. */
+  op->adapt(&dflt, var, rep);
+  {
+    int m2 = 0;
+    for (int i = 0; i < n; i++) {
+      scree__config a = c[i].cfg;
+      op->adapt(&a, var, rep);
+      m2 = add_cand(c, m2, &a);
+    }
+    n = m2;
+  }
   int m = 0;
   for (int i = 0; i < n; i++) {
     char why[256], cs[128];
@@ -566,8 +599,13 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
    * of this context compiled already; tuning is serialized, so the memo
    * needs no lock of its own. */
   int *todo = calloc((size_t)(n > 0 ? n : 1), sizeof *todo);
+  if (!todo) {
+    free(c);
+    pthread_mutex_unlock(&ctx->tune_lock);
+    return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "candidates");
+  }
   int ntodo = 0;
-  for (int i = 0; i < n && todo; i++) {
+  for (int i = 0; i < n; i++) {
     const memo_entry *me = memo_find(ctx, op, &c[i].cfg, var);
     if (me && (c[i].cubin = malloc(me->size))) {
       memcpy(c[i].cubin, me->cubin, me->size);
@@ -611,7 +649,9 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
       char line[400];
       first_line(k->log, line, sizeof line);
       snprintf(why, sizeof why, "compile: %s", line);
-      record_bad(ctx, &key, op, &k->cfg, 1, why);
+      /* Only a compilation error is the config's fault; out of memory or
+       * an NVRTC failure may pass next time. */
+      if (k->cst == SCREE_ERROR_COMPILE) record_bad(ctx, &key, op, &k->cfg, 1, why);
       res->failed++;
       continue;
     }
@@ -619,8 +659,13 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
      * ends; only the winner joins the kernel table. */
     st = scree__module_load(ctx, op, k->cubin, &k->k);
     if (st) {
-      snprintf(why, sizeof why, "load: %.400s", ctx->err);
-      record_bad(ctx, &key, op, &k->cfg, 1, why);
+      char err[400];
+      scree__error_copy(ctx, err, sizeof err);
+      snprintf(why, sizeof why, "load: %s", err);
+      /* Too many resources or a bad image is the config's; running out of
+       * device memory is not. */
+      if (st == SCREE_ERROR_LOAD) record_bad(ctx, &key, op, &k->cfg, 1, why);
+      memset(&k->k, 0, sizeof k->k);
       res->failed++;
       st = SCREE_OK;
       continue;
@@ -637,7 +682,9 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op,
       if (!strcmp(why, "check failed") || !strcmp(why, "timing failed")) {
         char generic[32];
         snprintf(generic, sizeof generic, "%.20s", why);
-        snprintf(why, sizeof why, "%s: %.400s", generic, ctx->err);
+        char err[400];
+        scree__error_copy(ctx, err, sizeof err);
+        snprintf(why, sizeof why, "%s: %s", generic, err);
       }
       record_bad(ctx, &key, op, &k->cfg, 0, why);
       res->failed++;
@@ -730,6 +777,17 @@ scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
   char why[512] = "";
   if (!op->check(cfg, var, why, sizeof why))
     return scree__fail(ctx, SCREE_ERROR_INVALID_CONFIG, "%s", why);
+  /* A config that this bucket's calls would narrow cannot run as stored. */
+  _Alignas(16) unsigned char rep[256];
+  op->representative(bucket, var, 0, rep);
+  scree__config adapted = *cfg;
+  op->adapt(&adapted, var, rep);
+  if (memcmp(&adapted, cfg, sizeof adapted)) {
+    char cs[128];
+    scree__config_str(op, cfg, cs, sizeof cs);
+    return scree__fail(ctx, SCREE_ERROR_INVALID_CONFIG,
+                       "%s does not suit this bucket's alignment", cs);
+  }
   scree__kernel k;
   scree_status st = cubin ? scree__module_load(ctx, op, cubin, &k)
                           : scree__kernel_get(ctx, op, cfg, var, &k);

@@ -35,9 +35,17 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
   void *hy = malloc(ny * ey + 16), *href = malloc(ny * ey + 16);
   scree_test_fill(hx, d.x, nx, 1.5);
   scree_test_fill(hw, d.w, (size_t)cols, 1.0);
-  scree_devptr dx = scree_test_dalloc(ctx, nx * ex);
+  /* Rows of different scale, large tails: mistakes show (rmsnorm.c). */
+  scree_rmsnorm_args shape = {.rows = rows, .cols = cols, .x_stride = xs, .x_dtype = d.x};
+  void *hbufs[1] = {hx};
+  scree__op_find("rmsnorm")->shape_inputs(&shape, hbufs);
+  /* A guard region after y (and x, in place): a write past the last row
+   * would change it. */
+  const size_t guard = 256;
+  scree_devptr dx = scree_test_dalloc(ctx, nx * ex + (in_place ? guard : 0));
   scree_devptr dw = scree_test_dalloc(ctx, (size_t)cols * ew);
-  scree_devptr dy = in_place ? dx : scree_test_dalloc(ctx, ny * ey);
+  scree_devptr dy = in_place ? dx : scree_test_dalloc(ctx, ny * ey + guard);
+  scree_test_dpoison(ctx, dy + ny * ey, guard);
   scree_test_h2d(ctx, dx, hx, nx * ex);
   scree_test_h2d(ctx, dw, hw, (size_t)cols * ew);
   /* Reference output: the poison (NaN) in the padding, the reference in
@@ -63,6 +71,10 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
   ck_assert_msg(st == SCREE_OK, "%s: %s", scree_status_name(st), scree_last_error(ctx));
   scree_test_sync(ctx);
   scree_test_d2h(ctx, hy, dy, ny * ey);
+  unsigned char g[256];
+  scree_test_d2h(ctx, g, dy + ny * ey, guard);
+  for (size_t i = 0; i < guard; i++)
+    ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of y was written", i);
   double rtol, atol;
   scree__tolerance(d.y, &rtol, &atol);
   /* NaN == NaN for the untouched padding: compare bytes there. */

@@ -1,6 +1,7 @@
 /* test_bucket.c - shape buckets, representative shapes, variant strings and
  * cache keys (no GPU). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cache.h"
@@ -117,10 +118,13 @@ START_TEST(cache_key_names_everything) {
   ck_assert_str_eq(k.arch, "sm_90");
   ck_assert_int_eq(k.causal, 0);
   ck_assert_int_eq((int)strlen(k.src_hash), 64);
-  /* The source hash is the sha256 of what NVRTC compiles. */
-  char hex[65];
+  /* The source hash is the sha256 of what NVRTC compiles: the source and
+   * the shared options. */
+  char hex[65], *all;
   const char *src = scree__kernel_source("rmsnorm.cu");
-  scree__sha256_hex(src, strlen(src), hex);
+  ck_assert_int_gt(asprintf(&all, "%s\n//nvrtc -std=c++17", src), 0);
+  scree__sha256_hex(all, strlen(all), hex);
+  free(all);
   ck_assert_str_eq(k.src_hash, hex);
   scree_destroy(ctx);
 }
