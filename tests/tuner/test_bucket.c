@@ -92,6 +92,40 @@ START_TEST(alignment_classes) {
 }
 END_TEST
 
+/* The alignment class (trailing-zero arithmetic) against the obvious
+ * definition: the widest vector dividing every pointer and stride. */
+START_TEST(alignment_class_matches_definition) {
+  for (int t = 0; t < 20000; t++) {
+    const scree__variant var = {{(int)(scree_test_rand() % 3), (int)(scree_test_rand() % 3),
+                                 (int)(scree_test_rand() % 3)}};
+    const size_t sx = scree_dtype_size((scree_dtype)var.v[0]),
+                 sw = scree_dtype_size((scree_dtype)var.v[1]),
+                 sy = scree_dtype_size((scree_dtype)var.v[2]);
+    scree_rmsnorm_args a = {.rows = 3, .cols = 1 + (int64_t)(scree_test_rand() % 300)};
+    a.x = 0x100000 + sx * (scree_test_rand() % 40);
+    a.w = 0x200000 + sw * (scree_test_rand() % 40);
+    a.y = 0x300000 + sy * (scree_test_rand() % 40);
+    a.x_stride = scree_test_rand() % 2 ? 0 : a.cols + (int64_t)(scree_test_rand() % 9);
+    a.y_stride = scree_test_rand() % 2 ? 0 : a.cols + (int64_t)(scree_test_rand() % 9);
+    const uint64_t xs = (uint64_t)(a.x_stride ? a.x_stride : a.cols);
+    const uint64_t ys = (uint64_t)(a.y_stride ? a.y_stride : a.cols);
+    int want = 3;
+    while (want > 0) {
+      const uint64_t v = 1u << want;
+      if (a.x % (v * sx) == 0 && a.w % (v * sw) == 0 && a.y % (v * sy) == 0 && xs % v == 0 &&
+          ys % v == 0)
+        break;
+      want--;
+    }
+    ck_assert_int_eq(op->adapt_class(&var, &a), want);
+    scree__config c = {{128, 1, 8, 2}};
+    op->adapt(&c, &var, &a);
+    ck_assert_int_eq(c.v[2], 1 << want);
+    ck_assert_int_eq(c.v[2] * c.v[3], 16); /* the same elements per thread */
+  }
+}
+END_TEST
+
 START_TEST(variant_strings_roundtrip) {
   const scree__variant var = {{SCREE_DTYPE_BF16, SCREE_DTYPE_FP32, SCREE_DTYPE_FP16}};
   char s[64];
@@ -165,6 +199,7 @@ int main(void) {
   tcase_add_test(tc, bucket_strings_roundtrip);
   tcase_add_test(tc, representative_shapes);
   tcase_add_test(tc, alignment_classes);
+  tcase_add_test(tc, alignment_class_matches_definition);
   tcase_add_test(tc, variant_strings_roundtrip);
   tcase_add_test(tc, cache_key_names_everything);
   tcase_add_test(tc, shapes_files);

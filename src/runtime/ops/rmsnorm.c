@@ -88,21 +88,32 @@ static void default_config(int sm, const scree__variant *var, const void *args,
   out->v[F_CACHE] = cache > 16 ? 16 : cache;
 }
 
-/* A vector access of VEC elements needs every row start aligned to it:
- * halve VEC (keeping the elements per thread) until the call allows it. */
-static void adapt(scree__config *c, const scree__variant *var,
-                  const void *args) {
-  const scree_rmsnorm_args *a = args;
-  const size_t sx = scree_dtype_size((scree_dtype)var->v[V_X]),
-               sw = scree_dtype_size((scree_dtype)var->v[V_W]),
-               sy = scree_dtype_size((scree_dtype)var->v[V_Y]);
+/* log2 of the widest vector (in elements, at most 8) that every pointer
+ * and row stride of the call allows. All sizes are powers of two, so this
+ * is a matter of trailing zero bits: no division on the hot path. */
+static int vec_log2(const scree__variant *var, const scree_rmsnorm_args *a) {
   const int64_t xs = a->x_stride ? a->x_stride : a->cols;
   const int64_t ys = a->y_stride ? a->y_stride : a->cols;
-  while (c->v[F_VEC] > 1) {
-    const uint64_t v = (uint64_t)c->v[F_VEC];
-    if (a->x % (v * sx) == 0 && a->w % (v * sw) == 0 && a->y % (v * sy) == 0 &&
-        (uint64_t)xs % v == 0 && (uint64_t)ys % v == 0)
-      break;
+#define TZ(v) ((v) ? __builtin_ctzll((uint64_t)(v)) : 63)
+  const int lx = (int)scree_dtype_size((scree_dtype)var->v[V_X]) == 4 ? 2 : 1;
+  const int lw = (int)scree_dtype_size((scree_dtype)var->v[V_W]) == 4 ? 2 : 1;
+  const int ly = (int)scree_dtype_size((scree_dtype)var->v[V_Y]) == 4 ? 2 : 1;
+  int l = 3;
+  if (TZ(a->x) - lx < l) l = TZ(a->x) - lx;
+  if (TZ(a->w) - lw < l) l = TZ(a->w) - lw;
+  if (TZ(a->y) - ly < l) l = TZ(a->y) - ly;
+  if (TZ(xs) < l) l = TZ(xs);
+  if (TZ(ys) < l) l = TZ(ys);
+#undef TZ
+  return l < 0 ? 0 : l;
+}
+
+/* A vector access of VEC elements needs every row start aligned to it:
+ * narrow VEC (keeping the elements per thread) until the call allows it. */
+static void adapt(scree__config *c, const scree__variant *var,
+                  const void *args) {
+  const int widest = 1 << vec_log2(var, args);
+  while (c->v[F_VEC] > widest) {
     c->v[F_VEC] /= 2;
     if (c->v[F_CACHE] < 16) c->v[F_CACHE] *= 2;
   }
@@ -161,9 +172,7 @@ static int bucket_parse(const char *s, uint64_t *key) {
 
 /* The widest vector every pointer and stride of the call allows, as log2. */
 static int adapt_class(const scree__variant *var, const void *args) {
-  scree__config c = {{0, 0, 8, 1}};
-  adapt(&c, var, args);
-  return c.v[F_VEC] == 8 ? 3 : c.v[F_VEC] == 4 ? 2 : c.v[F_VEC] == 2 ? 1 : 0;
+  return vec_log2(var, args);
 }
 
 /* Tuned on the bucket's largest row count, capped at 256 MiB of x (past
