@@ -63,31 +63,6 @@ static int read_shapes(const char *path, long shapes[][2]) {
 
 #define median scree__median
 
-/* Device-to-device copy of a 1 GiB buffer: bytes read + written per second. */
-static double copy_bandwidth(scree_context *ctx) {
-  const size_t bytes = (size_t)1 << 30;
-  CUdeviceptr a, b;
-  CU(ctx->cu->MemAlloc(&a, bytes));
-  CU(ctx->cu->MemAlloc(&b, bytes));
-  CU(ctx->cu->MemsetD8(a, 1, bytes));
-  CUevent e0, e1;
-  CU(ctx->cu->EventCreate(&e0, CU_EVENT_DEFAULT));
-  CU(ctx->cu->EventCreate(&e1, CU_EVENT_DEFAULT));
-  float t[30];
-  for (int i = 0; i < 35; i++) {
-    CU(ctx->cu->EventRecord(e0, NULL));
-    CU(ctx->cu->MemcpyDtoDAsync(b, a, bytes, NULL));
-    CU(ctx->cu->EventRecord(e1, NULL));
-    CU(ctx->cu->EventSynchronize(e1));
-    if (i >= 5) CU(ctx->cu->EventElapsedTime(&t[i - 5], e0, e1));
-  }
-  ctx->cu->EventDestroy(e0);
-  ctx->cu->EventDestroy(e1);
-  ctx->cu->MemFree(a);
-  ctx->cu->MemFree(b);
-  return 2.0 * (double)bytes / (median(t, 30) * 1e-3) / 1e9;
-}
-
 /* A device-to-device copy of `bytes` from x to y of the rotated sets: the
  * same bytes the kernel reads and writes, so the same fixed costs. */
 static double copy_same(scree_context *ctx, const CUdeviceptr *src, const CUdeviceptr *dst,
@@ -106,6 +81,19 @@ static double copy_same(scree_context *ctx, const CUdeviceptr *src, const CUdevi
   ctx->cu->EventDestroy(e0);
   ctx->cu->EventDestroy(e1);
   return median(t, 50) * 1e3;
+}
+
+/* Device-to-device copy of a 1 GiB buffer: bytes read + written per second. */
+static double copy_bandwidth(scree_context *ctx) {
+  const size_t bytes = (size_t)1 << 30;
+  CUdeviceptr a, b;
+  CU(ctx->cu->MemAlloc(&a, bytes));
+  CU(ctx->cu->MemAlloc(&b, bytes));
+  CU(ctx->cu->MemsetD8(a, 1, bytes));
+  const double us = copy_same(ctx, &a, &b, 1, bytes);
+  ctx->cu->MemFree(a);
+  ctx->cu->MemFree(b);
+  return 2.0 * (double)bytes / (us * 1e-6) / 1e9;
 }
 
 typedef struct bufset {
