@@ -22,9 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "internal.h"
-#include "tuner.h"
+#include "api/admin.h"
+
+SCREE__REFERENCE(rmsnorm);
 
 #define MAX_SHAPES 64
 
@@ -115,7 +115,7 @@ static double time_rmsnorm(scree_context *ctx, scree_rmsnorm_args *a,
     a->x = b->x[i % b->n];
     a->y = b->y[i % b->n];
     CU(ctx->cu->EventRecord(e0, NULL));
-    scree_status st = cfg ? scree__run_config(ctx, op, cfg, &var, a, NULL)
+    scree_status st = cfg ? scree__run_exact(ctx, op, cfg, &var, a, NULL)
                           : scree_rmsnorm(ctx, a, NULL);
     if (st) die("rmsnorm", st, ctx);
     CU(ctx->cu->EventRecord(e1, NULL));
@@ -139,7 +139,7 @@ static int validate(scree_context *ctx, scree_rmsnorm_args *a, const bufset *b,
   a->x = b->x[0];
   a->y = b->y[0];
   CU(ctx->cu->MemsetD8(a->y, 0xff, ny * scree_dtype_size(a->y_dtype)));
-  scree_status st = cfg ? scree__run_config(ctx, op, cfg, &var, a, NULL)
+  scree_status st = cfg ? scree__run_exact(ctx, op, cfg, &var, a, NULL)
                         : scree_rmsnorm(ctx, a, NULL);
   if (st) die("rmsnorm", st, ctx);
   CU(ctx->cu->CtxSynchronize());
@@ -262,15 +262,14 @@ int main(int argc, char **argv) {
       scree_rmsnorm_args a = {.w = b.w, .rows = rows, .cols = cols,
                               .x_dtype = dt, .w_dtype = dt, .y_dtype = dt,
                               .eps = 1e-6f};
-      scree__ref_rmsnorm(&a, hx, hw, ref);
+      scree__ref_rmsnorm(&a, (void *const[]){(void *)(hx), (void *)(hw), ref});
       const double bytes = 2.0 * (double)bytes_xy + (double)cols * (double)es;
       char shape[32], cs[128];
       snprintf(shape, sizeof shape, "%ldx%ld", rows, cols);
 
       scree__config dflt;
       const scree__variant var = {{dt, dt, dt}};
-      op->default_config(ctx->sm, &var, &a, &dflt);
-      op->adapt(&dflt, &var, &a);
+      scree__default_config(ctx, op, &var, &a, &dflt);
       /* The copy moves x's bytes once each way: 2 * bytes_xy, as the kernel
        * does (w aside). */
       const double same_us = copy_same(ctx, b.x, b.y, b.n, bytes_xy);
@@ -287,9 +286,11 @@ int main(int argc, char **argv) {
         if (tuned) {
           scree__ckey key;
           scree__centry e;
-          scree__make_key(ctx, op, &var, op->bucket_key(&a), &key);
+          scree__bucket bk;
+          scree__bucket_of(op, &var, &a, &bk);
+          scree__make_key(ctx, op, &var, &bk, &key);
           snprintf(cs, sizeof cs, "tuned ?");
-          if (scree__cache_get(ctx->caches->user, &key, &e) == SCREE_OK) {
+          if (scree__cache_get(scree__user_cache(ctx), &key, &e) == SCREE_OK) {
             snprintf(cs, sizeof cs, "tuned %.100s", e.config);
             scree__centry_free(&e);
           }
@@ -311,10 +312,10 @@ int main(int argc, char **argv) {
         ranked *r = calloc((size_t)total, sizeof *r);
         scree__config_space(op, all, total);
         int nr = 0, nbad = 0;
-        for (int i = 0; i < total; i++) {
-          char w2[128];
-          if (op->check(&all[i], &var, w2, sizeof w2)) r[nr++].cfg = all[i];
-        }
+        scree__target tg;
+        scree__target_of(ctx, &tg);
+        for (int i = 0; i < total; i++)
+          if (scree__config_check(op, &all[i], &var, &tg, NULL, 0)) r[nr++].cfg = all[i];
         free(all);
         precompile(ctx, op, &var, r, nr);
         const int full = g_reps;

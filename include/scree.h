@@ -8,8 +8,9 @@
  * for the legacy default stream), so any language with a C FFI can bind it.
  *
  * Ownership: every handle scree creates is destroyed by its matching
- * destroy function; strings returned by scree are owned by scree (static ones
- * live forever, per-context ones until the next call on that context).
+ * destroy function; strings returned by scree are owned by scree: static
+ * ones live forever, and scree_last_error's copy belongs to the calling
+ * thread until that thread calls scree_last_error again.
  * Callers own every buffer they pass in; scree never frees them.
  *
  * Thread safety: unless a declaration says otherwise, functions are safe to
@@ -21,8 +22,8 @@
  * device's primary context around its own work when needed).
  *
  * Environment: SCREE_MISS_POLICY and SCREE_LOG_LEVEL, when set, take
- * precedence over the matching options, and SCREE_NO_CACHE=1 and
- * SCREE_NVRTC_OPTIONAL=1 turn those options on, so that an operator can
+ * precedence over the matching options, and SCREE_NO_CACHE=1,
+ * SCREE_NVRTC_OPTIONAL=1 and SCREE_VALIDATE=1 turn those options on, so that an operator can
  * change a deployed program's behaviour without rebuilding it; SCREE_CACHE_DIR and SCREE_CACHE_PATH
  * apply where the cache options are NULL (docs/architecture.md lists every
  * variable).
@@ -209,6 +210,11 @@ typedef struct scree_options {
    * that would need a compile returns SCREE_ERROR_NO_NVRTC. For production
    * machines that run shipped caches. */
   int nvrtc_optional;
+  /* 1 (or $SCREE_VALIDATE=1): ops copy their device-side arguments (the
+   * cu_seqlens of varlen ops) to the host and check them before launching,
+   * at the cost of a synchronisation per call. 0 (default): they are not
+   * read on the host. */
+  int validate;
 } scree_options;
 
 /* Fills `opts` with defaults (reading no environment; that happens in
@@ -241,7 +247,8 @@ SCREE_EXTERN void scree_destroy(scree_context *ctx);
  * them. Thread-safe. */
 SCREE_EXTERN const char *scree_last_error(const scree_context *ctx);
 
-/* The device this context runs on. Thread-safe. */
+/* The device this context runs on. Returns SCREE_ERROR_INVALID_ARGUMENT if
+ * ctx or info is NULL, else SCREE_OK. Thread-safe. */
 SCREE_EXTERN scree_status scree_context_device(const scree_context *ctx,
                                                scree_device_info *info);
 
@@ -258,6 +265,8 @@ typedef struct scree_counters {
   uint64_t tunes;            /* tuning runs started */
 } scree_counters;
 
+/* Copies the counters. Returns SCREE_ERROR_INVALID_ARGUMENT if ctx or out
+ * is NULL, else SCREE_OK. Thread-safe. */
 SCREE_EXTERN scree_status scree_get_counters(const scree_context *ctx,
                                              scree_counters *out);
 
@@ -292,6 +301,57 @@ typedef struct scree_rmsnorm_args {
 SCREE_EXTERN scree_status scree_rmsnorm(scree_context *ctx,
                                         const scree_rmsnorm_args *args,
                                         void *stream);
+
+/* Varlen attention forward (FlashAttention-style, exact): for each sequence
+ * b and query head h,
+ *
+ *   out[i, h, :] = softmax_j(scale * q[i, h, :] . k[j, h / group, :]) v[j, h / group, :]
+ *
+ * over the keys j of the same sequence only (group = heads_q / heads_kv;
+ * GQA and MQA read K and V in place, never expanded). Sequence b's queries
+ * are tokens [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q and out, its keys
+ * tokens [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v.
+ *
+ * Masks are aligned to the bottom right, as FlashAttention-2's: with Lq
+ * queries and Lk keys, query i sits at key position i + Lk - Lq. causal
+ * keeps keys j <= i + Lk - Lq; a sliding window keeps keys in
+ * [i + Lk - Lq - window_left, i + Lk - Lq + window_right] (-1: unbounded on
+ * that side; causal is window_right = 0). A query row with no key left
+ * writes zeros to out and -inf to lse. Sequences of length 0 are allowed.
+ *
+ *   q, out: [total_q, heads_q, head_dim]; k, v: [total_k, heads_kv, head_dim]
+ *     with the strides below (elements; the last dimension is contiguous), so
+ *     packed qkv buffers ([T, 3, H, d] or [T, H, 3, d]) need no copy. Every
+ *     token and head stride must be a multiple of 8 elements and every
+ *     pointer 16-byte aligned; out must not overlap q, k or v.
+ *   lse: optional fp32 [heads_q, total_q], natural-log log-sum-exp of the
+ *     scaled scores of each query row (0 = not written).
+ *   cu_seqlens_q, cu_seqlens_k: int32 on the device, batch + 1 entries from
+ *     0, non-decreasing, ending at total_q and total_k; max_seqlen_q and
+ *     max_seqlen_k bound the lengths. They are not read on the host unless
+ *     validation is on (SCREE_VALIDATE=1 or scree_options.validate).
+ *
+ * dtype fp16 or bf16 (fp32 accumulation); head_dim 32, 64, 96, 128 or 256;
+ * heads_q a multiple of heads_kv. Returns SCREE_OK, or an error naming the
+ * argument; on error nothing is launched and nothing is written.
+ * Asynchronous with respect to the host. Thread-safe. */
+typedef struct scree_attention_args {
+  scree_devptr q, k, v, out;
+  scree_devptr lse;
+  scree_devptr cu_seqlens_q, cu_seqlens_k;
+  int64_t batch, total_q, total_k, max_seqlen_q, max_seqlen_k;
+  int64_t heads_q, heads_kv, head_dim;
+  int64_t q_token_stride, k_token_stride, v_token_stride, out_token_stride; /* 0 = heads * head_dim */
+  int64_t q_head_stride, k_head_stride, v_head_stride, out_head_stride;     /* 0 = head_dim */
+  scree_dtype dtype;
+  int causal;
+  float scale;                       /* 0 = 1 / sqrt(head_dim) */
+  int64_t window_left, window_right; /* -1 = unbounded */
+} scree_attention_args;
+
+SCREE_EXTERN scree_status scree_attention(scree_context *ctx,
+                                          const scree_attention_args *args,
+                                          void *stream);
 
 #ifdef __cplusplus
 }

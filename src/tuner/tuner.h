@@ -3,14 +3,15 @@
 #ifndef SCREE_TUNER_H
 #define SCREE_TUNER_H
 
-#include "internal.h"
+#include "store/keys.h"
+#include "tuner/harness.h"
 
 typedef struct scree__tune_opts {
   int explore;          /* time the whole space, not only the safelist */
-  int reps;             /* timed launches per candidate; default 25 */
-  int warmup;           /* untimed launches first; default 3 */
+  int reps;             /* timed runs per candidate; default 25 */
+  int warmup;           /* untimed runs first; default 3 */
   double noise;         /* configs within this fraction of the best tie; 0.02 */
-  double time_limit_ms; /* one launch slower than this is a timeout; 1000 */
+  double time_limit_ms; /* one run slower than this is a timeout; 1000 */
   int threads;          /* compile threads; 0 = online CPUs (at most 32) */
   int store;            /* write the winner into the user cache; default 1 */
   /* Called as candidates finish (done of total); may be NULL. */
@@ -28,46 +29,49 @@ typedef struct scree__tune_result {
   scree__config cfg;    /* the winner (unadapted: aligned buffers) */
   double median_us, spread_us;
   double default_us;    /* the op's default config on the same problem, or 0 */
+  double flops, bytes;  /* work of one run of the tuning problem */
   int candidates;       /* considered after pruning */
   int timed;            /* compiled, loaded, correct and timed */
   int failed;           /* newly recorded as bad */
   int known_bad;        /* skipped: recorded bad before */
   double seconds;       /* wall time of the whole run */
   char bucket[96];
+  char problem[256];    /* what the candidates were timed on */
 } scree__tune_result;
 
 void scree__tune_opts_init(scree__tune_opts *o);
 
-/* Tunes op/variant for `bucket` (op->bucket_key form): compiles the
- * candidates on a thread pool, loads them, checks each against the CPU
- * reference, times the correct ones, records failures as bad configs in the
- * user cache, picks the winner and (opts->store) stores it with its cubin.
- * The winner joins the context's kernel table, ready to launch; the other
- * candidates' modules are unloaded. Serialized per context. */
-scree_status scree__tune(scree_context *ctx, const scree__op *op,
-                         const scree__variant *var, uint64_t bucket,
-                         const scree__tune_opts *opts,
-                         scree__tune_result *res);
+/* The tuner's per-context state (its lock, compiled candidates). */
+scree_status scree__tuner_create(scree_context *ctx);
+void scree__tuner_free(scree_context *ctx);
 
-/* Checks one config on the bucket's check problem against the CPU
- * reference (SCREE_ERROR_WRONG_ANSWER with details in the context's
- * message), and if median_us is not NULL times it on the representative
- * problem. `cubin` may be NULL (then it is compiled or taken from the
- * kernel table); a given cubin is loaded into a module of its own, run and
- * unloaded, so that exactly those bytes are checked. */
+/* The config the op runs without tuning: the safelist's default line for
+ * this variant, else the op's heuristic; adapted to args when not NULL. */
+void scree__default_config(scree_context *ctx, const scree__op *op,
+                           const scree__variant *var, const void *args,
+                           scree__config *out);
+
+/* Tunes op/variant for a bucket: candidates from the safelist (or the whole
+ * space), filtered by the device, compiled on a thread pool, each checked
+ * against the CPU reference on the bucket's check problem and timed on its
+ * representative problem; failures are recorded as bad configs in the user
+ * cache; the winner (opts->store) is stored with its cubin and joins the
+ * context's module table. Serialized per context. When no candidate
+ * works the status says why: SCREE_ERROR_COMPILE if none compiled,
+ * SCREE_ERROR_WRONG_ANSWER if none computed the right answer, with the
+ * first reason in the message. */
+scree_status scree__tune(scree_context *ctx, const scree__op *op,
+                         const scree__variant *var, const scree__bucket *b,
+                         const scree__tune_opts *opts, scree__tune_result *res);
+
+/* Checks one config on the bucket's check problem (SCREE_ERROR_WRONG_ANSWER
+ * with details in the context's message), and if median_us is not NULL
+ * times it on the representative problem. `cubin` may be NULL (then it is
+ * compiled or taken from the module table); a given cubin is loaded into a
+ * module of its own, run and unloaded, so exactly those bytes are checked. */
 scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
-                                  const scree__variant *var, uint64_t bucket,
+                                  const scree__variant *var, const scree__bucket *b,
                                   const scree__config *cfg, const void *cubin,
                                   double *median_us, double *spread_us);
-
-/* Fills a cache key for op/variant/bucket on this context's device. */
-struct scree__ckey;
-void scree__make_key(const scree_context *ctx, const scree__op *op,
-                     const scree__variant *var, uint64_t bucket,
-                     struct scree__ckey *key);
-
-/* Parses a variant string ("x=fp16,w=fp16,y=fp16") for op. 0 on success. */
-int scree__variant_parse(const scree__op *op, const char *s,
-                         scree__variant *var);
 
 #endif

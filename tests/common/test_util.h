@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "api/admin.h"
+#include "base/sha256.h"
 
 /* Exit code ctest reports as "skipped" (SKIP_RETURN_CODE). */
 #define SCREE_TEST_SKIP 77

@@ -11,10 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache.h"
-#include "safelist.h"
 #include "test_util.h"
-#include "tuner.h"
+
+SCREE__REFERENCE(rmsnorm);
 
 extern char **environ;
 
@@ -68,10 +67,15 @@ static scree_context *make_ctx(const char *db, scree_miss_policy policy) {
   return ctx;
 }
 
-static uint64_t bucket_of(long rows, long cols) {
+static scree__bucket bucket_of(long rows, long cols) {
   scree_rmsnorm_args a = {.rows = rows, .cols = cols};
-  return scree__op_find("rmsnorm")->bucket_key(&a);
+  const scree__variant v = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
+  scree__bucket b;
+  scree__bucket_of(scree__op_find("rmsnorm"), &v, &a, &b);
+  return b;
 }
+/* A pointer to a bucket, for calls that take one. */
+#define BK(rows, cols) ((scree__bucket[1]){bucket_of(rows, cols)})
 
 static const scree__variant fp16 = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
 
@@ -113,7 +117,7 @@ START_TEST(tune_then_second_process_hits_cache) {
   const scree__op *op = scree__op_find("rmsnorm");
   scree__tune_result res;
   const double t0 = (double)clock() / CLOCKS_PER_SEC;
-  scree_status st = scree__tune(ctx, op, &fp16, bucket_of(4096, 4096), NULL, &res);
+  scree_status st = scree__tune(ctx, op, &fp16, BK(4096, 4096), NULL, &res);
   (void)t0;
   ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
   char cs[128];
@@ -126,7 +130,7 @@ START_TEST(tune_then_second_process_hits_cache) {
   ck_assert(res.median_us > 0 && res.median_us <= res.default_us * 1.05);
   /* The winner is in the cache with a matching cubin. */
   scree__ckey key;
-  scree__make_key(ctx, op, &fp16, bucket_of(4096, 4096), &key);
+  scree__make_key(ctx, op, &fp16, BK(4096, 4096), &key);
   scree__centry e;
   ck_assert_int_eq(scree__cache_get(ctx->caches->user, &key, &e), SCREE_OK);
   ck_assert_str_eq(e.config, cs);
@@ -135,7 +139,7 @@ START_TEST(tune_then_second_process_hits_cache) {
   /* A second tune of the same bucket picks the same config or one within
    * noise. */
   scree__tune_result again;
-  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(4096, 4096), NULL, &again), SCREE_OK);
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, BK(4096, 4096), NULL, &again), SCREE_OK);
   char cs2[128];
   scree__config_str(op, &again.cfg, cs2, sizeof cs2);
   printf("second tune: winner %s %.2f us\n", cs2, again.median_us);
@@ -179,7 +183,9 @@ START_TEST(denied_config_is_never_compiled) {
   scree_rmsnorm_args rep = {.rows = 512, .cols = 2048, .x_dtype = SCREE_DTYPE_FP16,
                             .w_dtype = SCREE_DTYPE_FP16, .y_dtype = SCREE_DTYPE_FP16};
   scree__config dflt;
-  op->default_config(probe->sm, &fp16, &rep, &dflt);
+  scree__target tg;
+  scree__target_of(probe, &tg);
+  op->default_config(&tg, &fp16, &rep, &dflt);
   char ds[128];
   scree__config_str(op, &dflt, ds, sizeof ds);
   FILE *f = fopen(path, "w");
@@ -198,7 +204,7 @@ START_TEST(denied_config_is_never_compiled) {
   unsetenv("SCREE_SAFELIST_DIR");
   log_reset();
   scree__tune_result res;
-  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(512, 2048), NULL, &res), SCREE_OK);
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, BK(512, 2048), NULL, &res), SCREE_OK);
   char needle[200];
   snprintf(needle, sizeof needle, "compiling rmsnorm %s", ds);
   ck_assert_msg(!log_has(needle), "the denied config %s was compiled", ds);
@@ -224,27 +230,27 @@ START_TEST(failing_config_recorded_and_skipped) {
   scree__config cands[256];
   int n = scree__safelist_candidates(ctx->safelist, op, vs, cands, 256);
   scree_rmsnorm_args rep;
-  op->representative(bucket_of(1024, 1024), &fp16, 0, &rep);
+  op->representative(BK(1024, 1024), &fp16, 0, &rep);
   char victim[128] = "";
   for (int i = 0; i < n && !victim[0]; i++)
-    if (op->worth_timing(&cands[i], &fp16, &rep)) scree__config_str(op, &cands[i], victim, sizeof victim);
+    if (op->impls[0].worth_timing(&cands[i], &fp16, &rep)) scree__config_str(op, &cands[i], victim, sizeof victim);
   ck_assert(victim[0]);
   o.poison_config = victim;
   scree__tune_result res;
-  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(1024, 1024), &o, &res), SCREE_OK);
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, BK(1024, 1024), &o, &res), SCREE_OK);
   ck_assert_int_ge(res.failed, 1);
   char winner[128];
   scree__config_str(op, &res.cfg, winner, sizeof winner);
   ck_assert_str_ne(winner, victim);
   scree__ckey key;
-  scree__make_key(ctx, op, &fp16, bucket_of(1024, 1024), &key);
+  scree__make_key(ctx, op, &fp16, BK(1024, 1024), &key);
   char reason[256];
   const int nv = ctx->nvrtc_major * 1000 + ctx->nvrtc_minor * 10;
   ck_assert_int_eq(scree__cache_is_bad(ctx->caches->user, &key, victim, nv, reason, sizeof reason), 1);
   ck_assert(strstr(reason, "wrong answer"));
   /* Next time it is skipped before compiling. */
   log_reset();
-  ck_assert_int_eq(scree__tune(ctx, op, &fp16, bucket_of(1024, 1024), NULL, &res), SCREE_OK);
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, BK(1024, 1024), NULL, &res), SCREE_OK);
   ck_assert_int_ge(res.known_bad, 1);
   char needle[200];
   snprintf(needle, sizeof needle, "compiling rmsnorm %s for", victim);
@@ -272,7 +278,7 @@ static void run_once(scree_context *ctx, long rows, long cols, scree_status want
   if (st == SCREE_OK) { /* whatever config ran, the answer is right */
     void *got = malloc(n * es), *ref = malloc(n * es);
     scree_test_d2h(ctx, got, y, n * es);
-    scree__ref_rmsnorm(&a, h, h, ref);
+    scree__ref_rmsnorm(&a, (void *const[]){(void *)(h), (void *)(h), ref});
     double rtol, atol;
     scree__tolerance(SCREE_DTYPE_FP16, &rtol, &atol);
     ck_assert_uint_eq(scree__compare(got, ref, SCREE_DTYPE_FP16, n, rtol, atol, NULL), 0);
@@ -369,17 +375,17 @@ START_TEST(verify_catches_a_wrong_entry) {
    * are wrong (fp16 bits read as bf16). */
   const scree__variant bf16 = {{SCREE_DTYPE_BF16, SCREE_DTYPE_BF16, SCREE_DTYPE_BF16}};
   scree_rmsnorm_args rep;
-  op->representative(bucket_of(64, 2048), &fp16, 0, &rep);
+  op->representative(BK(64, 2048), &fp16, 0, &rep);
   scree__config cfg;
-  op->default_config(ctx->sm, &fp16, &rep, &cfg);
+  scree__default_config(ctx, op, &fp16, &rep, &cfg);
   scree__centry e;
   memset(&e, 0, sizeof e);
-  scree__make_key(ctx, op, &fp16, bucket_of(64, 2048), &e.key);
+  scree__make_key(ctx, op, &fp16, BK(64, 2048), &e.key);
   scree__config_str(op, &cfg, e.config, sizeof e.config);
   e.median_us = 1;
   snprintf(e.device_name, sizeof e.device_name, "test");
   char *log = NULL;
-  ck_assert_int_eq(scree__compile(ctx->nvrtc, op, &cfg, &bf16, ctx->arch, &e.cubin,
+  ck_assert_int_eq(scree__compile(ctx->nvrtc, op, &cfg, &bf16, ctx->arch, NULL, &e.cubin,
                                   &e.cubin_size, &log),
                    SCREE_OK);
   free(log);
@@ -423,7 +429,7 @@ START_TEST(hot_path_overhead) {
   const scree__op *op = scree__op_find("rmsnorm");
   const scree__variant var = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
   scree__config cfg;
-  op->default_config(ctx->sm, &var, &a, &cfg);
+  scree__default_config(ctx, op, &var, &a, &cfg);
   scree__kernel k;
   ck_assert_int_eq(scree__kernel_get(ctx, op, &cfg, &var, &k), SCREE_OK);
   enum { BATCH = 200, ROUNDS = 31 };
@@ -435,7 +441,7 @@ START_TEST(hot_path_overhead) {
     double t1 = now_ns();
     ctx->cu->CtxSynchronize();
     double t2 = now_ns();
-    for (int i = 0; i < BATCH; i++) op->launch(ctx, &k, &cfg, &a, NULL);
+    for (int i = 0; i < BATCH; i++) op->impls[0].launch(ctx, &k, &cfg, &var, &a, NULL);
     double t3 = now_ns();
     ctx->cu->CtxSynchronize();
     s[r] = (t1 - t0) / BATCH;

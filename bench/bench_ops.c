@@ -1,0 +1,328 @@
+/*
+ * bench_ops.c - every op's benchmark entries through the public API, with
+ * the problem harness the tuner uses: each case is checked against the CPU
+ * reference on the op's edge-case batch, then timed on the full problem,
+ * and printed with TFLOP/s (ops that count flops) or GB/s beside the
+ * device-to-device copy. Built twice: bench_ops reads bench/ops.txt (one
+ * line per case, every op), bench_attention reads the shared attention
+ * configurations (bench/attention_configs.json).
+ *
+ *   bench_ops [--file F] [--json-configs F] [--op NAME] [--only NAME]
+ *             [--reps N] [--inner N] [--csv F]
+ *
+ * Method: a private cache and the tune-on-miss policy, so the first call of
+ * each case tunes its bucket (printed: how long it took); then --reps
+ * measurements of --inner back-to-back calls between CUDA events (host
+ * launch latency hidden), median, inputs rotated over enough buffer sets to
+ * exceed 3x the L2.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/admin.h"
+
+#ifndef SCREE_BENCH_FILE
+#define SCREE_BENCH_FILE ""
+#endif
+#ifndef SCREE_BENCH_JSON
+#define SCREE_BENCH_JSON ""
+#endif
+
+#define MAX_CASES 256
+#define MAX_LENS 65536
+
+typedef struct bcase {
+  char name[64];
+  const scree__op *op;
+  char variant[128], shape[512];
+  int nlens;
+  int64_t *lens;
+} bcase;
+
+static int parse_lens(const char *s, bcase *c) {
+  c->lens = malloc(MAX_LENS * sizeof *c->lens);
+  c->nlens = 0;
+  while (c->lens && *s && c->nlens < MAX_LENS) {
+    char *end;
+    const long long v = strtoll(s, &end, 10);
+    if (end == s || v < 0) return -1;
+    c->lens[c->nlens++] = v;
+    s = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return -1;
+  }
+  return c->lens ? 0 : -1;
+}
+
+/* bench/ops.txt: "<op> <variant> <shape> [lens=L,L,...]" per line. */
+static int read_ops_file(const char *path, bcase *cases, int n) {
+  char *text = scree__read_text(path);
+  if (!text) {
+    fprintf(stderr, "bench: cannot read %s\n", path);
+    exit(2);
+  }
+  int line = 0;
+  for (char *p = text; p && *p;) {
+    char *nl = strchr(p, '\n');
+    if (nl) *nl = 0;
+    line++;
+    char op[64], var[128], shape[512], lens[8192] = "";
+    const int k = sscanf(p, " %63s %127s %511s %8191s", op, var, shape, lens);
+    if (k >= 1 && op[0] != '#') {
+      bcase *c = &cases[n];
+      memset(c, 0, sizeof *c);
+      if (k < 3 || !(c->op = scree__op_find(op)) || (k == 4 && strncmp(lens, "lens=", 5)) ||
+          (k == 4 && parse_lens(lens + 5, c))) {
+        fprintf(stderr, "bench: %s:%d: expected <op> <variant> <shape> [lens=...]\n", path, line);
+        exit(2);
+      }
+      snprintf(c->name, sizeof c->name, "%.40s:%d", op, line);
+      snprintf(c->variant, sizeof c->variant, "%s", var);
+      snprintf(c->shape, sizeof c->shape, "%s", shape);
+      if (++n == MAX_CASES) break;
+    }
+    p = nl ? nl + 1 : NULL;
+  }
+  free(text);
+  return n;
+}
+
+/* The value after "key": in one JSON object's text, or NULL. */
+static const char *json_field(const char *obj, const char *end, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\"", key);
+  const char *p = strstr(obj, pat);
+  if (!p || p > end) return NULL;
+  p = strchr(p + strlen(pat), ':');
+  if (!p) return NULL;
+  p++;
+  while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+  return p;
+}
+
+/* bench/attention_configs.json: {"configs": [{"name", "seqlens": [...],
+ * "hq", "hkv", "d", "causal", "dtype"}, ...]}. */
+static int read_attention_json(const char *path, bcase *cases, int n) {
+  char *text = scree__read_text(path);
+  if (!text) {
+    fprintf(stderr, "bench: cannot read %s\n", path);
+    exit(2);
+  }
+  const char *p = strstr(text, "\"configs\"");
+  p = p ? strchr(p, '[') : NULL;
+  while (p && (p = strchr(p, '{')) && n < MAX_CASES) {
+    const char *end = strchr(p, '}');
+    if (!end) break;
+    const char *name = json_field(p, end, "name"), *lens = json_field(p, end, "seqlens"),
+               *hq = json_field(p, end, "hq"), *hkv = json_field(p, end, "hkv"),
+               *d = json_field(p, end, "d"), *causal = json_field(p, end, "causal"),
+               *dt = json_field(p, end, "dtype");
+    if (!name || !lens || !hq || !hkv || !d || !causal || !dt || *lens != '[') {
+      fprintf(stderr, "bench: %s: a config lacks name, seqlens, hq, hkv, d, causal or dtype\n",
+              path);
+      exit(2);
+    }
+    bcase *c = &cases[n];
+    memset(c, 0, sizeof *c);
+    c->op = scree__op_find("attention");
+    sscanf(name, "\"%63[^\"]\"", c->name);
+    char dts[16] = "";
+    sscanf(dt, "\"%15[^\"]\"", dts);
+    const int is_causal = !strncmp(causal, "true", 4) || *causal == '1';
+    snprintf(c->variant, sizeof c->variant, "dtype=%s,head_dim=%d,causal=%d,window=0", dts,
+             atoi(d), is_causal);
+    snprintf(c->shape, sizeof c->shape,
+             "heads_q=%d,heads_kv=%d,head_dim=%d,window_left=-1,window_right=-1", atoi(hq),
+             atoi(hkv), atoi(d));
+    c->lens = malloc(MAX_LENS * sizeof *c->lens);
+    const char *q = lens + 1;
+    while (c->lens && *q && *q != ']' && c->nlens < MAX_LENS) {
+      char *e;
+      const long long v = strtoll(q, &e, 10);
+      if (e == q) {
+        q++;
+        continue;
+      }
+      c->lens[c->nlens++] = v;
+      q = e;
+    }
+    n++;
+    p = end + 1;
+  }
+  free(text);
+  return n;
+}
+
+static double copy_gbps(scree_context *ctx) {
+  const scree__cu_api *cu = ctx->cu;
+  const size_t cb = (size_t)1 << 30;
+  CUdeviceptr a = 0, b = 0;
+  CUevent e0 = NULL, e1 = NULL;
+  double g = 0;
+  if (!cu->MemAlloc(&a, cb) && !cu->MemAlloc(&b, cb) && !cu->EventCreate(&e0, 0) &&
+      !cu->EventCreate(&e1, 0)) {
+    float t[20];
+    for (int i = 0; i < 23; i++) {
+      cu->EventRecord(e0, NULL);
+      cu->MemcpyDtoDAsync(b, a, cb, NULL);
+      cu->EventRecord(e1, NULL);
+      cu->EventSynchronize(e1);
+      if (i >= 3) cu->EventElapsedTime(&t[i - 3], e0, e1);
+    }
+    g = 2.0 * (double)cb / (scree__median(t, 20) * 1e-3) / 1e9;
+  }
+  if (a) cu->MemFree(a);
+  if (b) cu->MemFree(b);
+  if (e0) cu->EventDestroy(e0);
+  if (e1) cu->EventDestroy(e1);
+  return g;
+}
+
+int main(int argc, char **argv) {
+  const char *file = SCREE_BENCH_FILE, *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
+  const char *csv_path = NULL;
+  int reps = 30, inner = 10;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--file") && i + 1 < argc)
+      file = argv[++i], json = "";
+    else if (!strcmp(argv[i], "--json-configs") && i + 1 < argc)
+      json = argv[++i], file = "";
+    else if (!strcmp(argv[i], "--op") && i + 1 < argc)
+      only_op = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--inner") && i + 1 < argc)
+      inner = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
+      csv_path = argv[++i];
+    else {
+      fprintf(stderr,
+              "usage: %s [--file ops.txt | --json-configs attention_configs.json] [--op NAME] "
+              "[--only NAME] [--reps N] [--inner N] [--csv F]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  static bcase cases[MAX_CASES];
+  int n = 0;
+  if (*file) n = read_ops_file(file, cases, n);
+  if (*json) n = read_attention_json(json, cases, n);
+
+  char dir[] = "/tmp/scree-bench-XXXXXX", db[64];
+  if (!mkdtemp(dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  snprintf(db, sizeof db, "%s/tune.db", dir);
+  scree_options o;
+  scree_options_init(&o);
+  o.cache_path = db;
+  o.cache_search_path = "";
+  o.miss_policy = SCREE_MISS_TUNE;
+  scree_context *ctx;
+  char why[1024];
+  scree_status st = scree_create(&o, &ctx, why, sizeof why);
+  if (st) {
+    printf("no GPU: %s: %s\n", scree_status_name(st), why);
+    return st == SCREE_ERROR_NO_DEVICE ? 0 : 1;
+  }
+  scree_device_info dev;
+  scree_context_device(ctx, &dev);
+  const int pushed = scree__ctx_enter(ctx);
+  const double copy = copy_gbps(ctx);
+  printf("device: %s (%s, %d SMs), scree %s; device copy %.0f GB/s\n", dev.name, dev.arch,
+         dev.sm_count, scree_version(), copy);
+  printf("%-22s %-42s %10s %14s %8s %9s  %s\n", "case", "variant", "us", "rate", "%copy",
+         "tune s", "config");
+  FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+  if (csv) fprintf(csv, "case,op,variant,shape,us,tflops,gbps,tune_s,config\n");
+  int failures = 0;
+  CUstream stream;
+  ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  for (int i = 0; i < n; i++) {
+    bcase *c = &cases[i];
+    if ((only_op && strcmp(c->op->name, only_op)) || (only && strcmp(c->name, only))) continue;
+    _Alignas(16) unsigned char args[SCREE__ARGS_MAX], call[SCREE__ARGS_MAX];
+    memset(args, 0, sizeof args);
+    scree__variant var;
+    if (scree__shape_parse(c->op, c->shape, args, why, sizeof why) ||
+        scree__variant_parse(c->op, c->variant, &var, why, sizeof why)) {
+      fprintf(stderr, "bench: %s: %s\n", c->name, why);
+      return 2;
+    }
+    const scree__lens lens = {c->nlens, c->lens, c->lens};
+    scree__run big, chk;
+    const uint64_t seed = scree__fresh_seed();
+    if (scree__run_make(ctx, c->op, &var, args, 0, seed, c->nlens ? &lens : NULL, &big)) {
+      fprintf(stderr, "bench: %s: %s\n", c->name, scree_last_error(ctx));
+      return 1;
+    }
+    void *user = (void *)c->op;
+    scree__run_bind(&big, 0, call);
+    const double t0 = scree__now();
+    st = scree__run_config_api(user, ctx, call, stream);
+    ctx->cu->StreamSynchronize(stream);
+    const double tune_s = scree__now() - t0;
+    /* The config the call ran: the user cache's entry for its bucket. It is
+     * checked against the CPU reference on the op's edge-case batch. */
+    char cs[128] = "?";
+    scree__bucket b;
+    scree__bucket_of(c->op, &var, call, &b);
+    scree__ckey key;
+    scree__make_key(ctx, c->op, &var, &b, &key);
+    scree__centry e;
+    scree__config cfg;
+    int have = 0;
+    if (scree__user_cache(ctx) && scree__cache_get(scree__user_cache(ctx), &key, &e) == SCREE_OK) {
+      snprintf(cs, sizeof cs, "%.120s", e.config);
+      have = !scree__config_parse(c->op, e.config, &cfg, NULL, 0);
+      scree__centry_free(&e);
+    }
+    if (!st && !have) {
+      st = SCREE_ERROR_NOT_FOUND;
+      snprintf(why, sizeof why, "the tuned config is not in the cache");
+    }
+    scree__kernel k;
+    if (!st) st = scree__kernel_get(ctx, c->op, &cfg, &var, &k);
+    scree__config_runner cr = {c->op, &cfg, &var, &k};
+    if (!st && !(st = scree__run_make(ctx, c->op, &var, call, 1, seed, NULL, &chk))) {
+      st = scree__run_check(ctx, &chk, scree__run_config, &cr, stream, 10000, why, sizeof why);
+      scree__run_free(ctx, &chk);
+    }
+    double us = 0, spread = 0;
+    if (!st)
+      st = scree__run_time(ctx, &big, scree__run_config_api, user, stream, 3, reps, inner, 10000,
+                           &us, &spread, why, sizeof why);
+    if (st) {
+      printf("%-22s %-42s FAILED: %s: %s\n", c->name, c->variant, scree_status_name(st),
+             scree_last_error(ctx));
+      failures++;
+    } else {
+      const double tf = big.p.flops / (us * 1e-6) / 1e12, gb = big.p.bytes / (us * 1e-6) / 1e9;
+      char rate[32], pct[16] = "";
+      if (big.p.flops > 0)
+        snprintf(rate, sizeof rate, "%.1f TFLOP/s", tf);
+      else
+        snprintf(rate, sizeof rate, "%.0f GB/s", gb), snprintf(pct, sizeof pct, "%.1f%%", 100 * gb / copy);
+      printf("%-22s %-42s %10.2f %14s %8s %9.2f  %s\n", c->name, c->variant, us, rate, pct, tune_s,
+             cs);
+      if (csv)
+        fprintf(csv, "%s,%s,\"%s\",\"%s\",%.3f,%.2f,%.1f,%.3f,\"%s\"\n", c->name, c->op->name,
+                c->variant, c->shape, us, big.p.flops > 0 ? tf : 0, gb, tune_s, cs);
+    }
+    fflush(stdout);
+    scree__run_free(ctx, &big);
+  }
+  ctx->cu->StreamDestroy(stream);
+  if (csv) fclose(csv);
+  scree__ctx_leave(ctx, pushed);
+  scree_destroy(ctx);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd)) {
+  }
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,784 @@
+/*
+ * attention.cu - varlen attention forward, FlashAttention-2 style (exact).
+ *
+ * For each sequence b, query head h and query row i of b:
+ *
+ *   out[i, h, :] = sum_j softmax_j(scale * q[i, h, :] . k[j, h / group, :]) v[j, h / group, :]
+ *   lse[h, i]    = log(sum_j exp(scale * q[i, h, :] . k[j, h / group, :]))     (natural log)
+ *
+ * over the keys j of sequence b visible to i (include/scree.h,
+ * scree_attention_args): bottom-right aligned, query i sits at key position
+ * i + Lk - Lq; causal keeps j <= i + Lk - Lq; the window keeps
+ * j in [i + Lk - Lq - left, i + Lk - Lq + right] (negative: unbounded side;
+ * with causal the right bound is 0). A row with no visible key gets out = 0
+ * and lse = -inf. fp16 or bf16 in and out, fp32 accumulation.
+ *
+ * Work item = (sequence, q-tile of BM rows, query head); one CTA of WARPS
+ * warps handles one item at a time. Warp w owns query rows
+ * [w * RPW, (w + 1) * RPW) of the tile, RPW = BM / WARPS = 16 or 32 (one or
+ * two m16 MMA row tiles, MT). The CTA walks the key tiles of BN keys from
+ * the last visible one down to the first (so the masked diagonal tile comes
+ * first); tiles above the causal diagonal or wholly outside the window are
+ * never visited, and only tiles cut by the diagonal, a window edge or the
+ * end of the keys apply a mask (a CTA-uniform branch per tile). Per tile:
+ *   S = Q K^T     mma.sync m16n8k16, A = Q (ldmatrix, or registers if QREG),
+ *                 B = K (ldmatrix, not transposed); fp32 S in registers.
+ *   softmax       online, in registers, base 2 with the scale folded in
+ *                 (p = 2^(s * scale_log2 - m * scale_log2), one FFMA + EX2);
+ *                 row max reduced over the 4 lanes of a quad by shuffles; the
+ *                 row sum is kept per lane and reduced once at the end;
+ *                 O is rescaled by alpha = 2^(m_old - m_new).
+ *   O += P V      P packed from the S accumulators straight into A fragments
+ *                 (no shared-memory round trip); B = V by ldmatrix.trans.
+ * Epilogue: O / l converted to 16 bits, staged through the warp's own rows
+ * of the Q tile in shared memory, stored with 16-byte coalesced stores; lse
+ * written by one lane per row when lse != NULL. Rows past the sequence end
+ * are computed on zero-filled Q but never stored.
+ *
+ * Pipeline (cp.async, 16-byte copies, zero-filled past the end of a
+ * sequence: src-size 0, so P V never sees garbage and nothing past a
+ * buffer is read):
+ *   STAGES = 1: one K and one V buffer, FlashAttention-2's order: wait K_j,
+ *     issue V_j, S = Q K_j^T, barrier, issue K_{j+1}, softmax, wait V_j,
+ *     P V_j. Three barriers per tile.
+ *   STAGES = 2, 3: rings of K and V buffers; tile j+STAGES-1 is issued
+ *     right after the barrier that opens tile j (its buffer was last read in
+ *     tile j-1), so loads run STAGES-1 tiles ahead. One barrier per tile.
+ *   Q shares the first group with K_0 (and V_0).
+ *
+ * Shared memory (dynamic only; the host sets the > 48 KiB attribute):
+ *   bytes = 2 * SCREE_HEAD_DIM * (SCREE_BM + 2 * SCREE_STAGES * SCREE_BN)
+ *   layout: Q [BM rows], K stage 0..STAGES-1 [BN rows each], V stage
+ *   0..STAGES-1 [BN rows each]; a row is HEAD_DIM 16-bit elements, split
+ *   into CPR = HEAD_DIM / 8 chunks of 16 bytes.
+ * Swizzle (all tiles, and the output staging): logical chunk c of row r
+ *   lives at chunk c ^ f(r) of the same row, with
+ *     f(r) = r & 7          when CPR is a multiple of 8 (d = 64, 128, 256)
+ *     f(r) = (r >> 1) & 3   when CPR is 4 or 12 (d = 32, 96: rows of 64 or
+ *                           192 bytes, so row parity already picks the
+ *                           half of the 128-byte bank line)
+ *   Both keep a chunk inside its row (the XOR touches only the low 3, resp.
+ *   2, bits, and CPR is a multiple of 8, resp. 4), and make the 8 rows of
+ *   any 8-row-aligned ldmatrix phase, and any 8 consecutive 16-byte cp.async
+ *   writes of the row-major copy order, hit 8 distinct 16-byte bank groups.
+ *
+ * Macros (all required; set by the host):
+ *   variant
+ *   SCREE_DTYPE      1 = fp16, 2 = bf16 (q, k, v, out)
+ *   SCREE_HEAD_DIM   32, 64, 96, 128, 256
+ *   SCREE_CAUSAL     0, 1
+ *   SCREE_WINDOW     0, 1: window_left / window_right applied (negative =
+ *                    unbounded on that side); 0 ignores both
+ *   config
+ *   SCREE_BM         64, 128 (query rows per CTA)
+ *   SCREE_BN         32, 64, 128 (keys per tile)
+ *   SCREE_WARPS      4, 8; BM / WARPS must be 16 or 32 (so BM=64 needs 4)
+ *   SCREE_STAGES     1, 2, 3 (K/V buffers each)
+ *   SCREE_QREG       1: Q fragments kept in registers across the key loop;
+ *                    0: re-read from shared memory (ldmatrix) every tile
+ *   SCREE_SCHED      0: grid (max_qtiles, heads_q, batch), q-tile =
+ *                       blockIdx.x (reversed when causal, heavy tiles
+ *                       first); tiles past a sequence's end exit; sched
+ *                       unused (may be NULL). batch <= 65535.
+ *                    1: sched from scree_attention_schedule, sorted by work
+ *                       (longest first); grid (cap * heads_q); CTA w runs
+ *                       rank w / heads_q, head w % heads_q; ranks >= ntiles
+ *                       exit.
+ *                    2: as 1, persistent: any grid (host: min(cap *
+ *                       heads_q, SMs * CTAs per SM)); each CTA takes
+ *                       w = atomicAdd(&sched[0], 1) until w >= ntiles *
+ *                       heads_q.
+ * Constraints (static_assert below; the host mirrors them):
+ *   BM / WARPS in {16, 32}: (BM, WARPS) in {(64, 4), (128, 4), (128, 8)}.
+ *   Register budget (fp32 accumulators and fragments per thread):
+ *     MT * (HEAD_DIM / 2 + BN / 2) + QREG * MT * HEAD_DIM / 4 <= 192,
+ *     MT = BM / WARPS / 16. Beyond it ptxas spills (measured, sm_90).
+ *   Shared memory bytes (formula above) <= the arch's per-block opt-in
+ *     limit: 232448 (sm_90, sm_100), 166912 (sm_80, sm_87), 101376 (others).
+ *
+ * Host guarantees: q, k, v, out 16-byte aligned; every token and head stride
+ * a multiple of 8 elements; out disjoint from q, k, v; cu_q / cu_k
+ * non-decreasing from 0 (batch + 1 entries); scale > 0 (scale_log2 = scale *
+ * log2(e)); group = heads_q / heads_kv >= 1; sequence lengths < 2^30.
+ * Launch: blockDim = WARPS * 32, dynamic smem as above. For SCHED 1 and 2,
+ * scree_attention_schedule (same module, so the same BM / BN / CAUSAL /
+ * WINDOW) runs first on the same stream with 1 CTA of 1024 threads and the
+ * same window values; sched holds 2 + 2 * cap ints,
+ * cap = min(batch * ceil(max_q / BM), ceil(total_q / BM) + batch).
+ *
+ * Develop and test on a GPU: python3 bench/attention_dev.py --check
+ *   (correctness matrix against a float64 reference), --bench (against
+ *   FlashAttention-2), --local (here, no GPU: NVRTC compile time, ptxas
+ *   registers and spills, SASS instruction counts).
+ */
+#include "ptx.cuh"
+
+#if !defined(SCREE_DTYPE) || !defined(SCREE_HEAD_DIM) || !defined(SCREE_CAUSAL) || \
+    !defined(SCREE_WINDOW) || !defined(SCREE_BM) || !defined(SCREE_BN) ||          \
+    !defined(SCREE_WARPS) || !defined(SCREE_STAGES) || !defined(SCREE_QREG) ||     \
+    !defined(SCREE_SCHED)
+#error "attention.cu: every SCREE_* macro listed in the header must be defined"
+#endif
+
+#ifndef SCREE_ATTN_PACK_EARLY
+#define SCREE_ATTN_PACK_EARLY 0
+#endif
+#ifndef SCREE_ATTN_SKIP_RESCALE
+#define SCREE_ATTN_SKIP_RESCALE 0
+#endif
+#ifndef SCREE_ATTN_RANK_CHUNK
+#define SCREE_ATTN_RANK_CHUNK 64
+#endif
+#ifndef SCREE_ATTN_REG_OVERHEAD
+#define SCREE_ATTN_REG_OVERHEAD 56
+#endif
+
+namespace scree_attn {
+
+typedef scree_dtype_of<SCREE_DTYPE>::type elem;
+
+constexpr int D = SCREE_HEAD_DIM;
+constexpr int BM = SCREE_BM;
+constexpr int BN = SCREE_BN;
+constexpr int WARPS = SCREE_WARPS;
+constexpr int STAGES = SCREE_STAGES;
+constexpr bool QREG = SCREE_QREG != 0;
+constexpr bool CAUSAL = SCREE_CAUSAL != 0;
+constexpr bool WINDOW = SCREE_WINDOW != 0;
+constexpr int THREADS = WARPS * 32;
+constexpr int RPW = BM / WARPS;   /* query rows per warp */
+constexpr int MT = RPW / 16;      /* m16 row tiles per warp */
+constexpr int CPR = D / 8;        /* 16-byte chunks per row */
+constexpr int ROWB = D * 2;       /* bytes per row */
+constexpr int KS = D / 16;        /* k-steps of Q K^T */
+constexpr int DN = D / 8;         /* n8 blocks of O */
+constexpr int NB = BN / 8;        /* n8 blocks of S */
+constexpr int PK = BN / 16;       /* k-steps of P V */
+constexpr int Q_BYTES = BM * ROWB;
+constexpr int KV_BYTES = BN * ROWB;
+constexpr int K_OFF = Q_BYTES;
+constexpr int V_OFF = Q_BYTES + STAGES * KV_BYTES;
+constexpr int SMEM_BYTES = 2 * D * (BM + 2 * STAGES * BN);
+constexpr int REG_EST = MT * (D / 2 + BN / 2) + (QREG ? MT * D / 4 : 0);
+/* CTAs per SM asked of ptxas (__launch_bounds__), which caps registers at
+ * 65536 / (THREADS * MINB). SCREE_MINB (optional, development only)
+ * overrides the derived value. */
+#ifdef SCREE_MINB
+constexpr int MINB = SCREE_MINB;
+#else
+constexpr int MINB_RAW = 65536 / (THREADS * (((REG_EST + SCREE_ATTN_REG_OVERHEAD) + 7) / 8 * 8));
+constexpr int MINB = MINB_RAW < 1 ? 1 : (MINB_RAW > 4 ? 4 : MINB_RAW);
+#endif
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1030)
+constexpr int SMEM_LIMIT = 232448;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+constexpr int SMEM_LIMIT = 166912;
+#else
+constexpr int SMEM_LIMIT = 101376;
+#endif
+
+static_assert(SCREE_DTYPE == 1 || SCREE_DTYPE == 2, "SCREE_DTYPE must be 1 (fp16) or 2 (bf16)");
+static_assert(D == 32 || D == 64 || D == 96 || D == 128 || D == 256,
+              "SCREE_HEAD_DIM must be 32, 64, 96, 128 or 256");
+static_assert(SCREE_CAUSAL == 0 || SCREE_CAUSAL == 1, "SCREE_CAUSAL must be 0 or 1");
+static_assert(SCREE_WINDOW == 0 || SCREE_WINDOW == 1, "SCREE_WINDOW must be 0 or 1");
+static_assert(BM == 64 || BM == 128, "SCREE_BM must be 64 or 128");
+static_assert(BN == 32 || BN == 64 || BN == 128, "SCREE_BN must be 32, 64 or 128");
+static_assert(WARPS == 4 || WARPS == 8, "SCREE_WARPS must be 4 or 8");
+static_assert(STAGES >= 1 && STAGES <= 3, "SCREE_STAGES must be 1, 2 or 3");
+static_assert(SCREE_QREG == 0 || SCREE_QREG == 1, "SCREE_QREG must be 0 or 1");
+static_assert(SCREE_SCHED >= 0 && SCREE_SCHED <= 2, "SCREE_SCHED must be 0, 1 or 2");
+static_assert(RPW == 16 || RPW == 32,
+              "SCREE_BM / SCREE_WARPS must be 16 or 32 rows per warp (BM=64 needs WARPS=4)");
+static_assert(REG_EST <= 192,
+              "register budget: MT*(HEAD_DIM/2 + BN/2) + QREG*MT*HEAD_DIM/4 must be <= 192 "
+              "(MT = BM/WARPS/16); larger configs spill");
+static_assert(SMEM_BYTES <= SMEM_LIMIT,
+              "shared memory 2*HEAD_DIM*(BM + 2*STAGES*BN) exceeds this architecture's limit");
+
+/* Physical chunk of logical chunk c in row r (see the header): c ^ swz(r).
+ * SWM = the chunk bits the swizzle touches. */
+constexpr int SWM = (CPR % 8 == 0) ? 7 : 3;
+__device__ __forceinline__ int swz(int r) {
+  if constexpr (CPR % 8 == 0)
+    return r & 7;
+  else
+    return (r >> 1) & 3;
+}
+/* Byte offset, within a row, of chunk C + (lane's chunk bit), where C is a
+ * compile-time even chunk and lc = lane's chunk bit ^ swz(lane's row) (< SWM
+ * + 1): the XOR touches only C & SWM, so a lane needs at most 4 distinct
+ * registers over all C and the rest is an immediate (C is a constant once
+ * the loops are unrolled). */
+__device__ __forceinline__ unsigned chunk_off(int c, int lc) {
+  return (unsigned)(((c & ~SWM) << 4) + (((c & SWM) ^ lc) << 4));
+}
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+/* Key-tile range of q-tile m: visit tiles [lo, hi); tiles in
+ * [full_lo, full_hi) need no mask. */
+struct kv_range {
+  int lo, hi, full_lo, full_hi;
+};
+
+__device__ __forceinline__ kv_range tile_range(int Lq, int Lk, int m, int wl, int wr) {
+  const bool rb = CAUSAL || (WINDOW && wr >= 0);
+  const bool lb = WINDOW && wl >= 0;
+  const long long right = CAUSAL ? 0 : (long long)wr;
+  const long long off = (long long)Lk - Lq;
+  const long long r0 = (long long)m * BM;
+  const long long r1 = (long long)min(m * BM + BM, Lq) - 1;
+  long long kend = Lk, kbeg = 0;
+  if (rb) kend = min(kend, r1 + off + right + 1);
+  if (lb) kbeg = max(0ll, r0 + off - wl);
+  kv_range r;
+  if (kend <= kbeg) {
+    r.lo = r.hi = r.full_lo = r.full_hi = 0;
+    return r;
+  }
+  r.lo = (int)(kbeg / BN);
+  r.hi = (int)((kend + BN - 1) / BN);
+  long long fh = Lk / BN;
+  if (rb) {
+    const long long x = r0 + off + right + 1; /* keys < x are visible to row r0 */
+    fh = min(fh, x > 0 ? x / BN : 0ll);
+  }
+  long long fl = 0;
+  if (lb) {
+    const long long y = r1 + off - wl; /* keys >= y are visible to row r1 */
+    fl = y > 0 ? (y + BN - 1) / BN : 0;
+  }
+  r.full_lo = (int)fl;
+  r.full_hi = (int)fh;
+  return r;
+}
+
+/* cp.async a tile of ROWS rows (row r from g + r * ts) into swizzled shared
+ * memory at sdst; rows >= valid are zero-filled: src-size 0, so nothing is
+ * read there (the address, at most ROWS rows past the sequence, is not
+ * dereferenced; the same zero-fill pattern as CUTLASS's cp_async_zfill and
+ * Triton's masked pipelined loads). Thread tid copies chunk column
+ * c0 = tid % CPRP of rows r0 = tid / CPRP, r0 + RS, ... (CPRP = CPR rounded
+ * up to a power of two; for d = 96 a quarter of the threads idle): one
+ * per-thread pointer per tile, and the per-copy steps i * RS * ts are
+ * warp-uniform, so no per-copy 64-bit offset is kept in registers. */
+constexpr int CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : 32;
+template <int ROWS>
+__device__ __forceinline__ void load_tile(unsigned sdst, const elem *g, long long ts,
+                                          int valid) {
+  constexpr int RS = THREADS / CPRP;
+  constexpr int IT = (ROWS + RS - 1) / RS;
+  const int r0 = (int)threadIdx.x / CPRP, c0 = (int)threadIdx.x % CPRP;
+  if (CPRP == CPR || c0 < CPR) {
+    const unsigned d0 = sdst + r0 * ROWB;
+    const elem *p = g + (long long)r0 * ts + c0 * 8;
+#pragma unroll
+    for (int i = 0; i < IT; i++) {
+      const int r = r0 + i * RS;
+      if (ROWS % RS == 0 || r < ROWS)
+        scree_cp_async16(d0 + i * RS * ROWB + ((c0 ^ swz(r)) << 4),
+                         p + (long long)(i * RS) * ts, r < valid ? 16 : 0);
+    }
+  }
+}
+
+/* One work item: sequence b, q-tile m, query head h. */
+__device__ __forceinline__ void run_item(
+    unsigned char *smem, unsigned sbase, int b, int m, int h, const elem *q, const elem *k,
+    const elem *v, elem *out, float *lse, const int *cu_q, const int *cu_k, long long q_ts,
+    long long q_hs, long long k_ts, long long k_hs, long long v_ts, long long v_hs,
+    long long o_ts, long long o_hs, long long total_q, int group, float sl2, int wl,
+    int wr) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+
+  const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0;
+  const int k0 = cu_k[b], Lk = cu_k[b + 1] - k0;
+  const int kvh = h / group;
+  const kv_range rg = tile_range(Lq, Lk, m, wl, wr);
+  const int ntl = rg.hi - rg.lo;
+
+  const elem *qb = q + (long long)q0 * q_ts + (long long)h * q_hs;
+  const elem *kb = k + (long long)k0 * k_ts + (long long)kvh * k_hs;
+  const elem *vb = v + (long long)k0 * v_ts + (long long)kvh * v_hs;
+  const int row0 = m * BM; /* first query row of the tile, within the sequence */
+
+  float o[MT][DN][4];
+  float mx[MT][2], ls[MT][2];
+#pragma unroll
+  for (int a = 0; a < MT; a++) {
+#pragma unroll
+    for (int d = 0; d < DN; d++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) o[a][d][e] = 0.f;
+    mx[a][0] = mx[a][1] = neg_inf();
+    ls[a][0] = ls[a][1] = 0.f;
+  }
+
+  if (ntl > 0) {
+    /* Per-lane ldmatrix offsets (see the header's swizzle). Q and V: lane
+     * gives row lane & 15, chunk bit lane >> 4; K: row (lane & 7) + 8 *
+     * (lane >> 4), chunk bit (lane >> 3) & 1. */
+    const int sw = swz(lane & 7);
+    const unsigned qv_row = (unsigned)((lane & 15) * ROWB);
+    const int qv_c = (lane >> 4) ^ sw;
+    const unsigned k_row = (unsigned)(((lane & 7) + ((lane >> 4) << 3)) * ROWB);
+    const int k_c = ((lane >> 3) & 1) ^ sw;
+    const unsigned q_base = sbase + (unsigned)(warp * RPW * ROWB) + qv_row;
+
+    const int nhi = rg.hi;
+    auto load_k = [&](int n, int buf) {
+      load_tile<BN>(sbase + K_OFF + buf * KV_BYTES, kb + (long long)n * BN * k_ts, k_ts,
+                    Lk - n * BN);
+    };
+    auto load_v = [&](int n, int buf) {
+      load_tile<BN>(sbase + V_OFF + buf * KV_BYTES, vb + (long long)n * BN * v_ts, v_ts,
+                    Lk - n * BN);
+    };
+
+    /* Prologue: group 0 = Q + tile 0 (K only when STAGES == 1). */
+    load_tile<BM>(sbase, qb + (long long)row0 * q_ts, q_ts, Lq - row0);
+    load_k(nhi - 1, 0);
+    if constexpr (STAGES >= 2) {
+      load_v(nhi - 1, 0);
+      scree_cp_async_commit();
+#pragma unroll
+      for (int s = 1; s < STAGES - 1; s++) {
+        if (s < ntl) {
+          load_k(nhi - 1 - s, s);
+          load_v(nhi - 1 - s, s);
+        }
+        scree_cp_async_commit();
+      }
+    } else {
+      scree_cp_async_commit();
+    }
+
+    unsigned qf[QREG ? MT : 1][QREG ? KS : 1][4];
+    if constexpr (QREG) {
+      scree_cp_async_wait<(STAGES >= 2 ? STAGES - 2 : 0)>();
+      __syncthreads();
+#pragma unroll
+      for (int a = 0; a < MT; a++)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+          scree_ldsm_x4(q_base + a * 16 * ROWB + chunk_off(2 * ks, qv_c), qf[a][ks][0],
+                        qf[a][ks][1], qf[a][ks][2], qf[a][ks][3]);
+    }
+
+    int buf = 0;
+    for (int it = 0; it < ntl; it++) {
+      const int n = nhi - 1 - it;
+      if constexpr (STAGES == 1) {
+        scree_cp_async_wait<0>(); /* K_it (and V_{it-1}) landed */
+        __syncthreads();          /* visible to all; every warp done with V_{it-1} */
+        load_v(n, 0);
+        scree_cp_async_commit();
+      } else {
+        scree_cp_async_wait<STAGES - 2>(); /* tile it landed */
+        __syncthreads();                   /* visible; every warp done with tile it-1 */
+        const int nt = it + STAGES - 1;
+        int nbuf = buf + STAGES - 1;
+        if (nbuf >= STAGES) nbuf -= STAGES;
+        if (nt < ntl) {
+          load_k(nhi - 1 - nt, nbuf);
+          load_v(nhi - 1 - nt, nbuf);
+        }
+        scree_cp_async_commit();
+      }
+
+      /* S = Q K^T */
+      const unsigned kbuf = sbase + K_OFF + buf * KV_BYTES + k_row;
+      float s[MT][NB][4];
+#pragma unroll
+      for (int a = 0; a < MT; a++)
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) s[a][j][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < KS; ks++) {
+        unsigned qa[MT][4];
+#pragma unroll
+        for (int a = 0; a < MT; a++) {
+          if constexpr (QREG) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) qa[a][e] = qf[a][ks][e];
+          } else {
+            scree_ldsm_x4(q_base + a * 16 * ROWB + chunk_off(2 * ks, qv_c), qa[a][0],
+                          qa[a][1], qa[a][2], qa[a][3]);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < NB / 2; np++) {
+          unsigned b0, b1, b2, b3;
+          scree_ldsm_x4(kbuf + np * 16 * ROWB + chunk_off(2 * ks, k_c), b0, b1, b2, b3);
+#pragma unroll
+          for (int a = 0; a < MT; a++) {
+            scree_mma_16816<SCREE_DTYPE>(s[a][2 * np], qa[a], b0, b1);
+            scree_mma_16816<SCREE_DTYPE>(s[a][2 * np + 1], qa[a], b2, b3);
+          }
+        }
+      }
+
+      if constexpr (STAGES == 1) {
+        __syncthreads(); /* every warp done reading K */
+        if (it + 1 < ntl) load_k(n - 1, 0);
+        scree_cp_async_commit();
+      }
+
+      /* Mask the boundary tiles only. Bounds relative to this lane's first
+       * key (2t) and row: CTA-uniform parts in 64 bits once per tile,
+       * clamped to +-2^20 (beyond any row or key offset inside a tile) so the
+       * per-element compares are 32-bit. */
+      if (n < rg.full_lo || n >= rg.full_hi) {
+        constexpr long long BIG = 1 << 20;
+        const long long kd = (long long)row0 + ((long long)Lk - Lq) - (long long)n * BN;
+        const int kend = (int)min(BIG, (long long)Lk - 1 - (long long)n * BN);
+        int hb = (int)BIG, lb = -(int)BIG;
+        if (CAUSAL) hb = (int)max(-BIG, min(BIG, kd));
+        else if (WINDOW && wr >= 0) hb = (int)max(-BIG, min(BIG, kd + wr));
+        if (WINDOW && wl >= 0) lb = (int)max(-BIG, min(BIG, kd - wl));
+        const int lrow = warp * RPW + g - 2 * t;
+#pragma unroll
+        for (int a = 0; a < MT; a++) {
+#pragma unroll
+          for (int hh = 0; hh < 2; hh++) {
+            const int rr = lrow + a * 16 + hh * 8;
+            const int hr = min(hb + rr, kend - 2 * t); /* last visible j*8+e */
+            const int lr = lb + rr;                    /* first visible j*8+e */
+#pragma unroll
+            for (int j = 0; j < NB; j++)
+#pragma unroll
+              for (int e = 0; e < 2; e++) {
+                const int jj = j * 8 + e;
+                if (jj > hr || jj < lr) s[a][j][2 * hh + e] = neg_inf();
+              }
+          }
+        }
+      }
+
+      /* Online softmax (base 2, scale folded in). P is packed to 16 bits
+       * as soon as it is computed, straight into the A fragments of P V
+       * (pf[a][pk] = rows g / g+8, keys 16 pk + 2t.. / 16 pk + 8 + 2t..), so
+       * the fp32 S registers die early. */
+#if SCREE_ATTN_PACK_EARLY
+      unsigned pf[MT][PK][4];
+#endif
+#pragma unroll
+      for (int a = 0; a < MT; a++) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          float mnew = mx[a][hh];
+#pragma unroll
+          for (int j = 0; j < NB; j++)
+            mnew = fmaxf(mnew, fmaxf(s[a][j][2 * hh], s[a][j][2 * hh + 1]));
+          mnew = fmaxf(mnew, __shfl_xor_sync(0xffffffffu, mnew, 1));
+          mnew = fmaxf(mnew, __shfl_xor_sync(0xffffffffu, mnew, 2));
+          /* A row with nothing visible yet keeps m = -inf; use 0 as the base
+           * so exp2 gives 0, not NaN. */
+          const float ms = (mnew == neg_inf()) ? 0.f : mnew * sl2;
+          const float alpha = scree_ex2(mx[a][hh] * sl2 - ms);
+          mx[a][hh] = mnew;
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < NB; j++) {
+            const float p0 = scree_ex2(fmaf(s[a][j][2 * hh], sl2, -ms));
+            const float p1 = scree_ex2(fmaf(s[a][j][2 * hh + 1], sl2, -ms));
+            sum += p0 + p1;
+#if SCREE_ATTN_PACK_EARLY
+            pf[a][j >> 1][(j & 1) * 2 + hh] = scree_pack2<SCREE_DTYPE>(p0, p1);
+#else
+            s[a][j][2 * hh] = p0;
+            s[a][j][2 * hh + 1] = p1;
+#endif
+          }
+          ls[a][hh] = ls[a][hh] * alpha + sum;
+#if SCREE_ATTN_SKIP_RESCALE
+          if (__any_sync(0xffffffffu, alpha != 1.f)) {
+#else
+          {
+#endif
+#pragma unroll
+            for (int d = 0; d < DN; d++) {
+              o[a][d][2 * hh] *= alpha;
+              o[a][d][2 * hh + 1] *= alpha;
+            }
+          }
+        }
+      }
+
+      if constexpr (STAGES == 1) {
+        scree_cp_async_wait<1>(); /* V_it landed (K_{it+1} may be pending) */
+        __syncthreads();
+      }
+
+      /* O += P V */
+      const unsigned vbuf = sbase + V_OFF + buf * KV_BYTES + qv_row;
+#pragma unroll
+      for (int pk = 0; pk < PK; pk++) {
+#if !SCREE_ATTN_PACK_EARLY
+        unsigned pf[MT][PK][4];
+#pragma unroll
+        for (int a = 0; a < MT; a++) {
+          pf[a][pk][0] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk][0], s[a][2 * pk][1]);
+          pf[a][pk][1] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk][2], s[a][2 * pk][3]);
+          pf[a][pk][2] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk + 1][0], s[a][2 * pk + 1][1]);
+          pf[a][pk][3] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk + 1][2], s[a][2 * pk + 1][3]);
+        }
+#endif
+#pragma unroll
+        for (int dp = 0; dp < DN / 2; dp++) {
+          unsigned b0, b1, b2, b3;
+          scree_ldsm_x4_trans(vbuf + pk * 16 * ROWB + chunk_off(2 * dp, qv_c), b0, b1, b2,
+                              b3);
+#pragma unroll
+          for (int a = 0; a < MT; a++) {
+            scree_mma_16816<SCREE_DTYPE>(o[a][2 * dp], pf[a][pk], b0, b1);
+            scree_mma_16816<SCREE_DTYPE>(o[a][2 * dp + 1], pf[a][pk], b2, b3);
+          }
+        }
+      }
+      buf = (buf + 1 == STAGES) ? 0 : buf + 1;
+    }
+    scree_cp_async_wait<0>();
+  }
+
+  /* Epilogue: finish the row sums, normalise, stage through this warp's own
+   * rows of the Q tile (only this warp ever read them), store 16 bytes a
+   * lane. */
+  float inv[MT][2];
+#pragma unroll
+  for (int a = 0; a < MT; a++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      float l = ls[a][hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      ls[a][hh] = l;
+      inv[a][hh] = l > 0.f ? 1.f / l : 0.f;
+    }
+  __syncwarp();
+#pragma unroll
+  for (int a = 0; a < MT; a++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int r = warp * RPW + a * 16 + g + 8 * hh;
+      unsigned char *rowp = smem + r * ROWB + 4 * t;
+      const int sr = swz(r);
+#pragma unroll
+      for (int d = 0; d < DN; d++)
+        *reinterpret_cast<unsigned *>(rowp + ((d ^ sr) << 4)) = scree_pack2<SCREE_DTYPE>(
+            o[a][d][2 * hh] * inv[a][hh], o[a][d][2 * hh + 1] * inv[a][hh]);
+    }
+  __syncwarp();
+  {
+    typedef scree_vec<unsigned, 4> u4;
+    elem *ob = out + (long long)q0 * o_ts + (long long)h * o_hs;
+    constexpr int WCH = RPW * CPR;
+#pragma unroll
+    for (int i = 0; i < (WCH + 31) / 32; i++) {
+      const int idx = lane + i * 32;
+      if (WCH % 32 == 0 || idx < WCH) {
+        const int rr = idx / CPR, c = idx % CPR;
+        const int r = warp * RPW + rr;
+        if (row0 + r < Lq) {
+          const u4 val = *reinterpret_cast<const u4 *>(smem + r * ROWB + ((c ^ swz(r)) << 4));
+          *reinterpret_cast<u4 *>(ob + (long long)(row0 + r) * o_ts + c * 8) = val;
+        }
+      }
+    }
+  }
+  if (lse != nullptr && t == 0) {
+#pragma unroll
+    for (int a = 0; a < MT; a++)
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const int r = row0 + warp * RPW + a * 16 + g + 8 * hh;
+        if (r < Lq) {
+          const float l = ls[a][hh];
+          lse[(long long)h * total_q + q0 + r] =
+              l > 0.f ? (mx[a][hh] * sl2 + scree_lg2(l)) * 0.69314718055994531f : neg_inf();
+        }
+      }
+  }
+}
+
+/* SCHED 1 and 2: work index w -> (rank r, head h). Ranks are sorted by
+ * work, longest first; they are taken in chunks of RC = SCREE_ATTN_RANK_CHUNK
+ * ranks, and inside a chunk head by head (heads of one kv head adjacent):
+ *   w = (chunk * heads_q + h) * RC' + (r - chunk * RC),  RC' = the chunk's size.
+ * So the longest tiles of every head still start first (LPT across chunks),
+ * while the CTAs in flight cover about (SMs * CTAs per SM) / RC heads, not
+ * all of them: K/V of a few heads stay in L2 (measured: heads innermost
+ * thrashed L2 on 8k-token MHA, 6% slower). Returns false past the end. */
+__device__ __forceinline__ bool decode_work(int w, int ntiles, int heads_q, int &r, int &h) {
+  constexpr int RC = SCREE_ATTN_RANK_CHUNK;
+  const long long per_chunk = (long long)RC * heads_q;
+  if ((long long)w >= (long long)ntiles * heads_q) return false;
+  const int c = (int)(w / per_chunk);
+  const int rem = (int)(w - c * per_chunk);
+  const int size = min(RC, ntiles - c * RC); /* the last chunk may be short */
+  h = rem / size;
+  r = c * RC + (rem - h * size);
+  return true;
+}
+
+} /* namespace scree_attn */
+
+extern "C" __global__ void __launch_bounds__(scree_attn::THREADS, scree_attn::MINB)
+scree_attention_fwd(const scree_attn::elem *q, const scree_attn::elem *k,
+                    const scree_attn::elem *v, scree_attn::elem *out, float *lse,
+                    const int *cu_q, const int *cu_k, long long q_ts, long long q_hs,
+                    long long k_ts, long long k_hs, long long v_ts, long long v_hs,
+                    long long o_ts, long long o_hs, long long total_q, int batch,
+                    int heads_q, int group, float scale_log2, int window_left,
+                    int window_right, int *sched, int max_qtiles) {
+  using namespace scree_attn;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const unsigned sbase = scree_smem_u32(smem);
+  (void)batch;
+  (void)max_qtiles;
+#if SCREE_SCHED == 0
+  (void)sched;
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int m = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  if (m * BM >= cu_q[b + 1] - cu_q[b]) return;
+  run_item(smem, sbase, b, m, h, q, k, v, out, lse, cu_q, cu_k, q_ts, q_hs, k_ts, k_hs, v_ts,
+           v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right);
+#elif SCREE_SCHED == 1
+  const int ntiles = sched[1];
+  int r, h;
+  if (!decode_work((int)blockIdx.x, ntiles, heads_q, r, h)) return;
+  const int b = sched[2 + 2 * r], m = sched[3 + 2 * r];
+  run_item(smem, sbase, b, m, h, q, k, v, out, lse, cu_q, cu_k, q_ts, q_hs, k_ts, k_hs, v_ts,
+           v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right);
+#else
+  const int ntiles = sched[1];
+  /* The work index is broadcast through the last 16 bytes of the last V
+   * stage: nothing writes them before the first barrier inside run_item's
+   * key loop (the prologue fills stages 0..STAGES-2 only, and with STAGES=1
+   * V is first issued after that barrier). */
+  volatile int *slot = reinterpret_cast<volatile int *>(smem + SMEM_BYTES - 16);
+  for (;;) {
+    __syncthreads(); /* the previous item is done with shared memory */
+    if (threadIdx.x == 0) *slot = atomicAdd(&sched[0], 1);
+    __syncthreads();
+    int r, h;
+    if (!decode_work(*slot, ntiles, heads_q, r, h)) break;
+    const int b = sched[2 + 2 * r], m = sched[3 + 2 * r];
+    run_item(smem, sbase, b, m, h, q, k, v, out, lse, cu_q, cu_k, q_ts, q_hs, k_ts, k_hs,
+             v_ts, v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right);
+  }
+#endif
+}
+
+/* Schedule for SCREE_SCHED 1 and 2: every (sequence, q-tile) pair, sorted by
+ * the number of key tiles it visits (descending; counting sort over
+ * NBUCKET buckets: exact below 2048 tiles, 32 tiles wide above). One CTA of
+ * 1024 threads; static shared memory only (16.1 KiB). Writes sched[0] = 0
+ * (the persistent grid's counter), sched[1] = ntiles (at most cap), and
+ * (sequence, q-tile) at sched[2 + 2r], sched[3 + 2r] for rank r < ntiles. */
+namespace scree_attn {
+constexpr int NBUCKET = 4096;
+__device__ __forceinline__ int work_bucket(int w) {
+  return w < 2048 ? w : min(2048 + ((w - 2048) >> 5), NBUCKET - 1);
+}
+} /* namespace scree_attn */
+
+extern "C" __global__ void __launch_bounds__(1024)
+scree_attention_schedule(const int *cu_q, const int *cu_k, int batch, int *sched, int cap,
+                         int window_left, int window_right) {
+  using namespace scree_attn;
+  __shared__ int cnt[NBUCKET];
+  __shared__ int wsum[32];
+  const int tid = threadIdx.x, nthr = blockDim.x;
+  const int lane = tid & 31, warp = tid >> 5, nw = nthr >> 5;
+  for (int i = tid; i < NBUCKET; i += nthr) cnt[i] = 0;
+  __syncthreads();
+  /* One warp per sequence, lanes over its q-tiles: balances a few
+   * 128k-token sequences as well as thousands of short ones. Atomics are
+   * aggregated per bucket over the warp (__match_any_sync), which also keeps
+   * a warp's consecutive q-tiles in order inside a bucket. */
+  for (int b = warp; b < batch; b += nw) {
+    const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0, Lk = cu_k[b + 1] - cu_k[b];
+    const int nt = (Lq + BM - 1) / BM;
+    for (int m0 = 0; m0 < nt; m0 += 32) {
+      const int m = m0 + lane;
+      int bk = -1;
+      if (m < nt) {
+        const kv_range r = tile_range(Lq, Lk, m, window_left, window_right);
+        bk = work_bucket(r.hi - r.lo);
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, bk);
+      if (bk >= 0 && lane == __ffs(peers) - 1) atomicAdd(&cnt[bk], __popc(peers));
+    }
+  }
+  __syncthreads();
+  /* Exclusive offsets in descending-work order: thread tid owns positions
+   * [tid * per, (tid + 1) * per) of the bucket list read from the top. */
+  const int per = (NBUCKET + nthr - 1) / nthr;
+  int loc = 0;
+  for (int j = 0; j < per; j++) {
+    const int i = tid * per + j;
+    if (i < NBUCKET) loc += cnt[NBUCKET - 1 - i];
+  }
+  int incl = loc;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) wsum[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const int x = lane < nw ? wsum[lane] : 0;
+    int xi = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, xi, o);
+      if (lane >= o) xi += y;
+    }
+    wsum[lane] = xi - x;
+  }
+  __syncthreads();
+  int base = wsum[warp] + incl - loc;
+  for (int j = 0; j < per; j++) {
+    const int i = tid * per + j;
+    if (i < NBUCKET) {
+      const int c = cnt[NBUCKET - 1 - i];
+      cnt[NBUCKET - 1 - i] = base;
+      base += c;
+    }
+  }
+  if (tid == nthr - 1) {
+    sched[0] = 0;
+    sched[1] = min(base, cap);
+  }
+  __syncthreads();
+  for (int b = warp; b < batch; b += nw) {
+    const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0, Lk = cu_k[b + 1] - cu_k[b];
+    const int nt = (Lq + BM - 1) / BM;
+    for (int m0 = 0; m0 < nt; m0 += 32) {
+      const int m = m0 + lane;
+      int bk = -1;
+      if (m < nt) {
+        const kv_range r = tile_range(Lq, Lk, m, window_left, window_right);
+        bk = work_bucket(r.hi - r.lo);
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, bk);
+      const int leader = __ffs(peers) - 1;
+      int base = 0;
+      if (bk >= 0 && lane == leader) base = atomicAdd(&cnt[bk], __popc(peers));
+      base = __shfl_sync(0xffffffffu, base, leader);
+      const int pos = base + __popc(peers & ((1u << lane) - 1u));
+      if (bk >= 0 && pos < cap) {
+        sched[2 + 2 * pos] = b;
+        sched[3 + 2 * pos] = m;
+      }
+    }
+  }
+}

@@ -1,0 +1,22 @@
+/*
+ * admin.h - what scree-tune and the benchmarks use beyond the public API:
+ * the op registry and text forms, the cache and safelist files, the tuner,
+ * verify and the problem harness. Explicitly internal: not installed, no
+ * stability promise. Programs outside src/ include only scree.h and this.
+ */
+#ifndef SCREE_ADMIN_H
+#define SCREE_ADMIN_H
+
+#include "api/api.h"
+#include "ops/registry.h"
+#include "store/cache.h"
+#include "store/keys.h"
+#include "store/safelist.h"
+#include "tuner/harness.h"
+#include "tuner/tuner.h"
+
+/* The context's read-write user cache, or NULL when it could not be opened
+ * or caching is off. */
+scree__cache *scree__user_cache(scree_context *ctx);
+
+#endif

@@ -1,0 +1,23 @@
+/* api.h - the API layer's internals: the call path from a public entry, and
+ * what context.c creates. Not API. */
+#ifndef SCREE_API_H
+#define SCREE_API_H
+
+#include "tuner/tuner.h"
+
+/* A public op call: argument checks (the op's validate), the plan lookup,
+ * the launch. */
+scree_status scree__call(scree_context *ctx, const scree__op *op, const void *args,
+                         void *stream);
+/* Runs exactly cfg (no adapt, no plan): benchmarks and tests. The caller has
+ * validated args and made sure cfg suits them. */
+scree_status scree__run_exact(scree_context *ctx, const scree__op *op, const scree__config *cfg,
+                              const scree__variant *var, const void *args, void *stream);
+/* A harness runner that calls through the public entry (user: the op). */
+scree_status scree__run_config_api(void *user, scree_context *ctx, const void *args,
+                                   CUstream stream);
+
+scree_status scree__plans_create(scree_context *ctx);
+void scree__plans_free(scree_context *ctx);
+
+#endif

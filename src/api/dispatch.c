@@ -1,0 +1,211 @@
+/* dispatch.c - a call from its public entry to the launch.
+ *
+ * scree_<op>() checks its arguments (the op's validate hook), then looks up
+ * the plan for (op, variant, bucket, alignment class) in the in-memory plan
+ * table and launches. Only the first call of a plan consults the caches
+ * (user, then shipped) and, on a miss, follows the miss policy: the default
+ * config (recording the miss), tuning now, or an error. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "ops/registry.h"
+#include "store/safelist.h"
+#include "tuner/tuner.h"
+
+typedef struct pkey {
+  const scree__op *op;
+  scree__variant var;
+  scree__bucket b;
+  int64_t aclass;
+} pkey;
+typedef struct pval {
+  scree__config cfg; /* adapted */
+  scree__kernel k;
+} pval;
+struct scree__plans {
+  pthread_mutex_t lock;
+  scree__htab t; /* pkey -> pval */
+};
+
+scree_status scree__plans_create(scree_context *ctx) {
+  struct scree__plans *p = calloc(1, sizeof *p);
+  if (!p) return SCREE_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_init(&p->lock, NULL);
+  scree__htab_init(&p->t, sizeof(pkey), sizeof(pval));
+  ctx->plans = p;
+  return SCREE_OK;
+}
+
+void scree__plans_free(scree_context *ctx) {
+  struct scree__plans *p = ctx->plans;
+  if (!p) return;
+  scree__htab_free(&p->t);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
+  ctx->plans = NULL;
+}
+
+/* The cached config of a bucket, loaded (from its cubin when it serves the
+ * call as stored). 1 if found. */
+static int from_cache(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                      const void *args, const scree__ckey *key, scree__config *cfg) {
+  scree__centry e;
+  scree__cache_level level = SCREE__LEVEL_NONE;
+  if (!ctx->caches || scree__cache_stack_get(ctx->caches, key, &e, &level) != SCREE_OK) return 0;
+  char why[256];
+  scree__target t;
+  scree__target_of(ctx, &t);
+  int have = 0;
+  if (scree__config_parse(op, e.config, cfg, why, sizeof why) == 0 &&
+      scree__config_check(op, cfg, var, &t, why, sizeof why)) {
+    /* The cached cubin serves the call only if adapt keeps the config;
+     * otherwise the narrowed config is compiled by the caller. */
+    scree__config adapted = *cfg;
+    const scree__impl *im = &op->impls[cfg->impl];
+    if (im->adapt) im->adapt(&adapted, var, args);
+    scree_status st = SCREE_OK;
+    if (!memcmp(&adapted, cfg, sizeof adapted)) {
+      scree__kernel k;
+      st = scree__kernel_from_cubin(ctx, op, cfg, var, e.cubin, &k);
+    }
+    if (st == SCREE_OK) {
+      have = 1;
+      scree__count(level == SCREE__LEVEL_USER ? &ctx->counters.user_cache_hits
+                                              : &ctx->counters.shipped_cache_hits);
+      scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: %s cache hit: %s", op->name, key->bucket,
+                 key->dtype, level == SCREE__LEVEL_USER ? "user" : "shipped", e.config);
+    } else {
+      char err[512];
+      scree__error_copy(ctx, err, sizeof err);
+      scree__log(ctx, SCREE_LOG_WARN, "%s %s: cached cubin for %s does not load: %s", op->name,
+                 key->bucket, e.config, err);
+    }
+  } else {
+    scree__log(ctx, SCREE_LOG_WARN, "%s %s: ignoring cached config \"%s\": %s", op->name,
+               key->bucket, e.config, why);
+  }
+  scree__centry_free(&e);
+  return have;
+}
+
+/* Decides the config of a new plan: cache, then the miss policy; loads the
+ * kernel. */
+static scree_status plan_build(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                               const void *args, const scree__bucket *b, pval *out) {
+  scree__config cfg;
+  scree__ckey key;
+  scree__make_key(ctx, op, var, b, &key);
+  if (!from_cache(ctx, op, var, args, &key, &cfg)) {
+    switch (ctx->miss_policy) {
+      case SCREE_MISS_ERROR:
+        return scree__fail(ctx, SCREE_ERROR_CACHE_MISS,
+                           "no tuned config for %s %s %s on %s (miss policy: error); "
+                           "run scree-tune prewarm",
+                           op->name, key.bucket, key.dtype, ctx->arch);
+      case SCREE_MISS_TUNE: {
+        scree__tune_result res;
+        scree__tune_opts o;
+        scree__tune_opts_init(&o);
+        o.reuse_cached = 1; /* another thread may have tuned it meanwhile */
+        const scree_status st = scree__tune(ctx, op, var, b, &o, &res);
+        if (st) return st; /* the tuner's status and message say why */
+        cfg = res.cfg;
+        break;
+      }
+      default: {
+        scree__default_config(ctx, op, var, NULL, &cfg);
+        scree__count(&ctx->counters.safelist_defaults);
+        char shape[256];
+        scree__shape_str(op, args, shape, sizeof shape);
+        if (ctx->caches && ctx->caches->user &&
+            scree__cache_record_miss(ctx->caches->user, &key, shape) == SCREE_OK)
+          scree__count(&ctx->counters.misses_recorded);
+        scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: miss, default config", op->name, key.bucket,
+                   key.dtype);
+      }
+    }
+  }
+  const scree__impl *im = &op->impls[cfg.impl];
+  if (im->adapt) im->adapt(&cfg, var, args);
+  out->cfg = cfg;
+  return scree__kernel_get(ctx, op, &cfg, var, &out->k);
+}
+
+static scree_status dispatch(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                             const void *args, void *stream) {
+  if (!ctx->cu)
+    return scree__fail(ctx, SCREE_ERROR_NO_DEVICE, "this context has no device (offline)");
+  pkey key;
+  memset(&key, 0, sizeof key);
+  key.op = op;
+  key.var = *var;
+  scree__bucket_of(op, var, args, &key.b);
+  key.aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
+  struct scree__plans *pl = ctx->plans;
+  pval v;
+  pthread_mutex_lock(&pl->lock);
+  const pval *have = scree__htab_find(&pl->t, &key);
+  if (have) v = *have;
+  pthread_mutex_unlock(&pl->lock);
+  if (have) {
+    scree__count(&ctx->counters.memory_hits);
+  } else {
+    memset(&v, 0, sizeof v);
+    scree_status st = plan_build(ctx, op, var, args, &key.b, &v);
+    if (st) return st;
+    pthread_mutex_lock(&pl->lock);
+    const pval *put = scree__htab_insert(&pl->t, &key, &v);
+    pthread_mutex_unlock(&pl->lock);
+    if (!put) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "plan table");
+    /* Building the plan may have noted a failure it recovered from (a
+     * cached cubin that did not load): the call itself succeeds. */
+    scree__clear_error(ctx);
+  }
+  const int pushed = scree__ctx_enter(ctx);
+  const scree_status st =
+      op->impls[v.cfg.impl].launch(ctx, &v.k, &v.cfg, var, args, (CUstream)stream);
+  scree__ctx_leave(ctx, pushed);
+  if (st == SCREE_OK) scree__count(&ctx->counters.calls);
+  return st;
+}
+
+scree_status scree__call(scree_context *ctx, const scree__op *op, const void *args,
+                         void *stream) {
+  if (!ctx) return SCREE_ERROR_INVALID_ARGUMENT;
+  scree__clear_error(ctx);
+  if (!args) return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "args is NULL");
+  scree__variant var;
+  memset(&var, 0, sizeof var);
+  int skip = 0;
+  const scree_status st = op->validate(ctx, args, (CUstream)stream, &var, &skip);
+  if (st || skip) return st;
+  return dispatch(ctx, op, &var, args, stream);
+}
+
+/* The public entry of every op in the registry: scree_<name>(). */
+#define SCREE__OP_ENTRY_(name, type)                                                    \
+  SCREE_EXTERN scree_status scree_##name(scree_context *ctx, const type *args,         \
+                                         void *stream) {                               \
+    return scree__call(ctx, &scree__op_##name, args, stream);                          \
+  }
+SCREE__OP_LIST(SCREE__OP_ENTRY_)
+#undef SCREE__OP_ENTRY_
+
+scree_status scree__run_config_api(void *user, scree_context *ctx, const void *args,
+                                   CUstream stream) {
+  return scree__call(ctx, user, args, stream);
+}
+
+scree_status scree__run_exact(scree_context *ctx, const scree__op *op, const scree__config *cfg,
+                              const scree__variant *var, const void *args, void *stream) {
+  if (!ctx->cu)
+    return scree__fail(ctx, SCREE_ERROR_NO_DEVICE, "this context has no device (offline)");
+  scree__kernel k;
+  scree_status st = scree__kernel_get(ctx, op, cfg, var, &k);
+  if (st) return st;
+  const int pushed = scree__ctx_enter(ctx);
+  st = op->impls[cfg->impl].launch(ctx, &k, cfg, var, args, (CUstream)stream);
+  scree__ctx_leave(ctx, pushed);
+  return st;
+}

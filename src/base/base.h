@@ -1,0 +1,182 @@
+/*
+ * base.h - the bottom layer: what every other layer uses. Not API.
+ *
+ * Layers, lowest first (docs/architecture.md). A file includes headers of
+ * its own layer and of the layers below it, never above; a CPU test
+ * (tests/test_layers.cmake) checks every #include.
+ *
+ *   base     util, dtype, status, sha256, the dlopen'd driver and NVRTC,
+ *            diagnostics (fail/log, context enter and leave), hash table,
+ *            per-stream workspace                              src/base/
+ *   ops      op descriptors, references, registry, config /
+ *            variant / bucket / shape strings                   src/ops/
+ *   kernels  sources, NVRTC compile, module load, module table  src/kernels/
+ *   store    SQLite cache, safelists, cache keys                src/store/
+ *   tuner    problem harness (check, time), tuning, verify       src/tuner/
+ *   api      context, dispatch, public op entries, admin.h      src/api/
+ *   cli      scree-tune: scree.h and api/admin.h only           src/cli/
+ *
+ * The context struct lives here because every layer reports failures
+ * through it; the state each higher layer keeps in a context is an opaque
+ * pointer here, created and freed by that layer.
+ */
+#ifndef SCREE_BASE_H
+#define SCREE_BASE_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/cuda_api.h"
+#include "scree.h"
+
+struct scree__modtab;      /* kernels/: loaded modules */
+struct scree__cache_stack; /* store/: user and shipped caches */
+struct scree__safelist;    /* store/: this arch's safelist */
+struct scree__tuner;       /* tuner/: its lock and compiled candidates */
+struct scree__plans;       /* api/: the per-call plan table */
+struct scree__workspaces;  /* base/: per-stream device scratch */
+
+struct scree_context {
+  const scree__cu_api *cu;       /* NULL for an offline context */
+  const scree__nvrtc_api *nvrtc; /* NULL if NVRTC is unavailable */
+  CUdevice dev;
+  CUcontext pctx;                /* the device's primary context */
+  scree_device_info info;
+  int sm;                        /* 80, 90 ... */
+  char arch[16];                 /* "sm_90" */
+  int driver_version;
+  int nvrtc_major, nvrtc_minor;
+
+  scree_log_level log_level;
+  scree_log_fn log_fn;
+  void *log_user;
+  scree_miss_policy miss_policy;
+  int validate;                  /* check device-side arguments on the host */
+
+  scree_counters counters;       /* updated with relaxed atomics */
+
+  pthread_mutex_t err_lock;      /* guards err */
+  int has_err;                   /* err is not empty (atomic) */
+  char err[4096];
+
+  struct scree__modtab *modules;
+  struct scree__cache_stack *caches; /* NULL when disabled */
+  struct scree__safelist *safelist;  /* NULL when none applies */
+  struct scree__tuner *tuner;
+  struct scree__plans *plans;
+  struct scree__workspaces *ws;
+};
+
+/* ---- util.c ------------------------------------------------------------ */
+
+/* snprintf into an optional reason buffer (why may be NULL). */
+void scree__set_why(char *why, size_t why_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A file embedded at build time (cmake/embed_kernels.cmake). */
+typedef struct scree__embedded {
+  const char *name;
+  const unsigned char *data;
+  size_t size;
+} scree__embedded;
+/* A malloc'd, NUL-terminated copy of the embedded file `name`, or NULL. */
+char *scree__embedded_text(const scree__embedded *table, size_t count,
+                           const char *name);
+/* Runs fn(user, i) for every i in [0, n) on up to `threads` threads (0:
+ * the online CPUs, at most 32; the caller's thread works too) and returns
+ * when all are done. fn must be thread-safe. */
+void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
+                         void *user);
+/* A whole file as a malloc'd NUL-terminated string, or NULL (errno set). */
+char *scree__read_text(const char *path);
+/* Sorts v and returns its median (0 when n is 0). */
+double scree__median(float *v, int n);
+/* Seconds on the monotonic clock. */
+double scree__now(void);
+/* A 64-bit seed from the clock, the pid and a process-wide counter: each
+ * call differs. */
+uint64_t scree__fresh_seed(void);
+/* xorshift64: the next value of *s (never 0 for a nonzero state). */
+uint64_t scree__rand(uint64_t *s);
+/* Normal(0, 1) from *s. */
+double scree__rand_normal(uint64_t *s);
+
+/* ---- dtype.c ------------------------------------------------------------- */
+
+/* Element types of internal buffers: the public dtypes plus int32 (the
+ * cu_seqlens of varlen ops). */
+#define SCREE__DTYPE_I32 16
+size_t scree__elem_size(int dtype);
+float scree__half_to_float(uint16_t h);
+uint16_t scree__float_to_half(float f);
+float scree__bf16_to_float(uint16_t h);
+uint16_t scree__float_to_bf16(float f);
+/* Element i of a buffer of `dtype` (a public dtype or SCREE__DTYPE_I32), as
+ * double; and the store back (rounding to nearest even). */
+double scree__load_elem(const void *p, int dtype, size_t i);
+void scree__store_elem(void *p, int dtype, size_t i, double v);
+/* |got - ref| <= atol + rtol * |ref| for all n elements of `dtype`, where
+ * ref = -inf/+inf must be matched exactly; NaN never passes. Returns the
+ * number of elements that fail; the worst index goes to *worst (if not
+ * NULL). */
+size_t scree__compare(const void *got, const void *ref, int dtype, size_t n,
+                      double rtol, double atol, size_t *worst);
+/* The stated tolerance of one rounding to an output dtype (the row-wise
+ * ops' bound: the kernel and the double reference each round once). */
+void scree__tolerance(scree_dtype dtype, double *rtol, double *atol);
+
+/* ---- htab.c: one open-addressing hash table for fixed-size keys ----------
+ * Keys are compared bytewise: zero them (padding too) before filling.
+ * Not thread-safe: callers hold their own lock. Values move when the table
+ * grows: copy them out before unlocking. */
+typedef struct scree__htab {
+  unsigned char *slots;
+  size_t cap, len, key_size, val_size, slot_size;
+} scree__htab;
+void scree__htab_init(scree__htab *t, size_t key_size, size_t val_size);
+/* The value stored under key, or NULL. */
+void *scree__htab_find(const scree__htab *t, const void *key);
+/* Stores a copy of val under key unless the key is present; returns the
+ * stored value (the existing one if present), or NULL when out of memory. */
+void *scree__htab_insert(scree__htab *t, const void *key, const void *val);
+/* Iterates: start with *pos = 0; returns 0 at the end. */
+int scree__htab_next(const scree__htab *t, size_t *pos, const void **key,
+                     void **val);
+void scree__htab_free(scree__htab *t);
+uint64_t scree__hash_bytes(const void *p, size_t n);
+
+/* ---- diag.c: messages, logging, the CUDA context scope --------------------- */
+
+/* A context with no device, for argument checks and compile-only work
+ * (tests, the CLI on a machine without a GPU). Calls that would launch
+ * return SCREE_ERROR_NO_DEVICE. Free with scree_destroy. */
+scree_context *scree__context_offline(void);
+/* Records a failure message on the context and returns st. */
+scree_status scree__fail(scree_context *ctx, scree_status st, const char *fmt,
+                         ...) __attribute__((format(printf, 3, 4)));
+void scree__clear_error(scree_context *ctx);
+/* The context's last failure message, copied under its lock. */
+void scree__error_copy(scree_context *ctx, char *buf, size_t size);
+void scree__log(scree_context *ctx, scree_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Makes the primary context current; returns 1 if it pushed one. */
+int scree__ctx_enter(scree_context *ctx);
+void scree__ctx_leave(scree_context *ctx, int pushed);
+/* Maps a driver error to a status and records "what: CUDA_ERROR_X (text)". */
+scree_status scree__cu_fail(scree_context *ctx, CUresult r, scree_status st,
+                            const char *what);
+static inline void scree__count(uint64_t *counter) {
+  __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- workspace.c: device scratch for kernels that need it -----------------
+ * One buffer per stream, grown on demand and kept until the context is
+ * destroyed; work queued on one stream runs in order, so a buffer is never
+ * used by two launches at once. Needs the primary context current.
+ * Thread-safe. */
+scree_status scree__workspace(scree_context *ctx, CUstream stream,
+                              size_t bytes, CUdeviceptr *out);
+void scree__workspace_free(scree_context *ctx);
+
+#endif

@@ -1,0 +1,127 @@
+/* util.c - small helpers the runtime, the tuner, the CLI and the tests
+ * share: reason strings, embedded files, a parallel loop. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+void scree__set_why(char *why, size_t why_size, const char *fmt, ...) {
+  if (!why || !why_size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, why_size, fmt, ap);
+  va_end(ap);
+}
+
+char *scree__embedded_text(const scree__embedded *table, size_t count,
+                           const char *name) {
+  for (size_t i = 0; i < count; i++) {
+    if (strcmp(table[i].name, name)) continue;
+    char *s = malloc(table[i].size + 1);
+    if (!s) return NULL;
+    memcpy(s, table[i].data, table[i].size);
+    s[table[i].size] = 0;
+    return s;
+  }
+  return NULL;
+}
+
+typedef struct pfor {
+  void (*fn)(void *user, int i);
+  void *user;
+  int n, next;
+  pthread_mutex_t lock;
+} pfor;
+
+static void *pfor_worker(void *p) {
+  pfor *j = p;
+  for (;;) {
+    pthread_mutex_lock(&j->lock);
+    const int i = j->next++;
+    pthread_mutex_unlock(&j->lock);
+    if (i >= j->n) return NULL;
+    j->fn(j->user, i);
+  }
+}
+
+void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
+                         void *user) {
+  if (n <= 0) return;
+  long nt = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+  if (nt < 1) nt = 1;
+  if (nt > 32) nt = 32;
+  if (nt > n) nt = n;
+  pfor j = {.fn = fn, .user = user, .n = n};
+  pthread_mutex_init(&j.lock, NULL);
+  pthread_t th[32];
+  int started = 0;
+  for (long t = 1; t < nt; t++)
+    if (pthread_create(&th[started], NULL, pfor_worker, &j) == 0) started++;
+  pfor_worker(&j); /* the calling thread works too */
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  pthread_mutex_destroy(&j.lock);
+}
+
+char *scree__read_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  if (fseek(f, 0, SEEK_END) == 0) {
+    const long n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+      if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+      } else {
+        buf[n] = 0;
+      }
+    }
+  }
+  fclose(f);
+  return buf;
+}
+
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+double scree__median(float *v, int n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_float);
+  return n % 2 ? v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + v[n / 2]);
+}
+
+double scree__now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+uint64_t scree__fresh_seed(void) {
+  static uint64_t draws;
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  uint64_t s = ((uint64_t)t.tv_sec * 1000000007ull) ^ (uint64_t)t.tv_nsec ^
+               ((uint64_t)getpid() << 32);
+  s += 0x9e3779b97f4a7c15ull * (__atomic_fetch_add(&draws, 1, __ATOMIC_RELAXED) + 1);
+  return s ? s : 1;
+}
+
+uint64_t scree__rand(uint64_t *s) {
+  if (!*s) *s = 0x9e3779b97f4a7c15ull;
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+double scree__rand_normal(uint64_t *s) {
+  const double u0 = ((double)(scree__rand(s) >> 11) + 0.5) / 9007199254740992.0;
+  const double u1 = ((double)(scree__rand(s) >> 11) + 0.5) / 9007199254740992.0;
+  return sqrt(-2 * log(u0)) * cos(6.283185307179586 * u1);
+}

@@ -1,0 +1,93 @@
+/* workspace.c - per-stream device scratch (e.g. a varlen op's tile
+ * schedule). Launches on one stream run in order, so one buffer per stream
+ * is never used by two kernels at once; a buffer only grows, and is freed
+ * with the context. */
+#include <stdlib.h>
+
+#include "base/base.h"
+
+typedef struct ws_entry {
+  CUstream stream;
+  CUdeviceptr ptr;
+  size_t size;
+} ws_entry;
+
+struct scree__workspaces {
+  pthread_mutex_t lock;
+  ws_entry *e;
+  int n, cap;
+};
+
+static pthread_mutex_t g_create = PTHREAD_MUTEX_INITIALIZER;
+
+scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
+                              CUdeviceptr *out) {
+  if (!ctx->ws) {
+    pthread_mutex_lock(&g_create);
+    if (!ctx->ws) {
+      struct scree__workspaces *w = calloc(1, sizeof *w);
+      if (w) pthread_mutex_init(&w->lock, NULL);
+      __atomic_store_n(&ctx->ws, w, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g_create);
+    if (!ctx->ws) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
+  }
+  struct scree__workspaces *w = ctx->ws;
+  if (bytes < 256) bytes = 256;
+  pthread_mutex_lock(&w->lock);
+  ws_entry *e = NULL;
+  for (int i = 0; i < w->n; i++)
+    if (w->e[i].stream == stream) e = &w->e[i];
+  if (e && e->size >= bytes) {
+    *out = e->ptr;
+    pthread_mutex_unlock(&w->lock);
+    return SCREE_OK;
+  }
+  if (!e) {
+    if (w->n == w->cap) {
+      const int cap = w->cap ? 2 * w->cap : 8;
+      ws_entry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
+      if (!ne) {
+        pthread_mutex_unlock(&w->lock);
+        return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
+      }
+      w->e = ne;
+      w->cap = cap;
+    }
+    e = &w->e[w->n++];
+    *e = (ws_entry){stream, 0, 0};
+  }
+  if (e->ptr) {
+    /* Kernels queued earlier on this stream may still read the old buffer. */
+    CUresult r = ctx->cu->StreamSynchronize(stream);
+    if (r) {
+      pthread_mutex_unlock(&w->lock);
+      return scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "workspace: cuStreamSynchronize");
+    }
+    ctx->cu->MemFree(e->ptr);
+    e->ptr = 0;
+    e->size = 0;
+  }
+  const size_t size = bytes + bytes / 2; /* room to grow */
+  CUresult r = ctx->cu->MemAlloc(&e->ptr, size);
+  if (r) {
+    e->ptr = 0;
+    pthread_mutex_unlock(&w->lock);
+    return scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, "workspace: cuMemAlloc");
+  }
+  e->size = size;
+  *out = e->ptr;
+  pthread_mutex_unlock(&w->lock);
+  return SCREE_OK;
+}
+
+void scree__workspace_free(scree_context *ctx) {
+  struct scree__workspaces *w = ctx->ws;
+  if (!w) return;
+  for (int i = 0; i < w->n; i++)
+    if (w->e[i].ptr) ctx->cu->MemFree(w->e[i].ptr);
+  free(w->e);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+  ctx->ws = NULL;
+}

@@ -1,0 +1,71 @@
+/* cli.h - what the scree-tune command files share. */
+#ifndef SCREE_CLI_H
+#define SCREE_CLI_H
+
+#include <stdio.h>
+
+#include "api/admin.h"
+#include "scree.h"
+
+/* Exit codes (docs/cli.md). */
+enum {
+  CLI_OK = 0,        /* success */
+  CLI_FAIL = 1,      /* the command ran and something failed (a wrong answer, a tune with no winner) */
+  CLI_USAGE = 2,     /* bad command line */
+  CLI_NO_GPU = 3,    /* the command needs a GPU (or NVRTC) and there is none */
+  CLI_CACHE = 4      /* a cache file could not be opened, read or written */
+};
+
+/* Options every command accepts. */
+typedef struct cli_common {
+  const char *cache;  /* --cache PATH: the user cache (default: scree's default path) */
+  int quiet;          /* --quiet: no progress, only results and errors */
+  int json;           /* --json: machine-readable output */
+  const char *arch;   /* --arch sm_90: filter */
+  const char *op;     /* --op rmsnorm: filter */
+} cli_common;
+
+/* Consumes a common option at argv[*i]; 1 if it was one, 0 if not, -1 on
+ * a missing value (message printed). */
+int cli_common_opt(cli_common *c, int argc, char **argv, int *i, const char *cmd);
+/* The value of option `name` at argv[*i] (advancing *i), or NULL. */
+const char *cli_value(int argc, char **argv, int *i, const char *name, const char *cmd);
+int cli_unknown(const char *cmd, const char *arg);
+
+/* Opens the user cache (--cache or the default path). readonly = 1 for
+ * commands that only read: a missing file is then not created, *out is NULL
+ * and the result CLI_OK (nothing cached yet). */
+int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
+                        int readonly);
+
+/* A progress bar with ETA on stderr when it is a terminal and not --quiet. */
+typedef struct cli_progress {
+  int enabled;
+  double start;
+  const char *label;
+} cli_progress;
+void cli_progress_init(cli_progress *p, int quiet, const char *label);
+void cli_progress_update(void *p, int done, int total, const char *stage);
+void cli_progress_done(cli_progress *p);
+
+/* Prints a string as a JSON string literal. */
+void cli_json_str(FILE *f, const char *s);
+double cli_now(void);
+/* "312.5 TFLOP/s" when flops > 0, else "2950 GB/s". */
+void cli_rate(char *buf, size_t size, double flops, double bytes, double us);
+int cli_parse_dtype(const char *s, scree_dtype *out);
+
+int cmd_prewarm(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+int cmd_clear(int argc, char **argv);
+int cmd_safelist(int argc, char **argv);
+
+extern const char *const usage_prewarm, *const usage_verify, *const usage_list,
+    *const usage_show, *const usage_export, *const usage_merge,
+    *const usage_import, *const usage_clear, *const usage_safelist;
+
+#endif

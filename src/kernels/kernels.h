@@ -1,0 +1,58 @@
+/*
+ * kernels.h - kernel sources, NVRTC compilation, module loading and the
+ * context's module table. Not API. Sits on ops/ (descriptors) and base/.
+ */
+#ifndef SCREE_KERNELS_H
+#define SCREE_KERNELS_H
+
+#include "ops/op.h"
+
+/* The NVRTC options every compile shares besides the target and the -D
+ * options; part of every cubin's identity (scree__source_hash). */
+#define SCREE__FIXED_NVRTC_OPTS "-std=c++17"
+
+/* The source NVRTC compiles for a kernel file: kernels/common.cuh, then the
+ * file with each line `#include "X.cuh"` replaced by kernels/X.cuh. From
+ * the embedded copies, or from $SCREE_KERNEL_DIR. NULL if a file is
+ * missing. Owned by scree, kept for the process. Thread-safe. */
+const char *scree__kernel_source(const char *file);
+/* sha256 hex over every implementation's source as compiled and the fixed
+ * options: the cache key's src_hash. Computed once per process. "" if a
+ * source is missing. Thread-safe. */
+const char *scree__source_hash(const scree__op *op);
+/* The NVRTC target of an implementation on an arch: "sm_90", or "sm_90a"
+ * for an arch-specific one on sm_90 and newer. Writes buf (16 bytes). */
+const char *scree__target_arch(const char *arch, int sm, const scree__impl *im,
+                               char *buf);
+/* Compiles op/config/variant for `arch` ("sm_90", "sm_90a") into a
+ * malloc'd cubin. On failure returns SCREE_ERROR_COMPILE (a compilation
+ * error: the config's fault), SCREE_ERROR_OUT_OF_MEMORY or
+ * SCREE_ERROR_INTERNAL, with NVRTC's log in *log (malloc'd, may be NULL).
+ * extra_opts (may be NULL) are appended (e.g. "--ptxas-options=-v").
+ * Needs no GPU. Thread-safe. */
+scree_status scree__compile(const scree__nvrtc_api *nvrtc, const scree__op *op,
+                            const scree__config *cfg, const scree__variant *var,
+                            const char *arch, const char *extra_opts,
+                            void **cubin, size_t *cubin_size, char **log);
+/* Loads a cubin into a module of the caller's own (the caller unloads
+ * k->module): resolves the implementation's entries and raises the main
+ * entry's dynamic shared-memory limit when it needs more than 48 KiB. */
+scree_status scree__module_load(scree_context *ctx, const scree__op *op,
+                                const scree__config *cfg, const scree__variant *var,
+                                const void *cubin, scree__kernel *k);
+/* The context's module table: finds or builds (compile + load) a kernel.
+ * Thread-safe. */
+scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
+                               const scree__config *cfg,
+                               const scree__variant *var, scree__kernel *out);
+/* Loads a cubin (from a cache or the tuner) into the table as
+ * op/config/variant; an existing entry wins. Thread-safe. */
+scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
+                                      const scree__config *cfg,
+                                      const scree__variant *var,
+                                      const void *cubin, scree__kernel *out);
+/* Creates the table (scree_create) and frees it with its modules. */
+scree_status scree__modtab_create(scree_context *ctx);
+void scree__modtab_free(scree_context *ctx);
+
+#endif

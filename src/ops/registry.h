@@ -1,0 +1,20 @@
+/*
+ * registry.h - every op scree serves, one line each: X(name, args type).
+ * The line declares scree__op_<name> (defined in ops/<name>.c), lists it in
+ * scree__ops[] and generates the public entry scree_<name>() (api/entry.c).
+ * Adding an op adds one line here.
+ */
+#ifndef SCREE_REGISTRY_H
+#define SCREE_REGISTRY_H
+
+#include "ops/op.h"
+
+#define SCREE__OP_LIST(X)                   \
+  X(rmsnorm, scree_rmsnorm_args)            \
+  X(attention, scree_attention_args)
+
+#define SCREE__OP_EXTERN_(name, type) extern const scree__op scree__op_##name;
+SCREE__OP_LIST(SCREE__OP_EXTERN_)
+#undef SCREE__OP_EXTERN_
+
+#endif

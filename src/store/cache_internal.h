@@ -1,0 +1,138 @@
+/* cache_internal.h - what the cache's files share: the schema, the
+ * prepared statements, the handle and the helpers. Not API; include only
+ * from src/store/cache_*.c. */
+#ifndef SCREE_CACHE_INTERNAL_H
+#define SCREE_CACHE_INTERNAL_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "base/sha256.h"
+#include "store/cache.h"
+
+/* Winner columns 0..15; column 16 is the cubin (or its length). */
+#define WCOLS                                                              \
+  "op, bucket, dtype, causal, arch, src_hash, config, median_us,"          \
+  " spread_us, device_name, sm_count, driver_version, nvrtc_version,"      \
+  " scree_version, created, cubin_hash"
+#define WKEY                                                               \
+  "op = ?1 AND bucket = ?2 AND dtype = ?3 AND causal = ?4 AND arch = ?5"   \
+  " AND src_hash = ?6"
+#define WORDER " ORDER BY op, arch, bucket, dtype, causal, src_hash"
+#define FILTER " WHERE (?1 IS NULL OR arch = ?1) AND (?2 IS NULL OR op = ?2)"
+#define BCOLS                                                              \
+  "op, dtype, causal, arch, src_hash, config, nvrtc_version, bucket,"      \
+  " reason, created"
+#define MCOLS                                                              \
+  "op, bucket, dtype, causal, arch, example, count, first_seen, last_seen"
+
+enum {
+  ST_GET,
+  ST_GET_META,
+  ST_PUT,
+  ST_BAD_PUT,
+  ST_BAD_MERGE,
+  ST_BAD_GET,
+  ST_MISS_PUT,
+  ST_MISS_DEL,
+  ST_COUNT
+};
+
+
+extern const char SCREE__CACHE_SCHEMA_SQL[];
+extern const char *const SCREE__CACHE_STMT_SQL[ST_COUNT];
+extern const char *const SCREE__CACHE_PROBE_SQL[];
+extern const size_t SCREE__CACHE_NPROBE;
+#define SCHEMA_SQL SCREE__CACHE_SCHEMA_SQL
+#define STMT_SQL SCREE__CACHE_STMT_SQL
+#define PROBE_SQL SCREE__CACHE_PROBE_SQL
+
+struct scree__cache {
+  sqlite3 *db;
+  int readonly;
+  char *path;
+  pthread_mutex_t lock; /* recursive: guards db, st[] and err */
+  sqlite3_stmt *st[ST_COUNT];
+  char err[512];
+};
+
+
+#define put_why scree__set_why
+typedef enum { OPEN_OK, OPEN_CORRUPT, OPEN_FAIL } open_result;
+
+/* Helpers shared by the cache's files (cache_db.c unless noted). */
+#define append_line scree__cache_append_line
+void append_line(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define bind_field scree__cache_bind_field
+int bind_field(sqlite3_stmt *s, int i, const char *str, size_t cap);
+#define bind_filter scree__cache_bind_filter
+int bind_filter(sqlite3_stmt *s, int i, const char *v);
+#define check_writable scree__cache_check_writable
+int check_writable(scree__cache *c, const char *what);
+#define copy_col scree__cache_copy_col
+void copy_col(char *dst, size_t size, sqlite3_stmt *s, int col);
+#define copy_str scree__cache_copy_str
+void copy_str(char *dst, size_t size, const char *src);
+#define done scree__cache_done
+void done(sqlite3_stmt *s);
+#define entry_valid scree__cache_entry_valid
+int entry_valid(const scree__centry *e);
+#define get_locked scree__cache_get_locked
+scree_status get_locked(scree__cache *c, const scree__ckey *k, scree__centry *out, int with_cubin);
+#define grow scree__cache_grow
+int grow(void **p, size_t *cap, size_t n, size_t elem);
+#define is_busy scree__cache_is_busy
+int is_busy(int rc);
+#define is_corrupt scree__cache_is_corrupt
+int is_corrupt(int rc);
+#define key_valid scree__cache_key_valid
+int key_valid(const scree__ckey *k);
+#define load_cubin scree__cache_load_cubin
+scree_status load_cubin(sqlite3_stmt *s, int col, scree__centry *e);
+#define hold scree__cache_hold
+void hold(scree__cache *c);
+#define nap_ms scree__cache_nap_ms
+void nap_ms(int ms);
+#define now_ms scree__cache_now_ms
+int64_t now_ms(void);
+#define now_s scree__cache_now_s
+int64_t now_s(void);
+#define open_db scree__cache_open_db
+open_result open_db(const char *path, int readonly, int wal, sqlite3 **out, scree_status *st, char *why, size_t why_size);
+#define prim scree__cache_prim
+int prim(int rc);
+#define row_to_entry scree__cache_row_to_entry
+void row_to_entry(sqlite3_stmt *s, scree__centry *e);
+#define set_err scree__cache_set_err
+void set_err(scree__cache *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define status_of scree__cache_status_of
+scree_status status_of(int rc);
+#define stmt scree__cache_stmt
+sqlite3_stmt *stmt(scree__cache *c, int id, int *rc_out);
+#define txn_begin scree__cache_txn_begin
+int txn_begin(scree__cache *c);
+#define txn_commit scree__cache_txn_commit
+int txn_commit(scree__cache *c);
+#define txn_rollback scree__cache_txn_rollback
+void txn_rollback(scree__cache *c);
+#define release scree__cache_release
+void release(scree__cache *c);
+#define wrap scree__cache_wrap
+scree_status wrap(sqlite3 *db, const char *path, int readonly, scree__cache **out);
+#define write_winner scree__cache_write_winner
+int write_winner(scree__cache *c, const scree__centry *e, const char *hash, int *changed);
+
+#endif

@@ -1,0 +1,431 @@
+/* cache_open.c - opening a cache file: validation, schema creation, recovery
+ * of corrupt files (moved aside), closing, integrity checks. docs/cache.md describes
+ * the file format. */
+#include "store/cache_internal.h"
+
+/* ------------------------------------------------------------------------ */
+/* Opening                                                                   */
+/* ------------------------------------------------------------------------ */
+
+
+/* mkdir -p of the directory part of path, new directories mode 0700. */
+static int make_parents(const char *path, char *why, size_t why_size) {
+  char *p = strdup(path);
+  if (!p) {
+    put_why(why, why_size, "out of memory");
+    return -1;
+  }
+  char *slash = strrchr(p, '/');
+  int rc = 0;
+  if (slash && slash != p) {
+    *slash = 0;
+    for (char *s = p + 1;; s++) {
+      if (*s != '/' && *s) continue;
+      char keep = *s;
+      *s = 0;
+      if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+        put_why(why, why_size, "cannot create directory %s: %s", p,
+                strerror(errno));
+        rc = -1;
+        break;
+      }
+      *s = keep;
+      if (!keep) break;
+    }
+    struct stat sb;
+    if (!rc && (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+      put_why(why, why_size, "%s is not a directory", p);
+      rc = -1;
+    }
+  }
+  free(p);
+  return rc;
+}
+
+/* Runs a one-value query (a PRAGMA or a count) and returns its integer. */
+static int query_int(sqlite3 *db, const char *sql, int64_t *out) {
+  sqlite3_stmt *s = NULL;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+      *out = sqlite3_column_int64(s, 0);
+      rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+      *out = 0;
+      rc = SQLITE_OK;
+    }
+  }
+  if (rc != SQLITE_OK) rc = sqlite3_errcode(db) ? sqlite3_errcode(db) : rc;
+  sqlite3_finalize(s);
+  return rc;
+}
+
+static int exec_retry(sqlite3 *db, const char *sql) {
+  int64_t deadline = now_ms() + SCREE__CACHE_BUSY_MS;
+  int nap = 1;
+  for (;;) {
+    int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK || !is_busy(rc) || now_ms() >= deadline) return rc;
+    nap_ms(nap);
+    if (nap < 64) nap *= 2;
+  }
+}
+
+/* Creates the schema in a fresh file. Another process may be doing the same
+ * right now: the check is repeated under the write lock. */
+static int init_schema(sqlite3 *db, char *why, size_t why_size) {
+  int rc = exec_retry(db, "BEGIN IMMEDIATE");
+  if (rc != SQLITE_OK) goto fail;
+  int64_t uv = 0, ntab = 0;
+  if ((rc = query_int(db, "PRAGMA user_version", &uv)) != SQLITE_OK ||
+      (rc = query_int(db, "SELECT count(*) FROM sqlite_master", &ntab)) !=
+          SQLITE_OK)
+    goto fail;
+  if (uv == 0 && ntab == 0) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO meta(key, value) VALUES('created_by', '%s'),"
+             " ('created_at', '%lld'); PRAGMA user_version = %d;",
+             SCREE_VERSION_STRING, (long long)now_s(), SCREE__CACHE_SCHEMA);
+    if ((rc = sqlite3_exec(db, SCHEMA_SQL, NULL, NULL, NULL)) != SQLITE_OK ||
+        (rc = sqlite3_exec(db, sql, NULL, NULL, NULL)) != SQLITE_OK)
+      goto fail;
+  }
+  int64_t deadline = now_ms() + SCREE__CACHE_BUSY_MS;
+  while ((rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK &&
+         is_busy(rc) && now_ms() < deadline)
+    nap_ms(5);
+  if (rc != SQLITE_OK) goto fail;
+  return SQLITE_OK;
+fail:
+  put_why(why, why_size, "cannot create the schema: %s", sqlite3_errmsg(db));
+  if (!sqlite3_get_autocommit(db))
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+  return rc ? rc : SQLITE_ERROR;
+}
+
+/* Opens and validates path. OPEN_CORRUPT means the file (or a directory in
+ * its place) is not a readable SQLite database; OPEN_FAIL any other failure,
+ * with *st set. */
+open_result open_db(const char *path, int readonly, int wal,
+                           sqlite3 **out, scree_status *st, char *why,
+                           size_t why_size) {
+  *out = NULL;
+  *st = SCREE_ERROR_CACHE;
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode)) {
+      put_why(why, why_size, "%s is a directory", path);
+      return OPEN_CORRUPT;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+      put_why(why, why_size, "%s is not a regular file", path);
+      return OPEN_FAIL;
+    }
+  } else if (readonly || errno != ENOENT) {
+    put_why(why, why_size, "cannot open %s: %s", path, strerror(errno));
+    return OPEN_FAIL;
+  }
+
+  sqlite3 *db = NULL;
+  int flags = SQLITE_OPEN_FULLMUTEX |
+              (readonly ? SQLITE_OPEN_READONLY
+                        : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  int rc = sqlite3_open_v2(path, &db, flags, NULL);
+  open_result res = OPEN_FAIL;
+  if (rc != SQLITE_OK) {
+    put_why(why, why_size, "cannot open %s: %s", path,
+            db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    if (prim(rc) == SQLITE_NOMEM) *st = SCREE_ERROR_OUT_OF_MEMORY;
+    res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+    goto fail;
+  }
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, SCREE__CACHE_BUSY_MS);
+  if (!readonly && sqlite3_db_readonly(db, "main") == 1) {
+    put_why(why, why_size, "%s is not writable", path);
+    goto fail;
+  }
+
+  /* The first read, of the header only: a file that is not SQLite fails
+   * here with SQLITE_NOTADB, one shorter than its header says with
+   * SQLITE_CORRUPT. The version is checked before the schema is parsed, so
+   * that a newer scree's file is refused, never taken for corrupt. Both
+   * reads share one read transaction: another process may be creating the
+   * schema right now, and both must come from the same snapshot. */
+  int64_t uv = 0, ntab = 0;
+  if ((rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) != SQLITE_OK ||
+      (rc = query_int(db, "PRAGMA user_version", &uv)) != SQLITE_OK) {
+    put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
+    res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+    goto fail;
+  }
+  if (uv != 0 && uv != SCREE__CACHE_SCHEMA) {
+    put_why(why, why_size,
+            "%s has cache schema version %lld but this scree (%s) reads "
+            "version %d%s",
+            path, (long long)uv, SCREE_VERSION_STRING, SCREE__CACHE_SCHEMA,
+            uv > SCREE__CACHE_SCHEMA ? "; it was written by a newer scree"
+                                     : "; it was written by an older scree");
+    goto fail;
+  }
+  if ((rc = query_int(db, "SELECT count(*) FROM sqlite_master", &ntab)) !=
+          SQLITE_OK ||
+      (rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK) {
+    put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
+    res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+    goto fail;
+  }
+
+  if (uv == 0 && ntab == 0) {
+    if (readonly) {
+      put_why(why, why_size, "%s is empty, not a scree cache", path);
+      goto fail;
+    }
+    char w2[256] = "";
+    if ((rc = init_schema(db, w2, sizeof w2)) != SQLITE_OK) {
+      put_why(why, why_size, "%s: %s", path, w2);
+      res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+      goto fail;
+    }
+    if ((rc = query_int(db, "PRAGMA user_version", &uv)) != SQLITE_OK) {
+      put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
+      goto fail;
+    }
+  } else if (uv == 0) {
+    put_why(why, why_size,
+            "%s is an SQLite database but not a scree cache (user_version 0,"
+            " %lld schema objects); refusing to use it",
+            path, (long long)ntab);
+    goto fail;
+  }
+  if (uv != SCREE__CACHE_SCHEMA) {
+    put_why(why, why_size, "%s: schema version %lld after creating it", path,
+            (long long)uv);
+    goto fail;
+  }
+  for (size_t i = 0; i < SCREE__CACHE_NPROBE; i++) {
+    sqlite3_stmt *s = NULL;
+    rc = sqlite3_prepare_v2(db, PROBE_SQL[i], -1, &s, NULL);
+    sqlite3_finalize(s);
+    if (rc != SQLITE_OK) {
+      put_why(why, why_size, "%s is not a valid scree cache: %s", path,
+              sqlite3_errmsg(db));
+      res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+      goto fail;
+    }
+  }
+  /* Only now that the file is known to be a scree cache is it changed. */
+  if (readonly) {
+    sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+  } else if (wal) {
+    if ((rc = exec_retry(db, "PRAGMA journal_mode = WAL")) != SQLITE_OK ||
+        (rc = sqlite3_exec(db, "PRAGMA synchronous = NORMAL", NULL, NULL,
+                           NULL)) != SQLITE_OK) {
+      put_why(why, why_size, "cannot set WAL mode on %s: %s", path,
+              sqlite3_errmsg(db));
+      res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+      goto fail;
+    }
+  }
+  *out = db;
+  *st = SCREE_OK;
+  return OPEN_OK;
+fail:
+  sqlite3_close_v2(db);
+  return res;
+}
+
+/* Renames a damaged cache to <path>.corrupt-<time>. Its -wal and -journal
+ * go first (to <aside>-wal, <aside>-journal) and its -shm is removed, so
+ * that nothing of the old file is replayed into the fresh one; the main file
+ * goes last, so that no journal of a fresh cache that another process
+ * creates meanwhile is touched. */
+static int move_aside(const char *path, char *aside, size_t aside_size) {
+  long long t = (long long)now_s();
+  struct stat sb;
+  snprintf(aside, aside_size, "%s.corrupt-%lld", path, t);
+  for (int n = 2; lstat(aside, &sb) == 0 && n < 1000; n++)
+    snprintf(aside, aside_size, "%s.corrupt-%lld-%d", path, t, n);
+  static const char *const sfx[] = {"-wal", "-journal"};
+  size_t pl = strlen(path) + 16, al = strlen(aside) + 16;
+  char *from = malloc(pl), *to = malloc(al);
+  if (from && to) {
+    for (int i = 0; i < 2; i++) {
+      snprintf(from, pl, "%s%s", path, sfx[i]);
+      snprintf(to, al, "%s%s", aside, sfx[i]);
+      if (rename(from, to) != 0 && errno != ENOENT) unlink(from);
+    }
+    snprintf(from, pl, "%s-shm", path);
+    unlink(from);
+  }
+  free(from);
+  free(to);
+  return rename(path, aside);
+}
+
+/* Serialises recoveries of one cache between processes: an exclusive flock
+ * on the directory that holds it. Best effort: -1 if it cannot be had. */
+static int lock_dir(const char *path) {
+  char *p = strdup(path);
+  if (!p) return -1;
+  char *slash = strrchr(p, '/');
+  const char *dir = ".";
+  if (slash == p) dir = "/";
+  else if (slash) {
+    *slash = 0;
+    dir = p;
+  }
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  free(p);
+  if (fd < 0) return -1;
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+static void unlock_dir(int fd) {
+  if (fd < 0) return;
+  flock(fd, LOCK_UN);
+  close(fd);
+}
+
+scree_status wrap(sqlite3 *db, const char *path, int readonly,
+                         scree__cache **out) {
+  scree__cache *c = calloc(1, sizeof *c);
+  char *p = strdup(path);
+  if (!c || !p) {
+    free(c);
+    free(p);
+    sqlite3_close_v2(db);
+    return SCREE_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&c->lock, &a);
+  pthread_mutexattr_destroy(&a);
+  c->db = db;
+  c->readonly = readonly;
+  c->path = p;
+  *out = c;
+  return SCREE_OK;
+}
+
+scree_status scree__cache_open(const char *path, int readonly,
+                               scree__cache **out, int *recovered, char *why,
+                               size_t why_size) {
+  if (recovered) *recovered = 0;
+  put_why(why, why_size, "%s", "");
+  if (out) *out = NULL;
+  if (!path || !*path || !out) {
+    put_why(why, why_size, "no cache path or output handle");
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
+  if (!readonly && make_parents(path, why, why_size) != 0)
+    return SCREE_ERROR_CACHE;
+
+  sqlite3 *db = NULL;
+  scree_status st;
+  char reason[1024] = "";
+  open_result r = open_db(path, readonly, 1, &db, &st, reason, sizeof reason);
+  if (r == OPEN_CORRUPT && !readonly) {
+    int dfd = lock_dir(path);
+    /* Someone may have recovered it while we waited for the lock. */
+    r = open_db(path, 0, 1, &db, &st, reason, sizeof reason);
+    if (r == OPEN_CORRUPT) {
+      char aside[4200];
+      if (move_aside(path, aside, sizeof aside) != 0) {
+        put_why(why, why_size,
+                "%s; cannot move it aside to %s: %s", reason, aside,
+                strerror(errno));
+        unlock_dir(dfd);
+        return SCREE_ERROR_CACHE;
+      }
+      char r2[1024] = "";
+      r = open_db(path, 0, 1, &db, &st, r2, sizeof r2);
+      if (r == OPEN_OK) {
+        if (recovered) *recovered = 1;
+        put_why(why, why_size,
+                "cache unreadable (%s); moved it aside to %s and started a "
+                "fresh cache",
+                reason, aside);
+      } else {
+        put_why(why, why_size,
+                "cache unreadable (%s); moved it aside to %s, but a fresh "
+                "cache could not be created: %s",
+                reason, aside, r2);
+        unlock_dir(dfd);
+        return st;
+      }
+    } else if (r != OPEN_OK) {
+      put_why(why, why_size, "%s", reason);
+    }
+    unlock_dir(dfd);
+    if (r != OPEN_OK) return st;
+  } else if (r != OPEN_OK) {
+    put_why(why, why_size, "%s", reason);
+    return st;
+  }
+  return wrap(db, path, readonly, out);
+}
+
+void scree__cache_close(scree__cache *c) {
+  if (!c) return;
+  for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(c->st[i]);
+  sqlite3_close_v2(c->db);
+  pthread_mutex_destroy(&c->lock);
+  free(c->path);
+  free(c);
+}
+
+const char *scree__cache_path(const scree__cache *c) {
+  return c ? c->path : NULL;
+}
+
+int scree__cache_readonly(const scree__cache *c) {
+  return c ? c->readonly : 0;
+}
+
+void scree__cache_last_error(scree__cache *c, char *buf, size_t size) {
+  if (!buf || !size) return;
+  if (!c) {
+    buf[0] = 0;
+    return;
+  }
+  hold(c);
+  copy_str(buf, size, c->err);
+  release(c);
+}
+
+scree_status scree__cache_check(scree__cache *c, int full, char *why,
+                                size_t why_size) {
+  put_why(why, why_size, "%s", "");
+  if (!c) return SCREE_ERROR_INVALID_ARGUMENT;
+  hold(c);
+  sqlite3_stmt *s = NULL;
+  scree_status st = SCREE_OK;
+  int rc = sqlite3_prepare_v2(
+      c->db, full ? "PRAGMA integrity_check" : "PRAGMA quick_check", -1, &s,
+      NULL);
+  if (rc == SQLITE_OK) rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    const char *t = (const char *)sqlite3_column_text(s, 0);
+    if (!t || strcmp(t, "ok")) {
+      put_why(why, why_size, "%s: %s", c->path, t ? t : "(no result)");
+      st = SCREE_ERROR_CACHE;
+    }
+  } else {
+    put_why(why, why_size, "%s: %s", c->path, sqlite3_errmsg(c->db));
+    st = status_of(rc);
+  }
+  sqlite3_finalize(s);
+  release(c);
+  return st;
+}
+

@@ -1,0 +1,153 @@
+/* cache_stack.c - the default path and the layered stack: one read-write
+ * user cache over read-only shipped caches. docs/cache.md describes
+ * the file format. */
+#include "store/cache_internal.h"
+
+/* ------------------------------------------------------------------------ */
+/* Layering                                                                  */
+/* ------------------------------------------------------------------------ */
+
+scree_status scree__cache_default_path(char *buf, size_t size) {
+  if (!buf || !size) return SCREE_ERROR_INVALID_ARGUMENT;
+  buf[0] = 0;
+  const char *base, *tail;
+  const char *d = getenv("SCREE_CACHE_DIR");
+  const char *x = getenv("XDG_CACHE_HOME");
+  const char *h = getenv("HOME");
+  char pwbuf[4096];
+  if (d && *d) {
+    base = d;
+    tail = "/tune.db";
+  } else if (x && x[0] == '/') {
+    base = x;
+    tail = "/scree/tune.db";
+  } else {
+    if (!h || !*h) {
+      struct passwd pw, *res = NULL;
+      if (getpwuid_r(getuid(), &pw, pwbuf, sizeof pwbuf, &res) == 0 && res &&
+          res->pw_dir && res->pw_dir[0])
+        h = res->pw_dir;
+      else
+        return SCREE_ERROR_NOT_FOUND;
+    }
+    base = h;
+    tail = "/.cache/scree/tune.db";
+  }
+  size_t bl = strlen(base);
+  while (bl > 1 && base[bl - 1] == '/') bl--;
+  if (bl == 1 && base[0] == '/') bl = 0;
+  int n = snprintf(buf, size, "%.*s%s", (int)bl, base, tail);
+  if (n < 0 || (size_t)n >= size) {
+    buf[0] = 0;
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
+  return SCREE_OK;
+}
+
+scree_status scree__cache_stack_open(scree__cache_stack *s,
+                                     const char *user_path,
+                                     const char *search_path, char *warn,
+                                     size_t warn_size) {
+  if (warn && warn_size) warn[0] = 0;
+  if (!s) return SCREE_ERROR_INVALID_ARGUMENT;
+  memset(s, 0, sizeof *s);
+  char dflt[4096], why[2048];
+  const char *up = user_path;
+  if (!up) {
+    scree_status d = scree__cache_default_path(dflt, sizeof dflt);
+    if (d == SCREE_OK) {
+      up = dflt;
+    } else {
+      append_line(warn, warn_size,
+                  "no user cache: cannot find a default path (%s: set "
+                  "SCREE_CACHE_DIR or HOME); running without one",
+                  scree_status_name(d));
+    }
+  }
+  if (up) {
+    int rec = 0;
+    why[0] = 0;
+    scree_status st = scree__cache_open(up, 0, &s->user, &rec, why,
+                                        sizeof why);
+    if (st == SCREE_ERROR_OUT_OF_MEMORY) return st;
+    if (st != SCREE_OK)
+      append_line(warn, warn_size,
+                  "user cache %s unusable (%s); running without a user cache",
+                  up, why);
+    else if (rec)
+      append_line(warn, warn_size, "user cache %s: %s", up, why);
+  }
+
+  const char *sp = search_path ? search_path : getenv("SCREE_CACHE_PATH");
+  if (!sp) return SCREE_OK;
+  char *list = strdup(sp);
+  if (!list) {
+    scree__cache_stack_close(s);
+    return SCREE_ERROR_OUT_OF_MEMORY;
+  }
+  int cap = 0;
+  char *save = NULL;
+  for (char *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+    scree__cache *c = NULL;
+    why[0] = 0;
+    scree_status st = scree__cache_open(p, 1, &c, NULL, why, sizeof why);
+    if (st != SCREE_OK) {
+      append_line(warn, warn_size, "shipped cache %s skipped: %s", p, why);
+      continue;
+    }
+    if (s->nshipped == cap) {
+      int nc = cap ? cap * 2 : 4;
+      scree__cache **q = realloc(s->shipped, (size_t)nc * sizeof *q);
+      if (!q) {
+        scree__cache_close(c);
+        free(list);
+        scree__cache_stack_close(s);
+        return SCREE_ERROR_OUT_OF_MEMORY;
+      }
+      s->shipped = q;
+      cap = nc;
+    }
+    s->shipped[s->nshipped++] = c;
+  }
+  free(list);
+  return SCREE_OK;
+}
+
+void scree__cache_stack_close(scree__cache_stack *s) {
+  if (!s) return;
+  scree__cache_close(s->user);
+  for (int i = 0; i < s->nshipped; i++) scree__cache_close(s->shipped[i]);
+  free(s->shipped);
+  memset(s, 0, sizeof *s);
+}
+
+/* 1 if c answered with a usable entry (left in out). */
+static int level_get(scree__cache *c, const scree__ckey *k,
+                     scree__centry *out) {
+  if (!c) return 0;
+  if (scree__cache_get(c, k, out) != SCREE_OK) return 0;
+  if (out->cubin_ok) return 1;
+  scree__centry_free(out);
+  return 0;
+}
+
+scree_status scree__cache_stack_get(scree__cache_stack *s,
+                                    const scree__ckey *k, scree__centry *out,
+                                    scree__cache_level *level) {
+  if (level) *level = SCREE__LEVEL_NONE;
+  if (!s || !k || !out) return SCREE_ERROR_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  if (level_get(s->user, k, out)) {
+    if (level) *level = SCREE__LEVEL_USER;
+    return SCREE_OK;
+  }
+  for (int i = 0; i < s->nshipped; i++) {
+    if (level_get(s->shipped[i], k, out)) {
+      if (level) *level = SCREE__LEVEL_SHIPPED;
+      return SCREE_OK;
+    }
+  }
+  memset(out, 0, sizeof *out);
+  return SCREE_ERROR_NOT_FOUND;
+}
+

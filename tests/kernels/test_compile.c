@@ -1,0 +1,257 @@
+/* test_compile.c - every config of every op's space that passes the host
+ * constraint check compiles with NVRTC to a cubin for sm_80 and sm_90, and
+ * the host check agrees with the kernel's static_asserts. Needs NVRTC, not
+ * a GPU. Compiles run on a thread pool (NVRTC is thread-safe). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+static const scree__nvrtc_api *nv;
+
+static void setup(void) {
+  char why[1024];
+  nv = scree__nvrtc_load(why, sizeof why, NULL);
+  if (!nv) {
+    printf("SKIP: NVRTC not available: %s\n", why);
+    exit(SCREE_TEST_SKIP);
+  }
+}
+
+typedef struct job {
+  const scree__op *op;
+  const scree__config *cfgs;
+  const scree__variant *var;  /* one variant for all, or */
+  const scree__variant *vars; /* one per config */
+  const char *arch;
+  size_t failed;
+  char first_failure[2048];
+  pthread_mutex_t lock;
+} job;
+
+static void compile_one(void *p, int i) {
+  job *j = p;
+  void *cubin;
+  size_t size;
+  char *log = NULL;
+  const scree__variant *var = j->vars ? &j->vars[i] : j->var;
+  char target[16];
+  scree__target_arch(j->arch, atoi(j->arch + 3), &j->op->impls[j->cfgs[i].impl], target);
+  scree_status st = scree__compile(nv, j->op, &j->cfgs[i], var, target, NULL, &cubin, &size, &log);
+  if (st != SCREE_OK || size < 64 || memcmp(cubin, "\177ELF", 4)) {
+    pthread_mutex_lock(&j->lock);
+    if (!j->failed++) {
+      char cs[128], vs[128];
+      scree__config_str(j->op, &j->cfgs[i], cs, sizeof cs);
+      scree__variant_str(j->op, var, vs, sizeof vs);
+      snprintf(j->first_failure, sizeof j->first_failure, "%s %s %s %s: %.1500s", j->op->name,
+               cs, vs, target, log ? log : "not an ELF cubin");
+    }
+    pthread_mutex_unlock(&j->lock);
+  }
+  if (st == SCREE_OK) free(cubin);
+  free(log);
+}
+
+/* Compiles n configs, with one variant for all (var) or one each (vars). */
+static size_t compile_all(const scree__op *op, const scree__config *cfgs,
+                          const scree__variant *vars, size_t n, const scree__variant *var,
+                          const char *arch, char *failure, size_t fsize) {
+  job j = {.op = op, .cfgs = cfgs, .var = var, .vars = vars, .arch = arch};
+  pthread_mutex_init(&j.lock, NULL);
+  scree__parallel_for((int)n, 16, compile_one, &j);
+  pthread_mutex_destroy(&j.lock);
+  snprintf(failure, fsize, "%s", j.first_failure);
+  return j.failed;
+}
+
+static const char *const archs[] = {"sm_80", "sm_90"};
+
+/* The whole space of each op for one arch (loop index), at the op's example
+ * variant: every config the host check passes compiles. */
+START_TEST(whole_space_compiles) {
+  const char *arch = archs[_i];
+  scree__target t;
+  scree__target_for_arch(arch, &t);
+  for (int o = 0; scree__ops[o]; o++) {
+    const scree__op *op = scree__ops[o];
+    size_t total = (size_t)scree__config_space(op, NULL, 0);
+    scree__config *all = calloc(total, sizeof *all);
+    scree__config_space(op, all, (int)total);
+    scree__variant var;
+    scree__variant_example(op, &var);
+    size_t n = 0;
+    for (size_t i = 0; i < total; i++)
+      if (scree__config_check(op, &all[i], &var, &t, NULL, 0)) all[n++] = all[i];
+    char failure[2048];
+    const double t0 = scree__now();
+    size_t failed = compile_all(op, all, NULL, n, &var, arch, failure, sizeof failure);
+    printf("%s %s: %zu of %zu configs pass the check; %zu failed to compile (%.1f s)\n",
+           op->name, arch, n, total, failed, scree__now() - t0);
+    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
+    ck_assert_uint_gt(n, 0);
+    free(all);
+  }
+}
+END_TEST
+
+/* Every variant an op supports (the product of its variant fields' values)
+ * compiles with the arch's default config, and with every config the arch's
+ * safelist allows for that variant specifically ("*" lines are compiled at
+ * the example variant by whole_space_compiles). */
+START_TEST(every_variant_compiles) {
+  const char *arch = archs[_i];
+  scree__target t;
+  scree__target_for_arch(arch, &t);
+  scree__safelist sl;
+  char why[512];
+  ck_assert_msg(scree__safelist_for_arch(arch, &sl, why, sizeof why) == SCREE_OK, "%s", why);
+  for (int o = 0; scree__ops[o]; o++) {
+    const scree__op *op = scree__ops[o];
+    int combos = 1;
+    for (int v = 0; v < op->nvfields; v++) combos *= op->vfields[v].nvalues;
+    enum { CAP = 8192 };
+    scree__config *cfgs = calloc(CAP, sizeof *cfgs);
+    scree__variant *vars = calloc(CAP, sizeof *vars);
+    size_t n = 0, listed = 0;
+    for (int c = 0; c < combos; c++) {
+      scree__variant var;
+      memset(&var, 0, sizeof var);
+      int k = c;
+      for (int v = 0; v < op->nvfields; v++) {
+        var.v[v] = op->vfields[v].values[k % op->vfields[v].nvalues];
+        k /= op->vfields[v].nvalues;
+      }
+      char vs[128];
+      scree__variant_str(op, &var, vs, sizeof vs);
+      scree__config dflt;
+      op->default_config(&t, &var, NULL, &dflt);
+      ck_assert_msg(scree__config_check(op, &dflt, &var, &t, why, sizeof why),
+                    "%s default for %s fails its check: %s", op->name, vs, why);
+      if (n < CAP) cfgs[n] = dflt, vars[n++] = var;
+      for (int e = 0; e < sl.n && n < CAP; e++) {
+        const scree__sl_entry *en = &sl.entries[e];
+        if (en->op != op || en->verb == SCREE__SL_DENY || strcmp(en->dtype, vs)) continue;
+        ck_assert_msg(scree__config_check(op, &en->cfg, &var, &t, why, sizeof why),
+                      "%s:%d fails its check: %s", sl.source, en->line, why);
+        cfgs[n] = en->cfg, vars[n++] = var, listed++;
+      }
+    }
+    char failure[2048];
+    const double t0 = scree__now();
+    const size_t failed = compile_all(op, cfgs, vars, n, NULL, arch, failure, sizeof failure);
+    printf("%s %s: %d variants, %zu configs (%zu listed for one variant); %zu failed (%.1f s)\n",
+           op->name, arch, combos, n, listed, failed, scree__now() - t0);
+    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
+    free(cfgs);
+    free(vars);
+  }
+  scree__safelist_free(&sl);
+}
+END_TEST
+
+/* Arch-specific targets: an implementation marked arch_specific compiles
+ * for sm_90a on sm_90 and later, and for the plain arch before. */
+START_TEST(arch_specific_target_compiles) {
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree__variant var = {{SCREE_DTYPE_BF16, SCREE_DTYPE_BF16, SCREE_DTYPE_BF16}};
+  scree__target t = {90, 227 * 1024};
+  scree__config cfg;
+  op->default_config(&t, &var, NULL, &cfg);
+  void *cubin;
+  size_t size;
+  char *log = NULL;
+  ck_assert_msg(scree__compile(nv, op, &cfg, &var, "sm_90a", NULL, &cubin, &size, &log) == SCREE_OK,
+                "%s", log ? log : "");
+  free(cubin);
+  free(log);
+  scree__impl special = op->impls[0];
+  char buf[16];
+  ck_assert_str_eq(scree__target_arch("sm_90", 90, &special, buf), "sm_90");
+  special.arch_specific = 1;
+  ck_assert_str_eq(scree__target_arch("sm_90", 90, &special, buf), "sm_90a");
+  ck_assert_str_eq(scree__target_arch("sm_80", 80, &special, buf), "sm_80");
+}
+END_TEST
+
+/* Configs the host rejects are rejected by the kernel's static_asserts too,
+ * so the two statements of the constraints agree. */
+typedef struct bad_case {
+  const char *op, *variant, *config;
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    {"rmsnorm", "x=fp16,w=fp16,y=fp16", "tpr=8,rows=1,vec=8,cache=1"},    /* fewer than a warp */
+    {"rmsnorm", "x=fp16,w=fp16,y=fp16", "tpr=1024,rows=2,vec=8,cache=1"}, /* 2048 threads */
+    {"rmsnorm", "x=fp16,w=fp16,y=fp16", "tpr=128,rows=1,vec=8,cache=16"}, /* 128 registers */
+    {"rmsnorm", "x=fp16,w=fp16,y=fp16", "tpr=96,rows=1,vec=8,cache=1"},   /* not a power of two */
+    {"rmsnorm", "x=fp16,w=fp16,y=fp16", "tpr=128,rows=1,vec=3,cache=1"},  /* vec 3 */
+    {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
+     "bm=64,bn=64,warps=8,stages=2,qreg=1,sched=1"}, /* 8 rows per warp */
+    {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
+     "bm=128,bn=48,warps=4,stages=2,qreg=1,sched=1"}, /* bn not 32, 64 or 128 */
+    {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
+     "bm=128,bn=64,warps=4,stages=4,qreg=1,sched=1"}, /* 4 stages */
+    {"attention", "dtype=fp16,head_dim=80,causal=0,window=0",
+     "bm=128,bn=64,warps=4,stages=2,qreg=1,sched=1"}, /* head_dim 80 */
+};
+
+START_TEST(host_check_matches_static_asserts) {
+  scree__target t = {90, 227 * 1024};
+  for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+    const scree__op *op = scree__op_find(bad_cases[i].op);
+    ck_assert_ptr_nonnull(op);
+    scree__variant var;
+    scree__config cfg;
+    char why[256] = "";
+    ck_assert_int_eq(scree__variant_parse(op, bad_cases[i].variant, &var, why, sizeof why), 0);
+    ck_assert_msg(scree__config_parse(op, bad_cases[i].config, &cfg, why, sizeof why) == 0, "%s",
+                  why);
+    why[0] = 0;
+    ck_assert_msg(scree__config_check(op, &cfg, &var, &t, why, sizeof why) == 0,
+                  "the host accepts %s %s", bad_cases[i].op, bad_cases[i].config);
+    ck_assert(strlen(why) > 0);
+    void *cubin = NULL;
+    size_t size;
+    char *log = NULL;
+    scree_status st = scree__compile(nv, op, &cfg, &var, "sm_90", NULL, &cubin, &size, &log);
+    ck_assert_msg(st == SCREE_ERROR_COMPILE, "%s %s compiled", bad_cases[i].op,
+                  bad_cases[i].config);
+    ck_assert_msg(log && strstr(log, "static assertion"), "log: %s", log ? log : "");
+    free(log);
+  }
+}
+END_TEST
+
+START_TEST(config_strings_roundtrip) {
+  const scree__op *op = scree__op_find("rmsnorm");
+  scree__config c = {0, {256, 2, 8, 4}}, back;
+  char s[128], why[128];
+  scree__config_str(op, &c, s, sizeof s);
+  ck_assert_str_eq(s, "tpr=256,rows=2,vec=8,cache=4");
+  ck_assert_int_eq(scree__config_parse(op, s, &back, why, sizeof why), 0);
+  ck_assert_int_eq(memcmp(&c, &back, sizeof c), 0);
+  ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8", &back, why, sizeof why), -1);
+  ck_assert(strstr(why, "cache missing"));
+  ck_assert_int_eq(scree__config_parse(op, "tpr=256,rows=2,vec=8,cache=4,foo=1", &back, why, sizeof why), -1);
+  ck_assert(strstr(why, "foo"));
+  ck_assert_int_eq(scree__config_parse(op, "tpr=x,rows=2,vec=8,cache=4", &back, why, sizeof why), -1);
+  ck_assert_int_eq(scree__config_parse(op, "tpr=1,tpr=2,rows=2,vec=8,cache=4", &back, why, sizeof why), -1);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("compile");
+  TCase *tc = tcase_create("nvrtc");
+  tcase_add_unchecked_fixture(tc, setup, NULL);
+  tcase_set_timeout(tc, 1800);
+  tcase_add_loop_test(tc, whole_space_compiles, 0, 2);
+  tcase_add_loop_test(tc, every_variant_compiles, 0, 2);
+  tcase_add_test(tc, arch_specific_target_compiles);
+  tcase_add_test(tc, host_check_matches_static_asserts);
+  tcase_add_test(tc, config_strings_roundtrip);
+  suite_add_tcase(s, tc);
+  return scree_test_run(s, 0);
+}

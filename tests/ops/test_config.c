@@ -1,0 +1,302 @@
+/* test_config.c - the generic text forms of ops/config.c (configs, variants,
+ * buckets, shapes), RMSNorm's bucket and alignment hooks, and cache keys
+ * (no GPU). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static const scree__op *op;
+static void setup(void) { op = scree__op_find("rmsnorm"); }
+
+static scree__bucket key_of(long rows, long cols) {
+  scree_rmsnorm_args a = {.rows = rows, .cols = cols};
+  const scree__variant var = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
+  scree__bucket b;
+  scree__bucket_of(op, &var, &a, &b);
+  return b;
+}
+
+static void bstr(scree__bucket b, char *s, size_t n) { scree__bucket_str(op, &b, s, n); }
+static int beq(scree__bucket a, scree__bucket b) { return !memcmp(&a, &b, sizeof a); }
+
+START_TEST(rows_round_up_to_powers_of_two_cols_exact) {
+  char s[96];
+  bstr(key_of(1, 4096), s, sizeof s);
+  ck_assert_str_eq(s, "rows<=1,cols=4096");
+  bstr(key_of(3000, 4096), s, sizeof s);
+  ck_assert_str_eq(s, "rows<=4096,cols=4096");
+  bstr(key_of(4096, 4096), s, sizeof s);
+  ck_assert_str_eq(s, "rows<=4096,cols=4096");
+  bstr(key_of(4097, 4095), s, sizeof s);
+  ck_assert_str_eq(s, "rows<=8192,cols=4095");
+  ck_assert(beq(key_of(2049, 4096), key_of(4096, 4096)));
+  ck_assert(!beq(key_of(2048, 4096), key_of(2049, 4096)));
+  ck_assert(!beq(key_of(100, 4096), key_of(100, 4097)));
+  bstr(key_of((int64_t)1 << 40, 65536), s, sizeof s);
+  ck_assert_str_eq(s, "rows<=1099511627776,cols=65536");
+}
+END_TEST
+
+START_TEST(bucket_strings_roundtrip) {
+  const long shapes[][2] = {{1, 1}, {7, 100}, {16384, 4096}, {1L << 30, 65536}};
+  char why[256];
+  for (size_t i = 0; i < 4; i++) {
+    char s[96];
+    scree__bucket k = key_of(shapes[i][0], shapes[i][1]), back;
+    bstr(k, s, sizeof s);
+    ck_assert_int_eq(scree__bucket_parse(op, s, &back, why, sizeof why), 0);
+    ck_assert(beq(back, k));
+  }
+  scree__bucket k;
+  ck_assert_int_eq(scree__bucket_parse(op, "rows<=100,cols=4096", &k, why, sizeof why), -1);
+  ck_assert(strstr(why, "power of two"));
+  ck_assert_int_eq(scree__bucket_parse(op, "rows<=128,cols=64x", &k, why, sizeof why), -1);
+  ck_assert_int_eq(scree__bucket_parse(op, "cols=64", &k, why, sizeof why), -1);
+  ck_assert_int_eq(scree__bucket_parse(op, "rows=128,cols=64", &k, why, sizeof why), -1);
+  ck_assert_int_eq(scree__bucket_parse(op, "rows<=128,cols=64,", &k, why, sizeof why), -1);
+  /* Attention: exact and power-of-two dimensions mixed. */
+  const scree__op *at = scree__op_find("attention");
+  ck_assert_int_eq(scree__bucket_parse(at, "group=4,heads_kv=8,max_q<=2048,max_k<=2048,"
+                                           "total_q<=65536", &k, why, sizeof why), 0);
+  ck_assert_int_eq(k.v[0], 4);
+  ck_assert_int_eq(k.v[4], 65536);
+}
+END_TEST
+
+START_TEST(attention_buckets) {
+  const scree__op *at = scree__op_find("attention");
+  scree_attention_args a = {.batch = 64, .total_q = 65857, .total_k = 65857,
+                            .max_seqlen_q = 4096, .max_seqlen_k = 3000, .heads_q = 32,
+                            .heads_kv = 8, .head_dim = 128};
+  const scree__variant var = {{SCREE_DTYPE_BF16, 128, 1, 0}};
+  scree__bucket b;
+  scree__bucket_of(at, &var, &a, &b);
+  char s[512];
+  scree__bucket_str(at, &b, s, sizeof s);
+  ck_assert_str_eq(s, "group=4,heads_kv=8,max_q<=4096,max_k<=4096,total_q<=131072");
+  scree__variant_str(at, &var, s, sizeof s);
+  ck_assert_str_eq(s, "dtype=bf16,head_dim=128,causal=1,window=0");
+  ck_assert_int_eq(scree__variant_causal(at, &var), 1);
+  /* The shape text round-trips through the op's own fields. */
+  scree__shape_str(at, &a, s, sizeof s);
+  scree_attention_args back;
+  memset(&back, 0, sizeof back);
+  char why[256];
+  ck_assert_int_eq(scree__shape_parse(at, s, &back, why, sizeof why), 0);
+  ck_assert_int_eq(back.total_q, 65857);
+  ck_assert_int_eq(back.heads_kv, 8);
+  ck_assert_int_eq(scree__shape_parse(at, "batch=2,heads=3", &back, why, sizeof why), -1);
+  ck_assert(strstr(why, "heads_q"));
+}
+END_TEST
+
+START_TEST(configs_roundtrip_and_check) {
+  const scree__op *at = scree__op_find("attention");
+  scree__config all[4096];
+  const int n = scree__config_space(at, all, 4096);
+  ck_assert_int_gt(n, 100);
+  scree__target t;
+  ck_assert_int_eq(scree__target_for_arch("sm_90", &t), 0);
+  ck_assert_int_eq(t.sm, 90);
+  scree__variant var;
+  scree__variant_example(at, &var);
+  int valid = 0;
+  char why[256];
+  for (int i = 0; i < n && i < 4096; i++) {
+    char s[128];
+    scree__config back;
+    scree__config_str(at, &all[i], s, sizeof s);
+    ck_assert_int_eq(scree__config_parse(at, s, &back, why, sizeof why), 0);
+    ck_assert_int_eq(memcmp(&back, &all[i], sizeof back), 0);
+    valid += scree__config_check(at, &all[i], &var, &t, why, sizeof why);
+  }
+  ck_assert_int_gt(valid, 10);
+  ck_assert_int_lt(valid, n);
+  scree__config c;
+  ck_assert_int_eq(scree__config_parse(op, "tpr=128,rows=1,vec=8", &c, why, sizeof why), -1);
+  ck_assert(strstr(why, "cache missing"));
+  ck_assert_int_eq(scree__config_parse(op, "tpr=128,rows=1,vec=8,cache=4,x=1", &c, why, sizeof why), -1);
+  ck_assert_int_eq(scree__config_parse(op, "impl=generic,tpr=128,rows=1,vec=8,cache=4", &c, why,
+                                       sizeof why), 0);
+  ck_assert_int_eq(scree__config_parse(op, "impl=hopper,tpr=128,rows=1,vec=8,cache=4", &c, why,
+                                       sizeof why), -1);
+  /* An architecture outside the implementation's range fails the check. */
+  scree__target old = {75, 64 * 1024};
+  ck_assert_int_eq(scree__config_parse(op, "tpr=128,rows=1,vec=8,cache=4", &c, why, sizeof why), 0);
+  scree__variant rv;
+  scree__variant_example(op, &rv);
+  ck_assert_int_eq(scree__config_check(op, &c, &rv, &old, why, sizeof why), 0);
+  ck_assert(strstr(why, "sm_80"));
+}
+END_TEST
+
+START_TEST(representative_shapes) {
+  const scree__variant var = {{SCREE_DTYPE_BF16, SCREE_DTYPE_BF16, SCREE_DTYPE_BF16}};
+  scree_rmsnorm_args a;
+  scree__bucket bk = key_of(3000, 4096);
+  op->representative(&bk, &var, 0, &a);
+  ck_assert_int_eq(a.rows, 4096);
+  ck_assert_int_eq(a.cols, 4096);
+  ck_assert_int_eq(a.x_dtype, SCREE_DTYPE_BF16);
+  ck_assert(a.x == 0 && a.y == 0 && a.w == 0);
+  /* Capped at 256 MiB of x. */
+  bk = key_of(1L << 24, 65536);
+  op->representative(&bk, &var, 0, &a);
+  ck_assert_int_eq(a.rows * a.cols * 2, 256L << 20);
+  /* The check shape is small but keeps the row length. */
+  bk = key_of(1L << 20, 8192);
+  op->representative(&bk, &var, 1, &a);
+  ck_assert_int_le(a.rows, 97);
+  ck_assert_int_eq(a.cols, 8192);
+  scree__problem p;
+  memset(&p, 0, sizeof p);
+  char why[128];
+  ck_assert_int_eq(op->problem(&a, &var, 1, 1, NULL, &p, why, sizeof why), 0);
+  ck_assert_int_eq(p.nbufs, 3);
+  ck_assert_uint_eq(p.bufs[0].count, (size_t)(a.rows * 8192));
+  ck_assert(p.bufs[0].kind == SCREE__BUF_IN && p.bufs[1].kind == SCREE__BUF_IN &&
+            p.bufs[2].kind == SCREE__BUF_OUT);
+  ck_assert(p.bytes > 0);
+  scree__problem_free(&p);
+}
+END_TEST
+
+START_TEST(alignment_classes) {
+  const scree__variant var = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
+  scree_rmsnorm_args a = {.x = 0x1000, .w = 0x2000, .y = 0x3000, .rows = 4, .cols = 4096};
+  ck_assert_int_eq(op->adapt_class(&var, &a), 3); /* 16-byte vectors */
+  a.cols = 4095;                                  /* odd stride */
+  ck_assert_int_eq(op->adapt_class(&var, &a), 0);
+  a.cols = 4096;
+  a.x = 0x1004; /* 4-byte aligned: vectors of 2 halves */
+  ck_assert_int_eq(op->adapt_class(&var, &a), 1);
+  scree__config c = {0, {128, 1, 8, 4}};
+  op->impls[0].adapt(&c, &var, &a);
+  ck_assert_int_eq(c.v[2], 2);
+  ck_assert_int_eq(c.v[3], 16); /* the same elements per thread */
+}
+END_TEST
+
+/* The alignment class (trailing-zero arithmetic) against the obvious
+ * definition: the widest vector dividing every pointer and stride. */
+START_TEST(alignment_class_matches_definition) {
+  for (int t = 0; t < 20000; t++) {
+    const scree__variant var = {{(int)(scree_test_rand() % 3), (int)(scree_test_rand() % 3),
+                                 (int)(scree_test_rand() % 3)}};
+    const size_t sx = scree_dtype_size((scree_dtype)var.v[0]),
+                 sw = scree_dtype_size((scree_dtype)var.v[1]),
+                 sy = scree_dtype_size((scree_dtype)var.v[2]);
+    scree_rmsnorm_args a = {.rows = 3, .cols = 1 + (int64_t)(scree_test_rand() % 300)};
+    a.x = 0x100000 + sx * (scree_test_rand() % 40);
+    a.w = 0x200000 + sw * (scree_test_rand() % 40);
+    a.y = 0x300000 + sy * (scree_test_rand() % 40);
+    a.x_stride = scree_test_rand() % 2 ? 0 : a.cols + (int64_t)(scree_test_rand() % 9);
+    a.y_stride = scree_test_rand() % 2 ? 0 : a.cols + (int64_t)(scree_test_rand() % 9);
+    const uint64_t xs = (uint64_t)(a.x_stride ? a.x_stride : a.cols);
+    const uint64_t ys = (uint64_t)(a.y_stride ? a.y_stride : a.cols);
+    int want = 3;
+    while (want > 0) {
+      const uint64_t v = 1u << want;
+      if (a.x % (v * sx) == 0 && a.w % (v * sw) == 0 && a.y % (v * sy) == 0 && xs % v == 0 &&
+          ys % v == 0)
+        break;
+      want--;
+    }
+    ck_assert_int_eq(op->adapt_class(&var, &a), want);
+    scree__config c = {0, {128, 1, 8, 2}};
+    op->impls[0].adapt(&c, &var, &a);
+    ck_assert_int_eq(c.v[2], 1 << want);
+    ck_assert_int_eq(c.v[2] * c.v[3], 16); /* the same elements per thread */
+  }
+}
+END_TEST
+
+START_TEST(variant_strings_roundtrip) {
+  const scree__variant var = {{SCREE_DTYPE_BF16, SCREE_DTYPE_FP32, SCREE_DTYPE_FP16}};
+  char s[64];
+  scree__variant_str(op, &var, s, sizeof s);
+  ck_assert_str_eq(s, "x=bf16,w=fp32,y=fp16");
+  scree__variant back;
+  char why[256];
+  ck_assert_int_eq(scree__variant_parse(op, s, &back, why, sizeof why), 0);
+  ck_assert_int_eq(memcmp(&back, &var, sizeof var), 0);
+  ck_assert_int_eq(scree__variant_parse(op, "x=bf16,w=fp32", &back, why, sizeof why), -1);
+  ck_assert_int_eq(scree__variant_parse(op, "x=bf16,w=fp64,y=fp16", &back, why, sizeof why), -1);
+  ck_assert_int_eq(scree__variant_parse(op, "x=bf16,w=fp32,y=fp16,z=1", &back, why, sizeof why),
+                   -1);
+  ck_assert_int_eq(scree__variant_parse(op, "w=fp32,x=bf16,y=fp16", &back, why, sizeof why), -1);
+  ck_assert(strstr(why, "canonical"));
+}
+END_TEST
+
+START_TEST(cache_key_names_everything) {
+  scree_context *ctx = scree__context_offline();
+  snprintf(ctx->arch, sizeof ctx->arch, "sm_90");
+  const scree__variant var = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
+  scree__ckey k;
+  const scree__bucket bk = key_of(5000, 4096);
+  scree__make_key(ctx, op, &var, &bk, &k);
+  ck_assert_str_eq(k.op, "rmsnorm");
+  ck_assert_str_eq(k.bucket, "rows<=8192,cols=4096");
+  ck_assert_str_eq(k.dtype, "x=fp16,w=fp16,y=fp16");
+  ck_assert_str_eq(k.arch, "sm_90");
+  ck_assert_int_eq(k.causal, 0);
+  ck_assert_int_eq((int)strlen(k.src_hash), 64);
+  /* The source hash is the sha256 of what NVRTC compiles for each
+   * implementation and the shared options. */
+  char hex[65], *all;
+  const char *src = scree__kernel_source("rmsnorm.cu");
+  ck_assert_int_gt(asprintf(&all, "//impl generic scree_rmsnorm\n%s\n//nvrtc -std=c++17", src), 0);
+  scree__sha256_hex(all, strlen(all), hex);
+  free(all);
+  ck_assert_str_eq(k.src_hash, hex);
+  scree_destroy(ctx);
+}
+END_TEST
+
+START_TEST(shapes_files) {
+  long shapes[8][2];
+  scree_dtype dts[3];
+  int ndt;
+  char why[128];
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[16384, 4096], [8,\n 128]], "
+                                       "\"dtypes\": [\"fp16\", \"bf16\"]}",
+                                       shapes, 8, dts, 3, &ndt, why, sizeof why), 2);
+  ck_assert_int_eq(shapes[0][0], 16384);
+  ck_assert_int_eq(shapes[1][1], 128);
+  ck_assert_int_eq(ndt, 2);
+  ck_assert_int_eq(dts[1], SCREE_DTYPE_BF16);
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[1, 2]]}", shapes, 8, dts, 3, &ndt, why,
+                                       sizeof why), 1);
+  ck_assert_int_eq(ndt, 0);
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[1, 2, 3]]}", shapes, 8, dts, 3, &ndt,
+                                       why, sizeof why), -1);
+  ck_assert(strstr(why, "shape 1"));
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[0, 2]]}", shapes, 8, dts, 3, &ndt, why,
+                                       sizeof why), -1);
+  ck_assert_int_eq(scree__parse_shapes("{\"dtypes\": [\"fp64\"], \"shapes\": []}", shapes, 8,
+                                       dts, 3, &ndt, why, sizeof why), -1);
+  ck_assert(strstr(why, "fp64"));
+  ck_assert_int_eq(scree__parse_shapes("{}", shapes, 8, dts, 3, &ndt, why, sizeof why), -1);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("config");
+  TCase *tc = tcase_create("core");
+  tcase_add_unchecked_fixture(tc, setup, NULL);
+  tcase_add_test(tc, rows_round_up_to_powers_of_two_cols_exact);
+  tcase_add_test(tc, bucket_strings_roundtrip);
+  tcase_add_test(tc, attention_buckets);
+  tcase_add_test(tc, configs_roundtrip_and_check);
+  tcase_add_test(tc, representative_shapes);
+  tcase_add_test(tc, alignment_classes);
+  tcase_add_test(tc, alignment_class_matches_definition);
+  tcase_add_test(tc, variant_strings_roundtrip);
+  tcase_add_test(tc, cache_key_names_everything);
+  tcase_add_test(tc, shapes_files);
+  suite_add_tcase(s, tc);
+  return scree_test_run(s, 0);
+}

@@ -1,0 +1,91 @@
+/* test_registry.c - every registered op is complete: the registry check
+ * finds each required hook and table, a descriptor missing one is reported,
+ * names are unique, every implementation's kernel source is there, and the
+ * public entry scree_<name> exists. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "test_util.h"
+
+START_TEST(every_op_is_complete) {
+  int n = 0;
+  for (int i = 0; scree__ops[i]; i++, n++) {
+    const scree__op *op = scree__ops[i];
+    ck_assert_msg(!strcmp(scree__op_missing(op), ""), "%s is missing %s", op->name,
+                  scree__op_missing(op));
+    ck_assert_ptr_eq(scree__op_find(op->name), op);
+    for (int j = 0; j < i; j++) ck_assert_str_ne(scree__ops[j]->name, op->name);
+    for (int k = 0; k < op->nimpls; k++)
+      ck_assert_msg(scree__kernel_source(op->impls[k].source), "%s: kernel %s not found",
+                    op->name, op->impls[k].source);
+    ck_assert_msg(strlen(scree__source_hash(op)) == 64, "%s: no source hash", op->name);
+  }
+  ck_assert_int_ge(n, 2);
+  ck_assert_ptr_null(scree__op_find("no-such-op"));
+}
+END_TEST
+
+/* A descriptor with one hook or table taken away is reported, naming it. */
+START_TEST(missing_hooks_are_reported) {
+  const scree__op *base = scree__op_find("attention");
+  scree__op o;
+  o = *base, o.validate = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "validate"));
+  o = *base, o.bucket = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "bucket"));
+  o = *base, o.problem = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "problem"));
+  o = *base, o.reference = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "reference"));
+  o = *base, o.representative = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "representative"));
+  o = *base, o.default_config = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "default_config"));
+  o = *base, o.ndims = 0;
+  ck_assert(strstr(scree__op_missing(&o), "dims"));
+  o = *base, o.nshape = 0;
+  ck_assert(strstr(scree__op_missing(&o), "shape"));
+  o = *base, o.causal_vfield = 9;
+  ck_assert(strstr(scree__op_missing(&o), "causal_vfield"));
+  o = *base, o.args_size = SCREE__ARGS_MAX + 1;
+  ck_assert(strstr(scree__op_missing(&o), "args_size"));
+  scree__impl im = base->impls[0];
+  o = *base, o.impls = &im;
+  im.launch = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "launch"));
+  im = base->impls[0], im.check = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "check"));
+  im = base->impls[0], im.entries[0] = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "entries"));
+  scree__vfield vf[SCREE__MAX_VARIANT];
+  memcpy(vf, base->vfields, (size_t)base->nvfields * sizeof *vf);
+  o = *base, o.vfields = vf;
+  vf[1].example = 7; /* not one of its values */
+  ck_assert(strstr(scree__op_missing(&o), "example"));
+}
+END_TEST
+
+/* The registry line generates the public entry: libscree exports
+ * scree_<name>. */
+START_TEST(public_entries_exist) {
+  void *self = dlopen(SCREE_SHARED_LIB, RTLD_NOW | RTLD_LOCAL);
+  ck_assert_msg(self, "%s", dlerror());
+  for (int i = 0; scree__ops[i]; i++) {
+    char sym[96];
+    snprintf(sym, sizeof sym, "scree_%s", scree__ops[i]->name);
+    ck_assert_msg(dlsym(self, sym), "%s is not defined", sym);
+  }
+  dlclose(self);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("registry");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, every_op_is_complete);
+  tcase_add_test(tc, missing_hooks_are_reported);
+  tcase_add_test(tc, public_entries_exist);
+  suite_add_tcase(s, tc);
+  return scree_test_run(s, 0);
+}

@@ -1,0 +1,230 @@
+/* test_cache_stack.c - the default path and the user/shipped stack (src/store/cache_stack.c). */
+#include "cache_fixtures.h"
+
+/* ------------------------------------------------------------------------ */
+/* Layering                                                                  */
+/* ------------------------------------------------------------------------ */
+
+START_TEST(stack_layering_order) {
+  char *dir = tdir();
+  char *up = pjoin(dir, "user/tune.db"), *s1 = pjoin(dir, "s1.db"),
+       *s2 = pjoin(dir, "s2.db"), *missing = pjoin(dir, "missing.db");
+  scree__ckey k1 = keyi(1), k2 = keyi(2), k3 = keyi(3), k4 = keyi(4);
+  scree__cache *c = open_rw(up);
+  put_ok(c, &k1, "u1", 9, 1, 1);
+  scree__cache_close(c);
+  c = open_rw(s1);
+  put_ok(c, &k1, "s1-1", 1, 2, 1); /* faster, but the user's level wins */
+  put_ok(c, &k2, "s1-2", 9, 3, 1);
+  scree__cache_close(c);
+  c = open_rw(s2);
+  put_ok(c, &k2, "s2-2", 1, 4, 1);
+  put_ok(c, &k3, "s2-3", 9, 5, 1);
+  scree__cache_close(c);
+
+  char search[2048];
+  snprintf(search, sizeof search, "%s:%s::%s:", s1, missing, s2);
+  scree__cache_stack s;
+  char warn[2048];
+  ck_assert_int_eq(scree__cache_stack_open(&s, up, search, warn, sizeof warn),
+                   SCREE_OK);
+  ck_assert_ptr_nonnull(s.user);
+  ck_assert_int_eq(s.nshipped, 2);
+  ck_assert_str_eq(scree__cache_path(s.shipped[0]), s1);
+  ck_assert_str_eq(scree__cache_path(s.shipped[1]), s2);
+  ck_assert_int_eq(scree__cache_readonly(s.shipped[0]), 1);
+  ck_assert_msg(strstr(warn, missing) && strstr(warn, "skipped"), "warn: %s",
+                warn);
+  int lines = 0;
+  for (const char *q = warn; *q; q++) lines += *q == '\n';
+  ck_assert_int_eq(lines, 0); /* one line, no trailing newline */
+  ck_assert_int_eq(access(missing, F_OK), -1); /* read-only: not created */
+
+  scree__centry g;
+  scree__cache_level lv;
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k1, &g, &lv), SCREE_OK);
+  ck_assert_int_eq(lv, SCREE__LEVEL_USER);
+  ck_assert_str_eq(g.config, "u1");
+  scree__centry_free(&g);
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k2, &g, &lv), SCREE_OK);
+  ck_assert_int_eq(lv, SCREE__LEVEL_SHIPPED);
+  ck_assert_str_eq(g.config, "s1-2");
+  scree__centry_free(&g);
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k3, &g, &lv), SCREE_OK);
+  ck_assert_int_eq(lv, SCREE__LEVEL_SHIPPED);
+  ck_assert_str_eq(g.config, "s2-3");
+  ck_assert_int_eq(g.cubin_ok, 1);
+  scree__centry_free(&g);
+  lv = SCREE__LEVEL_USER;
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k4, &g, &lv),
+                   SCREE_ERROR_NOT_FOUND);
+  ck_assert_int_eq(lv, SCREE__LEVEL_NONE);
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k4, &g, NULL),
+                   SCREE_ERROR_NOT_FOUND);
+
+  /* Writing to the user level makes it answer first. */
+  put_ok(s.user, &k3, "u3", 50, 6, 1);
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k3, &g, &lv), SCREE_OK);
+  ck_assert_int_eq(lv, SCREE__LEVEL_USER);
+  ck_assert_str_eq(g.config, "u3");
+  scree__centry_free(&g);
+  /* Shipped levels refuse writes. */
+  scree__centry e = entry(&k4, "x", 1, 1, 64);
+  ck_assert_int_eq(scree__cache_put(s.shipped[0], &e, NULL),
+                   SCREE_ERROR_CACHE);
+  scree__centry_free(&e);
+  scree__cache_stack_close(&s);
+  ck_assert_ptr_null(s.user);
+  ck_assert_ptr_null(s.shipped);
+  ck_assert_int_eq(s.nshipped, 0);
+}
+END_TEST
+
+START_TEST(stack_without_user_cache) {
+  char *dir = tdir();
+  char *blocker = pjoin(dir, "blocker");
+  write_all(blocker, "x", 1);
+  char *up = pjoin(dir, "blocker/sub/tune.db"); /* parent is a file */
+  char *sp = pjoin(dir, "shipped.db");
+  scree__ckey k = keyi(0);
+  scree__cache *c = open_rw(sp);
+  put_ok(c, &k, "s", 3, 1, 1);
+  scree__cache_close(c);
+
+  char why[1024];
+  ck_assert_int_eq(scree__cache_open(up, 0, &c, NULL, why, sizeof why),
+                   SCREE_ERROR_CACHE);
+  ck_assert_ptr_null(c);
+  ck_assert_str_ne(why, "");
+
+  scree__cache_stack s;
+  char warn[2048];
+  ck_assert_int_eq(scree__cache_stack_open(&s, up, sp, warn, sizeof warn),
+                   SCREE_OK);
+  ck_assert_ptr_null(s.user);
+  ck_assert_int_eq(s.nshipped, 1);
+  ck_assert_msg(strstr(warn, "running without a user cache") &&
+                    strstr(warn, up),
+                "warn: %s", warn);
+  scree__centry g;
+  scree__cache_level lv;
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k, &g, &lv), SCREE_OK);
+  ck_assert_int_eq(lv, SCREE__LEVEL_SHIPPED);
+  scree__centry_free(&g);
+  scree__ckey k2 = keyi(2);
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k2, &g, &lv),
+                   SCREE_ERROR_NOT_FOUND);
+  scree__cache_stack_close(&s);
+
+  /* One line per problem, separated by newlines. */
+  char search2[1024];
+  snprintf(search2, sizeof search2, "%s:/nonexistent/a.db:/nonexistent/b.db",
+           sp);
+  ck_assert_int_eq(
+      scree__cache_stack_open(&s, up, search2, warn, sizeof warn), SCREE_OK);
+  ck_assert_int_eq(s.nshipped, 1);
+  int lines = 0;
+  for (const char *q = warn; *q; q++) lines += *q == '\n';
+  ck_assert_int_eq(lines, 2);
+  ck_assert(warn[strlen(warn) - 1] != '\n');
+  ck_assert_msg(strstr(warn, "/nonexistent/a.db") &&
+                    strstr(warn, "/nonexistent/b.db"),
+                "warn: %s", warn);
+  scree__cache_stack_close(&s);
+
+  /* A tiny warn buffer is never overrun and stays terminated. */
+  char tiny[8];
+  memset(tiny, 'q', sizeof tiny);
+  ck_assert_int_eq(scree__cache_stack_open(&s, up, "/nonexistent/a.db", tiny,
+                                           sizeof tiny),
+                   SCREE_OK);
+  ck_assert_ptr_nonnull(memchr(tiny, 0, sizeof tiny));
+  scree__cache_stack_close(&s);
+}
+END_TEST
+
+START_TEST(default_path_resolution) {
+  char buf[1024];
+  unsetenv("SCREE_CACHE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+  setenv("HOME", "/home/someone", 1);
+  ck_assert_int_eq(scree__cache_default_path(buf, sizeof buf), SCREE_OK);
+  ck_assert_str_eq(buf, "/home/someone/.cache/scree/tune.db");
+  setenv("XDG_CACHE_HOME", "relative/cache", 1); /* not absolute: ignored */
+  ck_assert_int_eq(scree__cache_default_path(buf, sizeof buf), SCREE_OK);
+  ck_assert_str_eq(buf, "/home/someone/.cache/scree/tune.db");
+  setenv("XDG_CACHE_HOME", "/xdg/cache/", 1);
+  ck_assert_int_eq(scree__cache_default_path(buf, sizeof buf), SCREE_OK);
+  ck_assert_str_eq(buf, "/xdg/cache/scree/tune.db");
+  setenv("SCREE_CACHE_DIR", "", 1); /* empty counts as unset */
+  ck_assert_int_eq(scree__cache_default_path(buf, sizeof buf), SCREE_OK);
+  ck_assert_str_eq(buf, "/xdg/cache/scree/tune.db");
+  setenv("SCREE_CACHE_DIR", "/opt/scree-cache", 1);
+  ck_assert_int_eq(scree__cache_default_path(buf, sizeof buf), SCREE_OK);
+  ck_assert_str_eq(buf, "/opt/scree-cache/tune.db");
+  ck_assert_int_eq(scree__cache_default_path(buf, 10),
+                   SCREE_ERROR_INVALID_ARGUMENT);
+  ck_assert_str_eq(buf, "");
+  ck_assert_int_eq(scree__cache_default_path(NULL, 10),
+                   SCREE_ERROR_INVALID_ARGUMENT);
+  unsetenv("SCREE_CACHE_DIR");
+  unsetenv("XDG_CACHE_HOME");
+  unsetenv("HOME"); /* the passwd entry's home, or NOT_FOUND */
+  scree_status st = scree__cache_default_path(buf, sizeof buf);
+  if (st == SCREE_OK) {
+    size_t n = strlen(buf), t = strlen("/.cache/scree/tune.db");
+    ck_assert_uint_gt(n, t);
+    ck_assert_str_eq(buf + n - t, "/.cache/scree/tune.db");
+  } else {
+    ck_assert_int_eq(st, SCREE_ERROR_NOT_FOUND);
+  }
+
+  /* The stack uses them: user_path NULL and search_path NULL. */
+  char *dir = tdir();
+  char *cdir = pjoin(dir, "cachedir/scree");
+  char *sp = pjoin(dir, "shipped.db");
+  scree__cache *c = open_rw(sp);
+  scree__ckey k = keyi(0);
+  put_ok(c, &k, "s", 3, 1, 1);
+  scree__cache_close(c);
+  setenv("SCREE_CACHE_DIR", cdir, 1);
+  setenv("SCREE_CACHE_PATH", sp, 1);
+  scree__cache_stack s;
+  char warn[1024];
+  ck_assert_int_eq(scree__cache_stack_open(&s, NULL, NULL, warn, sizeof warn),
+                   SCREE_OK);
+  ck_assert_str_eq(warn, "");
+  ck_assert_ptr_nonnull(s.user);
+  char *want = pjoin(cdir, "tune.db");
+  ck_assert_str_eq(scree__cache_path(s.user), want);
+  ck_assert_int_eq(s.nshipped, 1);
+  scree__cache_stack_close(&s);
+  ck_assert(exists(want));
+  struct stat sb;
+  ck_assert_int_eq(stat(cdir, &sb), 0);
+  ck_assert_int_eq(sb.st_mode & 0777, 0700);
+
+  /* XDG_CACHE_HOME is used when SCREE_CACHE_DIR is unset. */
+  unsetenv("SCREE_CACHE_DIR");
+  char *xdg = pjoin(dir, "xdg");
+  setenv("XDG_CACHE_HOME", xdg, 1);
+  ck_assert_int_eq(scree__cache_stack_open(&s, NULL, "", warn, sizeof warn),
+                   SCREE_OK);
+  ck_assert_int_eq(s.nshipped, 0);
+  char *want2 = pjoin(xdg, "scree/tune.db");
+  ck_assert_str_eq(scree__cache_path(s.user), want2);
+  scree__cache_stack_close(&s);
+  ck_assert(exists(want2));
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("cache_stack");
+  TCase *tc = tcase_create("core");
+  tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
+  tcase_add_test(tc, stack_layering_order);
+  tcase_add_test(tc, stack_without_user_cache);
+  tcase_add_test(tc, default_path_resolution);
+  suite_add_tcase(s, tc);
+  return scree_test_run(s, 0);
+}
