@@ -8,7 +8,12 @@
  * configurations (bench/attention_configs.json).
  *
  *   bench_ops [--file F] [--json-configs F] [--op NAME] [--only NAME]
- *             [--reps N] [--inner N] [--csv F]
+ *             [--reps N] [--inner N] [--csv F] [--sweep]
+ *
+ * --sweep also times every config of the op's space that this device can
+ * run on each case (each checked on the edge-case batch first), prints the
+ * five fastest and writes all of them to the CSV: the measurements behind
+ * safe_configs/ (bench/make_safelist.py).
  *
  * Method: a private cache and the tune-on-miss policy, so the first call of
  * each case tunes its bucket (printed: how long it took); then --reps
@@ -154,6 +159,88 @@ static int read_attention_json(const char *path, bcase *cases, int n) {
   return n;
 }
 
+typedef struct swept {
+  scree__config cfg;
+  double us;
+} swept;
+
+static int by_us(const void *a, const void *b) {
+  const double x = ((const swept *)a)->us, y = ((const swept *)b)->us;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct cjob {
+  scree_context *ctx;
+  const scree__op *op;
+  const scree__variant *var;
+  swept *s;
+} cjob;
+
+static void compile_one(void *p, int i) {
+  cjob *j = p;
+  scree__kernel k;
+  if (scree__kernel_get(j->ctx, j->op, &j->s[i].cfg, j->var, &k)) j->s[i].us = -1;
+}
+
+/* Every config this device can run on the case, checked then timed. */
+static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *var,
+                      const void *call, scree__run *big, CUstream stream, FILE *csv) {
+  const int total = scree__config_space(c->op, NULL, 0);
+  scree__config *all = calloc((size_t)total, sizeof *all);
+  swept *s = calloc((size_t)total, sizeof *s);
+  scree__config_space(c->op, all, total);
+  scree__target t;
+  scree__target_of(ctx, &t);
+  int n = 0, bad = 0;
+  for (int i = 0; i < total; i++) {
+    scree__config a = all[i];
+    const scree__impl *im = &c->op->impls[a.impl];
+    if (im->adapt) im->adapt(&a, var, call);
+    if (scree__config_check(c->op, &a, var, &t, NULL, 0)) s[n++].cfg = a;
+  }
+  cjob j = {ctx, c->op, var, s};
+  scree__parallel_for(n, 0, compile_one, &j);
+  scree__run chk;
+  char why[1024];
+  if (scree__run_make(ctx, c->op, var, call, 1, scree__fresh_seed(), NULL, &chk)) return 1;
+  for (int i = 0; i < n; i++) {
+    if (s[i].us < 0) continue;
+    scree__kernel k;
+    double spread;
+    scree__config_runner cr = {c->op, &s[i].cfg, var, &k};
+    if (scree__kernel_get(ctx, c->op, &s[i].cfg, var, &k) ||
+        scree__run_check(ctx, &chk, scree__run_config, &cr, stream, 10000, why, sizeof why) ||
+        scree__run_time(ctx, big, scree__run_config, &cr, stream, 2, 7, 3, 10000, &s[i].us,
+                        &spread, why, sizeof why)) {
+      char cs[128];
+      scree__config_str(c->op, &s[i].cfg, cs, sizeof cs);
+      printf("  sweep: %s FAILED: %s\n", cs, why);
+      s[i].us = -1;
+      bad++;
+    }
+  }
+  scree__run_free(ctx, &chk);
+  qsort(s, (size_t)n, sizeof *s, by_us);
+  int shown = 0;
+  for (int i = 0; i < n; i++) {
+    if (s[i].us < 0) continue;
+    char cs[128];
+    scree__config_str(c->op, &s[i].cfg, cs, sizeof cs);
+    const double tf = big->p.flops / (s[i].us * 1e-6) / 1e12,
+                 gb = big->p.bytes / (s[i].us * 1e-6) / 1e9;
+    if (shown++ < 5)
+      printf("  sweep #%d %10.2f us %8.1f %s  %s\n", shown, s[i].us, big->p.flops > 0 ? tf : gb,
+             big->p.flops > 0 ? "TFLOP/s" : "GB/s", cs);
+    if (csv)
+      fprintf(csv, "%s,%s,\"%s\",\"%s\",%.3f,%.2f,%.1f,,\"sweep %s\"\n", c->name,
+              c->op->name, c->variant, c->shape, s[i].us, big->p.flops > 0 ? tf : 0, gb, cs);
+  }
+  printf("  sweep: %d configs timed, %d failed\n", shown, bad);
+  free(all);
+  free(s);
+  return bad;
+}
+
 static double copy_gbps(scree_context *ctx) {
   const scree__cu_api *cu = ctx->cu;
   const size_t cb = (size_t)1 << 30;
@@ -182,7 +269,7 @@ static double copy_gbps(scree_context *ctx) {
 int main(int argc, char **argv) {
   const char *file = SCREE_BENCH_FILE, *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
   const char *csv_path = NULL;
-  int reps = 30, inner = 10;
+  int reps = 30, inner = 10, sweep = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--file") && i + 1 < argc)
       file = argv[++i], json = "";
@@ -196,12 +283,14 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--inner") && i + 1 < argc)
       inner = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--sweep"))
+      sweep = 1;
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
       csv_path = argv[++i];
     else {
       fprintf(stderr,
               "usage: %s [--file ops.txt | --json-configs attention_configs.json] [--op NAME] "
-              "[--only NAME] [--reps N] [--inner N] [--csv F]\n",
+              "[--only NAME] [--reps N] [--inner N] [--csv F] [--sweep]\n",
               argv[0]);
       return 2;
     }
@@ -266,24 +355,15 @@ int main(int argc, char **argv) {
     st = scree__run_config_api(user, ctx, call, stream);
     ctx->cu->StreamSynchronize(stream);
     const double tune_s = scree__now() - t0;
-    /* The config the call ran: the user cache's entry for its bucket. It is
-     * checked against the CPU reference on the op's edge-case batch. */
+    /* The config the call ran (its plan), checked against the CPU
+     * reference on the op's edge-case batch. */
     char cs[128] = "?";
-    scree__bucket b;
-    scree__bucket_of(c->op, &var, call, &b);
-    scree__ckey key;
-    scree__make_key(ctx, c->op, &var, &b, &key);
-    scree__centry e;
     scree__config cfg;
-    int have = 0;
-    if (scree__user_cache(ctx) && scree__cache_get(scree__user_cache(ctx), &key, &e) == SCREE_OK) {
-      snprintf(cs, sizeof cs, "%.120s", e.config);
-      have = !scree__config_parse(c->op, e.config, &cfg, NULL, 0);
-      scree__centry_free(&e);
-    }
+    const int have = !st && scree__plan_config(ctx, c->op, &var, call, &cfg);
+    if (have) scree__config_str(c->op, &cfg, cs, sizeof cs);
     if (!st && !have) {
       st = SCREE_ERROR_NOT_FOUND;
-      snprintf(why, sizeof why, "the tuned config is not in the cache");
+      snprintf(why, sizeof why, "no plan for the call");
     }
     scree__kernel k;
     if (!st) st = scree__kernel_get(ctx, c->op, &cfg, &var, &k);
@@ -313,6 +393,7 @@ int main(int argc, char **argv) {
         fprintf(csv, "%s,%s,\"%s\",\"%s\",%.3f,%.2f,%.1f,%.3f,\"%s\"\n", c->name, c->op->name,
                 c->variant, c->shape, us, big.p.flops > 0 ? tf : 0, gb, tune_s, cs);
     }
+    if (sweep && !st) failures += sweep_case(ctx, c, &var, call, &big, stream, csv);
     fflush(stdout);
     scree__run_free(ctx, &big);
   }

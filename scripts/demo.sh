@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh - build scree (installing what is missing) and run the demo:
-# RMSNorm through the runtime on GPU 0 with its time and bandwidth, or,
-# without a GPU, the kernels compiled with NVRTC.
+# RMSNorm and varlen attention through the runtime on GPU 0, each checked
+# against its CPU reference, with its time and TFLOP/s or GB/s; without a
+# GPU, the default kernels compiled with NVRTC.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/build.sh

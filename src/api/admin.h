@@ -1,8 +1,11 @@
 /*
  * admin.h - what scree-tune and the benchmarks use beyond the public API:
  * the op registry and text forms, the cache and safelist files, the tuner,
- * verify and the problem harness. Explicitly internal: not installed, no
- * stability promise. Programs outside src/ include only scree.h and this.
+ * verify and the problem harness, and through them the context's device
+ * handles (ctx->cu, scree__ctx_enter) and the compiler (scree__compile) for
+ * the demo's device buffers and offline compiles. Explicitly internal: not
+ * installed, no stability promise. Programs outside src/ include only
+ * scree.h and this; tests/test_layers.cmake holds src/cli/ to that.
  */
 #ifndef SCREE_ADMIN_H
 #define SCREE_ADMIN_H

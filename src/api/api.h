@@ -17,6 +17,11 @@ scree_status scree__run_exact(scree_context *ctx, const scree__op *op, const scr
 scree_status scree__run_config_api(void *user, scree_context *ctx, const void *args,
                                    CUstream stream);
 
+/* The (adapted) config the plan of this call runs, if a call of its bucket
+ * ran already: 1 and *cfg filled, else 0. */
+int scree__plan_config(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                       const void *args, scree__config *cfg);
+
 scree_status scree__plans_create(scree_context *ctx);
 void scree__plans_free(scree_context *ctx);
 

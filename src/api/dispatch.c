@@ -114,7 +114,7 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op, const sc
         break;
       }
       default: {
-        scree__default_config(ctx, op, var, NULL, &cfg);
+        scree__default_config(ctx, op, var, args, &cfg);
         scree__count(&ctx->counters.safelist_defaults);
         char shape[256];
         scree__shape_str(op, args, shape, sizeof shape);
@@ -168,6 +168,21 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
   scree__ctx_leave(ctx, pushed);
   if (st == SCREE_OK) scree__count(&ctx->counters.calls);
   return st;
+}
+
+int scree__plan_config(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                       const void *args, scree__config *cfg) {
+  pkey key;
+  memset(&key, 0, sizeof key);
+  key.op = op;
+  key.var = *var;
+  scree__bucket_of(op, var, args, &key.b);
+  key.aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
+  pthread_mutex_lock(&ctx->plans->lock);
+  const pval *have = scree__htab_find(&ctx->plans->t, &key);
+  if (have) *cfg = have->cfg;
+  pthread_mutex_unlock(&ctx->plans->lock);
+  return have != NULL;
 }
 
 scree_status scree__call(scree_context *ctx, const scree__op *op, const void *args,

@@ -386,6 +386,19 @@ static scree__sl_entry *push(sctx *s) {
   return e;
 }
 
+/* The selector of a learned line: "*" when the config can run with the op's
+ * example variant on the list's arch (the parser checks "*" lines there),
+ * else the variant it was learned on. */
+static void selector_for(const sctx *s, const scree__op *op, const scree__config *cfg,
+                         const char *variant, char *out, size_t n) {
+  scree__variant ex;
+  scree__target t;
+  scree__variant_example(op, &ex);
+  const int star = !scree__target_for_arch(s->sl->arch, &t) &&
+                   scree__config_check(op, cfg, &ex, &t, NULL, 0);
+  snprintf(out, n, "%s", star ? "*" : variant);
+}
+
 /* Drops every line of op/cfg (any verb, any dtype selector). */
 static void drop_lines(scree__safelist *sl, const scree__op *op, const scree__config *cfg) {
   int m = 0;
@@ -425,7 +438,7 @@ static int learn_bad(void *user, const scree__cbad *b) {
   e->op = op;
   e->verb = SCREE__SL_DENY;
   e->cfg = cfg;
-  snprintf(e->dtype, sizeof e->dtype, "*");
+  selector_for(s, op, &cfg, b->key.dtype, e->dtype, sizeof e->dtype);
   snprintf(e->reason, sizeof e->reason, "learned: %.120s (%.40s, %.60s, NVRTC %d.%d)", b->reason,
            b->key.dtype, b->key.bucket, b->nvrtc_version / 1000, (b->nvrtc_version % 1000) / 10);
   return 0;
@@ -446,7 +459,7 @@ static int learn_good(void *user, const scree__centry *w) {
   e->op = op;
   e->verb = SCREE__SL_ALLOW;
   e->cfg = cfg;
-  snprintf(e->dtype, sizeof e->dtype, "*");
+  selector_for(s, op, &cfg, w->key.dtype, e->dtype, sizeof e->dtype);
   snprintf(e->reason, sizeof e->reason, "learned: won %s %s at %.2f us on %.60s", w->key.bucket,
            w->key.dtype, w->median_us, w->device_name);
   return 0;

@@ -69,12 +69,14 @@ typedef struct tasks {
   int n, cap;
 } tasks;
 
+/* Adds a task unless it is there already; returns its index, or -1 when
+ * out of memory. */
 static int add_task(tasks *ts, const scree__op *op, const scree__variant *var,
                     const scree__bucket *bucket) {
   for (int i = 0; i < ts->n; i++)
     if (ts->t[i].op == op && !memcmp(&ts->t[i].bucket, bucket, sizeof *bucket) &&
         !memcmp(&ts->t[i].var, var, sizeof *var))
-      return 0;
+      return i;
   if (ts->n == ts->cap) {
     int cap = ts->cap ? ts->cap * 2 : 64;
     task *t = realloc(ts->t, (size_t)cap * sizeof *t);
@@ -86,8 +88,7 @@ static int add_task(tasks *ts, const scree__op *op, const scree__variant *var,
   ts->t[ts->n].op = op;
   ts->t[ts->n].var = *var;
   ts->t[ts->n].bucket = *bucket;
-  ts->n++;
-  return 0;
+  return ts->n++;
 }
 
 /* The variant of a shape: vtext if given, else every dtype field at dt
@@ -259,9 +260,10 @@ static int on_miss(void *user, const scree__cmiss *m) {
     mc->bad++;
     return 0;
   }
-  add_task(mc->ts, op, &var, &bucket);
-  mc->ts->t[mc->ts->n - 1].from_miss = 1;
-  mc->ts->t[mc->ts->n - 1].miss_key = m->key;
+  const int i = add_task(mc->ts, op, &var, &bucket);
+  if (i < 0) return 1;
+  mc->ts->t[i].from_miss = 1;
+  mc->ts->t[i].miss_key = m->key;
   return 0;
 }
 

@@ -1,7 +1,7 @@
 /*
  * registry.h - every op scree serves, one line each: X(name, args type).
  * The line declares scree__op_<name> (defined in ops/<name>.c), lists it in
- * scree__ops[] and generates the public entry scree_<name>() (api/entry.c).
+ * scree__ops[] and generates the public entry scree_<name>() (api/dispatch.c).
  * Adding an op adds one line here.
  */
 #ifndef SCREE_REGISTRY_H

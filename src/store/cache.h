@@ -44,7 +44,7 @@ typedef struct scree__ckey {
   char dtype[64];    /* variant string, e.g. "x=fp16,w=fp16,y=fp16" */
   int causal;        /* 0 or 1 */
   char arch[16];     /* "sm_90" */
-  char src_hash[65]; /* sha256 hex of the kernel source */
+  char src_hash[65]; /* sha256 hex of every implementation's kernel source */
 } scree__ckey;
 
 typedef struct scree__centry {

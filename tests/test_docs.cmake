@@ -1,0 +1,205 @@
+# test_docs.cmake - the code excerpts in docs/ are copied from the real
+# files, so a doc cannot quote code that no longer exists.
+#
+#   cmake -DROOT=<repo> -P tests/test_docs.cmake
+#
+# An excerpt is an HTML comment on a line of its own, followed on the next
+# line by a fenced code block:
+#
+#   <!-- from: src/ops/rmsnorm.c -->
+#   ```c
+#   ...code...
+#   ```
+#
+# The block's lines must appear in that file (repo-relative path), in order
+# and contiguous, except that a line holding only `...` (optionally
+# indented) stands for skipped lines: the block is cut there into runs, each
+# run must match consecutive lines of the file, and each run must start
+# after the previous one ends. Trailing blanks are ignored on both sides.
+# Every docs/**/*.md file is checked; docs/adding-an-op.md must hold at
+# least 5 excerpts. A failure names the doc, its line and the first line
+# that does not match.
+cmake_minimum_required(VERSION 3.20)
+
+if(NOT ROOT)
+  message(FATAL_ERROR "usage: cmake -DROOT=<repo> -P tests/test_docs.cmake")
+endif()
+
+# CMake lists split on ';' and treat '\;' and '[...]' specially: encode
+# those characters before a text becomes a list of lines, decode for
+# messages. The control characters never occur in the sources.
+string(ASCII 1 SEMI)
+string(ASCII 2 LBR)
+string(ASCII 3 RBR)
+string(ASCII 4 BSL)
+
+# Reads `path` into variables <prefix>_0 .. <prefix>_<n-1> (one line each,
+# encoded, trailing blanks removed) and sets <prefix>_N.
+function(read_lines path prefix)
+  file(READ "${path}" text)
+  string(REPLACE "\r" "" text "${text}")
+  string(REPLACE "\\" "${BSL}" text "${text}")
+  string(REPLACE ";" "${SEMI}" text "${text}")
+  string(REPLACE "[" "${LBR}" text "${text}")
+  string(REPLACE "]" "${RBR}" text "${text}")
+  string(REPLACE "\n" ";" lines "${text}")
+  set(i 0)
+  foreach(line IN LISTS lines)
+    string(REGEX REPLACE "[ \t]+$" "" line "${line}")
+    set(${prefix}_${i} "${line}" PARENT_SCOPE)
+    math(EXPR i "${i} + 1")
+  endforeach()
+  set(${prefix}_N ${i} PARENT_SCOPE)
+endfunction()
+
+function(decode out s)
+  string(REPLACE "${SEMI}" ";" s "${s}")
+  string(REPLACE "${LBR}" "[" s "${s}")
+  string(REPLACE "${RBR}" "]" s "${s}")
+  string(REPLACE "${BSL}" "\\" s "${s}")
+  set(${out} "${s}" PARENT_SCOPE)
+endfunction()
+
+set(failures 0)
+set(adding_excerpts 0)
+file(GLOB_RECURSE docs RELATIVE "${ROOT}" "${ROOT}/docs/*.md")
+list(SORT docs)
+
+foreach(doc ${docs})
+  read_lines("${ROOT}/${doc}" D)
+  set(nexcerpts 0)
+  set(d 0)
+  while(d LESS D_N)
+    set(line "${D_${d}}")
+    if(NOT line MATCHES "^<!-- from: ([^ ]+) -->$")
+      math(EXPR d "${d} + 1")
+      continue()
+    endif()
+    set(src "${CMAKE_MATCH_1}")
+    math(EXPR from_line "${d} + 1")
+    math(EXPR d "${d} + 1")
+    if(NOT d LESS D_N OR NOT "${D_${d}}" MATCHES "^```[A-Za-z0-9_+-]*$")
+      message(SEND_ERROR "${doc}:${from_line}: the excerpt comment must be followed by a ``` fence on the next line")
+      math(EXPR failures "${failures} + 1")
+      continue()
+    endif()
+    if(NOT EXISTS "${ROOT}/${src}" OR IS_DIRECTORY "${ROOT}/${src}")
+      message(SEND_ERROR "${doc}:${from_line}: ${src} does not exist")
+      math(EXPR failures "${failures} + 1")
+      continue()
+    endif()
+    math(EXPR nexcerpts "${nexcerpts} + 1")
+
+    # The block's lines, cut into runs at `...` lines: run k holds the doc
+    # line numbers R<k>_0 .. R<k>_<len-1>.
+    math(EXPR d "${d} + 1")
+    set(nruns 0)
+    set(cur 0)
+    set(closed 0)
+    while(d LESS D_N)
+      set(line "${D_${d}}")
+      if(line MATCHES "^```$")
+        set(closed 1)
+        break()
+      endif()
+      if(line MATCHES "^[ \t]*\\.\\.\\.$")
+        if(cur GREATER 0)
+          set(RLEN_${nruns} ${cur})
+          math(EXPR nruns "${nruns} + 1")
+          set(cur 0)
+        endif()
+      else()
+        set(R${nruns}_${cur} ${d})
+        math(EXPR cur "${cur} + 1")
+      endif()
+      math(EXPR d "${d} + 1")
+    endwhile()
+    if(NOT closed)
+      message(SEND_ERROR "${doc}:${from_line}: the excerpt's code block is not closed")
+      math(EXPR failures "${failures} + 1")
+      break()
+    endif()
+    if(cur GREATER 0)
+      set(RLEN_${nruns} ${cur})
+      math(EXPR nruns "${nruns} + 1")
+    endif()
+    math(EXPR d "${d} + 1") # past the closing fence
+    if(nruns EQUAL 0)
+      message(SEND_ERROR "${doc}:${from_line}: the excerpt from ${src} is empty")
+      math(EXPR failures "${failures} + 1")
+      continue()
+    endif()
+
+    # Each run at the first place at or after `pos` where all of its lines
+    # match; on failure, report the line after the longest matching prefix.
+    read_lines("${ROOT}/${src}" F)
+    set(pos 0)
+    set(k 0)
+    while(k LESS nruns)
+      set(len ${RLEN_${k}})
+      set(found -1)
+      set(best 0)
+      set(i ${pos})
+      while(i LESS F_N)
+        set(m 0)
+        while(m LESS len)
+          math(EXPR fi "${i} + ${m}")
+          if(NOT fi LESS F_N)
+            break()
+          endif()
+          set(dl ${R${k}_${m}})
+          string(COMPARE EQUAL "${F_${fi}}" "${D_${dl}}" same)
+          if(NOT same)
+            break()
+          endif()
+          math(EXPR m "${m} + 1")
+        endwhile()
+        if(m EQUAL len)
+          set(found ${i})
+          break()
+        endif()
+        if(m GREATER best)
+          set(best ${m})
+        endif()
+        math(EXPR i "${i} + 1")
+      endwhile()
+      if(found LESS 0)
+        set(dl ${R${k}_${best}})
+        math(EXPR doc_line "${dl} + 1")
+        decode(text "${D_${dl}}")
+        if(best GREATER 0)
+          set(how "does not follow the excerpt's previous line in ${src}")
+        else()
+          set(how "is not in ${src}")
+          set(i 0)
+          while(i LESS pos)
+            string(COMPARE EQUAL "${F_${i}}" "${D_${dl}}" same)
+            if(same)
+              set(how "${how} after the excerpt's previous part (it comes earlier in the file: keep the file's order)")
+              break()
+            endif()
+            math(EXPR i "${i} + 1")
+          endwhile()
+        endif()
+        message(SEND_ERROR "${doc}:${doc_line}: excerpt line ${how}:\n  ${text}")
+        math(EXPR failures "${failures} + 1")
+        break()
+      endif()
+      math(EXPR pos "${found} + ${len}")
+      math(EXPR k "${k} + 1")
+    endwhile()
+  endwhile()
+  if(doc STREQUAL "docs/adding-an-op.md")
+    set(adding_excerpts ${nexcerpts})
+  endif()
+  message(STATUS "${doc}: ${nexcerpts} excerpt(s)")
+endforeach()
+
+if(adding_excerpts LESS 5)
+  message(SEND_ERROR "docs/adding-an-op.md: ${adding_excerpts} excerpt(s); it must quote at least 5 (<!-- from: path --> before a code block)")
+  math(EXPR failures "${failures} + 1")
+endif()
+if(failures GREATER 0)
+  message(FATAL_ERROR "${failures} doc excerpt problem(s)")
+endif()
+message(STATUS "docs: every excerpt matches its file")
