@@ -10,6 +10,10 @@
  *   bench_ops [--file F] [--json-configs F] [--op NAME] [--only NAME]
  *             [--reps N] [--inner N] [--csv F] [--sweep]
  *
+ * --check-entries parses every case (op, variant, shape, lengths) and builds
+ * its problem on the host, without a GPU: a CPU test runs it, so a typo in
+ * an entry fails CI.
+ *
  * --sweep also times every config of the op's space that this device can
  * run on each case (each checked on the edge-case batch first), prints the
  * five fastest and writes all of them to the CSV: the measurements behind
@@ -269,7 +273,7 @@ static double copy_gbps(scree_context *ctx) {
 int main(int argc, char **argv) {
   const char *file = SCREE_BENCH_FILE, *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
   const char *csv_path = NULL;
-  int reps = 30, inner = 10, sweep = 0;
+  int reps = 30, inner = 10, sweep = 0, check_only = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--file") && i + 1 < argc)
       file = argv[++i], json = "";
@@ -283,6 +287,8 @@ int main(int argc, char **argv) {
       reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--inner") && i + 1 < argc)
       inner = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--check-entries"))
+      check_only = 1;
     else if (!strcmp(argv[i], "--sweep"))
       sweep = 1;
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
@@ -290,7 +296,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: %s [--file ops.txt | --json-configs attention_configs.json] [--op NAME] "
-              "[--only NAME] [--reps N] [--inner N] [--csv F] [--sweep]\n",
+              "[--only NAME] [--reps N] [--inner N] [--csv F] [--sweep] [--check-entries]\n",
               argv[0]);
       return 2;
     }
@@ -300,6 +306,27 @@ int main(int argc, char **argv) {
   if (*file) n = read_ops_file(file, cases, n);
   if (*json) n = read_attention_json(json, cases, n);
 
+  if (check_only) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+      bcase *c = &cases[i];
+      _Alignas(16) unsigned char args[SCREE__ARGS_MAX];
+      memset(args, 0, sizeof args);
+      scree__variant var;
+      char why[512] = "";
+      scree__problem p;
+      memset(&p, 0, sizeof p);
+      const scree__lens lens = {c->nlens, c->lens, c->lens};
+      const int ok = !scree__shape_parse(c->op, c->shape, args, why, sizeof why) &&
+                     !scree__variant_parse(c->op, c->variant, &var, why, sizeof why) &&
+                     !c->op->problem(args, &var, 0, 1, c->nlens ? &lens : NULL, &p, why, sizeof why);
+      printf("%-22s %-9s %s%s\n", c->name, c->op->name, ok ? p.desc : "BAD: ", ok ? "" : why);
+      scree__problem_free(&p);
+      bad += !ok;
+    }
+    if (n == 0) printf("no cases\n");
+    return bad || n == 0 ? 1 : 0;
+  }
   char dir[] = "/tmp/scree-bench-XXXXXX", db[64];
   if (!mkdtemp(dir)) {
     perror("mkdtemp");

@@ -434,7 +434,9 @@ static int cmd_demo(int argc, char **argv) {
       for (int d = 0; d < NDEMO; d++)
         if (!strcmp(demo_cases[d].op, name)) which = d;
       if (which < 0 && strcmp(name, "all")) {
-        fprintf(stderr, "scree-tune demo: --op must be rmsnorm, attention or all\n");
+        fprintf(stderr, "scree-tune demo: --op must be one of:");
+        for (int d = 0; d < NDEMO; d++) fprintf(stderr, " %s", demo_cases[d].op);
+        fprintf(stderr, " all\n");
         return EXIT_USAGE;
       }
     } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && which >= 0) {

@@ -230,10 +230,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 static scree_status check_tensor(scree_context *ctx, const char *name, scree_devptr p,
                                  int64_t tokens, int64_t heads, int64_t d, int64_t ts,
                                  int64_t hs, uint64_t *lo, uint64_t *hi) {
-  if (!p) return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-  if (p % 16)
-    return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "%s=0x%llx is not 16-byte aligned", name,
-                       (unsigned long long)p);
+  const scree_status pst = scree__arg_ptr(ctx, name, p, 16); /* 16-byte copies */
+  if (pst) return pst;
   if (ts <= 0 || hs <= 0 || ts % 8 || hs % 8)
     return scree__fail(ctx, SCREE_ERROR_MISALIGNED,
                        "%s strides (token %lld, head %lld elements) must be positive multiples "
@@ -265,10 +263,6 @@ static scree_status check_tensor(scree_context *ctx, const char *name, scree_dev
   *lo = p;
   *hi = p + (uint64_t)last;
   return SCREE_OK;
-}
-
-static int overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi) {
-  return alo < bhi && blo < ahi;
 }
 
 /* SCREE_VALIDATE: the cu_seqlens, copied to the host and checked. */
@@ -379,7 +373,7 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
                           &vhh))))
     return st;
   if (a->total_k == 0) kl = khh = vl = vhh = 0;
-  if (overlaps(ol, ohh, ql, qhh) || overlaps(ol, ohh, kl, khh) || overlaps(ol, ohh, vl, vhh))
+  if (scree__overlaps(ol, ohh, ql, qhh) || scree__overlaps(ol, ohh, kl, khh) || scree__overlaps(ol, ohh, vl, vhh))
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "out=0x%llx overlaps q, k or v: the output must have its own memory",
                        (unsigned long long)a->out);
@@ -388,8 +382,8 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
       return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "lse=0x%llx is not 4-byte aligned",
                          (unsigned long long)a->lse);
     const uint64_t ll = a->lse, lh = a->lse + (uint64_t)(a->heads_q * a->total_q) * 4;
-    if (overlaps(ll, lh, ol, ohh) || overlaps(ll, lh, ql, qhh) || overlaps(ll, lh, kl, khh) ||
-        overlaps(ll, lh, vl, vhh))
+    if (scree__overlaps(ll, lh, ol, ohh) || scree__overlaps(ll, lh, ql, qhh) || scree__overlaps(ll, lh, kl, khh) ||
+        scree__overlaps(ll, lh, vl, vhh))
       return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "lse=0x%llx overlaps q, k, v or out",
                          (unsigned long long)a->lse);
   }

@@ -265,6 +265,17 @@ scree__buf *scree__problem_buf(scree__problem *p, const char *name,
                                scree__buf_kind kind, int dtype, size_t count,
                                size_t arg_offset);
 
+/* ---- args.c: argument checks every op's validate shares --------------------- */
+/* NULL and alignment: SCREE_ERROR_INVALID_ARGUMENT "<name> is NULL", or
+ * SCREE_ERROR_MISALIGNED "<name>=0x.. is not aligned to <align> bytes". */
+scree_status scree__arg_ptr(scree_context *ctx, const char *name, scree_devptr p, size_t align);
+/* The [lo, hi) bytes a strided [rows, cols] tensor of esize-byte elements
+ * touches; 0 if that passes the end of the address space. */
+int scree__byte_range(uint64_t base, int64_t rows, int64_t cols, int64_t stride, size_t esize,
+                      uint64_t *lo, uint64_t *hi);
+/* 1 if [alo, ahi) and [blo, bhi) share a byte. */
+int scree__overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi);
+
 /* ---- shapes.c ----------------------------------------------------------------
  * Reads {"shapes": [[rows, cols], ...], "dtypes": ["fp16", ...]} (the
  * dtypes list is optional). Returns the number of shapes (those past cap are

@@ -42,6 +42,9 @@ const char *scree__op_missing(const scree__op *op) {
     NEED(im->check, "impls[].check");
     NEED(im->launch, "impls[].launch");
     NEED(im->min_sm >= 0 && (im->max_sm == 0 || im->max_sm >= im->min_sm), "impls[].min_sm/max_sm");
+    /* A plan stores the adapted config: calls it would adapt differently
+     * must not share it, so adapt needs the op's adapt_class. */
+    NEED(!im->adapt || op->adapt_class, "adapt_class (an implementation adapts configs)");
   }
   for (int i = 0; i < op->nvfields; i++) {
     const scree__vfield *f = &op->vfields[i];

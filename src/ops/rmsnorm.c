@@ -297,25 +297,14 @@ static int valid_dtype(scree_dtype d) {
   return d == SCREE_DTYPE_FP32 || d == SCREE_DTYPE_FP16 || d == SCREE_DTYPE_BF16;
 }
 
-/* [lo, hi) byte range a strided [rows, cols] tensor touches. 0 on overflow. */
-static int byte_range(uint64_t base, int64_t rows, int64_t cols, int64_t stride,
-                      size_t esize, uint64_t *lo, uint64_t *hi) {
-  __int128 last = ((__int128)(rows - 1) * stride + cols) * (__int128)esize;
-  if (last > (__int128)UINT64_MAX - base) return 0;
-  *lo = base;
-  *hi = base + (uint64_t)last;
-  return 1;
-}
-
-static scree_status check_ptr(scree_context *ctx, const char *name,
-                              scree_devptr p, scree_dtype d) {
-  if (!p) return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-  const size_t es = scree_dtype_size(d);
-  if (p % es)
-    return scree__fail(ctx, SCREE_ERROR_MISALIGNED,
-                       "%s=0x%llx is not aligned to %zu bytes (%s)", name,
-                       (unsigned long long)p, es, scree_dtype_name(d));
-  return SCREE_OK;
+/* NULL and element alignment, named after the dtype. */
+static scree_status check_ptr(scree_context *ctx, const char *name, scree_devptr p,
+                              scree_dtype d) {
+  const scree_status st = scree__arg_ptr(ctx, name, p, scree_dtype_size(d));
+  if (st == SCREE_ERROR_MISALIGNED)
+    return scree__fail(ctx, st, "%s=0x%llx is not aligned to %zu bytes (%s)", name,
+                       (unsigned long long)p, scree_dtype_size(d), scree_dtype_name(d));
+  return st;
 }
 
 static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
@@ -361,9 +350,9 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
       (st = check_ptr(ctx, "y", a->y, a->y_dtype)))
     return st;
   uint64_t xlo, xhi, ylo, yhi, wlo, whi;
-  if (!byte_range(a->x, a->rows, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
-      !byte_range(a->y, a->rows, a->cols, ys, scree_dtype_size(a->y_dtype), &ylo, &yhi) ||
-      !byte_range(a->w, 1, a->cols, a->cols, scree_dtype_size(a->w_dtype), &wlo, &whi))
+  if (!scree__byte_range(a->x, a->rows, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
+      !scree__byte_range(a->y, a->rows, a->cols, ys, scree_dtype_size(a->y_dtype), &ylo, &yhi) ||
+      !scree__byte_range(a->w, 1, a->cols, a->cols, scree_dtype_size(a->w_dtype), &wlo, &whi))
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "rows=%lld x stride overflows the address space",
                        (long long)a->rows);
@@ -371,12 +360,12 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
     if (scree_dtype_size(a->x_dtype) != scree_dtype_size(a->y_dtype) || xs != ys)
       return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                          "y == x (in place) needs equal element sizes and strides");
-  } else if (ylo < xhi && xlo < yhi) {
+  } else if (scree__overlaps(ylo, yhi, xlo, xhi)) {
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "y=0x%llx partially overlaps x=0x%llx",
                        (unsigned long long)a->y, (unsigned long long)a->x);
   }
-  if (ylo < whi && wlo < yhi)
+  if (scree__overlaps(ylo, yhi, wlo, whi))
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "y=0x%llx overlaps w=0x%llx", (unsigned long long)a->y,
                        (unsigned long long)a->w);
