@@ -337,7 +337,8 @@ int main(int argc, char **argv) {
   scree_options_init(&o);
   o.cache_path = db;
   o.cache_search_path = "";
-  o.miss_policy = SCREE_MISS_TUNE;
+  /* A sweep times the whole space itself: its first calls take the default. */
+  o.miss_policy = sweep ? SCREE_MISS_DEFAULT : SCREE_MISS_TUNE;
   scree_context *ctx;
   char why[1024];
   scree_status st = scree_create(&o, &ctx, why, sizeof why);

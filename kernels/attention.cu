@@ -25,11 +25,15 @@
  *                 B = K (ldmatrix, not transposed); fp32 S in registers.
  *   softmax       online, in registers, base 2 with the scale folded in
  *                 (p = 2^(s * scale_log2 - m * scale_log2), one FFMA + EX2);
- *                 row max reduced over the 4 lanes of a quad by shuffles; the
- *                 row sum is kept per lane and reduced once at the end;
- *                 O is rescaled by alpha = 2^(m_old - m_new).
+ *                 row max reduced over the 4 lanes of a quad by shuffles;
+ *                 O and the row sum are rescaled by alpha = 2^(m_old - m_new).
  *   O += P V      P packed from the S accumulators straight into A fragments
  *                 (no shared-memory round trip); B = V by ldmatrix.trans.
+ *   row sum l     on the tensor core: l += P * ones (one extra m16n8k16 per
+ *                 m16 row tile and 16 keys; every column of the result is
+ *                 the full row sum, so no quad reduction). P enters this
+ *                 MMA as fp16 also for bf16 inputs (a second packing):
+ *                 bf16's 8-bit mantissa put lse off by up to 1.9e-3.
  * Epilogue: O / l converted to 16 bits, staged through the warp's own rows
  * of the Q tile in shared memory, stored with 16-byte coalesced stores; lse
  * written by one lane per row when lse != NULL. Rows past the sequence end
@@ -44,7 +48,8 @@
  *   STAGES = 2, 3: rings of K and V buffers; tile j+STAGES-1 is issued
  *     right after the barrier that opens tile j (its buffer was last read in
  *     tile j-1), so loads run STAGES-1 tiles ahead. One barrier per tile.
- *   Q shares the first group with K_0 (and V_0).
+ *   Q shares the first group with K_0 (and V_0). Rows past a sequence's
+ *   end are copied with src-size 0 from their (unread) address.
  *
  * Shared memory (dynamic only; the host sets the > 48 KiB attribute):
  *   bytes = 2 * SCREE_HEAD_DIM * (SCREE_BM + 2 * SCREE_STAGES * SCREE_BN)
@@ -82,8 +87,8 @@
  *                       unused (may be NULL). batch <= 65535.
  *                    1: sched from scree_attention_schedule, sorted by work
  *                       (longest first); grid (cap * heads_q); CTA w runs
- *                       rank w / heads_q, head w % heads_q; ranks >= ntiles
- *                       exit.
+ *                       work index w (decode_work below: ranks in chunks,
+ *                       heads inside a chunk); w >= ntiles * heads_q exits.
  *                    2: as 1, persistent: any grid (host: min(cap *
  *                       heads_q, SMs * CTAs per SM)); each CTA takes
  *                       w = atomicAdd(&sched[0], 1) until w >= ntiles *
@@ -92,7 +97,13 @@
  *   BM / WARPS in {16, 32}: (BM, WARPS) in {(64, 4), (128, 4), (128, 8)}.
  *   Register budget (fp32 accumulators and fragments per thread):
  *     MT * (HEAD_DIM / 2 + BN / 2) + QREG * MT * HEAD_DIM / 4 <= 192,
- *     MT = BM / WARPS / 16. Beyond it ptxas spills (measured, sm_90).
+ *     MT = BM / WARPS / 16. Beyond it ptxas spills heavily (sm_90). Inside
+ *     it a few configs still spill a little and are slow (not for a
+ *     safelist): d = 256 m64n128w4 (56-100 bytes), d = 96 m64n128w4,
+ *     m128n32w4 q1, m128n32w8s1 (4-36 bytes).
+ *   __launch_bounds__(THREADS, MINB), MINB = 65536 / (THREADS * (REG_EST +
+ *     56, or + 64 for bf16)) clamped to [1, 4] (e.g. 2 for BM=128 / 4 warps,
+ *     3 for d = 32 fp16).
  *   Shared memory bytes (formula above) <= the arch's per-block opt-in
  *     limit: 232448 (sm_90, sm_100), 166912 (sm_80, sm_87), 101376 (others).
  *
@@ -106,10 +117,20 @@
  * same window values; sched holds 2 + 2 * cap ints,
  * cap = min(batch * ceil(max_q / BM), ceil(total_q / BM) + batch).
  *
+ * Optional development macros (never set by the host): SCREE_MINB (CTAs per
+ * SM for __launch_bounds__), SCREE_ATTN_RANK_CHUNK (fixed SCHED 1/2 rank
+ * chunk), SCREE_ATTN_MMA_ROWSUM (0 = fp32 adds, 2 = tf32 MMA; default 1).
+ *
+ * Measured (H100, bench/results/attention-dev-notes.md): BM=128 / 4 warps
+ * (two m16 row tiles per warp) wins at every head_dim but 256; d <= 96:
+ * m128n64w4s2 (QREG 1 for d <= 64), d = 128: m128n64w4s2q0, d = 256:
+ * m128n64w8s2q0. 1.1-1.75x FlashAttention-2 on the six benchmark configs.
+ *
  * Develop and test on a GPU: python3 bench/attention_dev.py --check
  *   (correctness matrix against a float64 reference), --bench (against
- *   FlashAttention-2), --local (here, no GPU: NVRTC compile time, ptxas
- *   registers and spills, SASS instruction counts).
+ *   FlashAttention-2), --sanitize (for compute-sanitizer); here, without a
+ *   GPU: --local (NVRTC compile time, ptxas registers and spills, SASS
+ *   instruction counts).
  */
 #include "ptx.cuh"
 
@@ -120,17 +141,17 @@
 #error "attention.cu: every SCREE_* macro listed in the header must be defined"
 #endif
 
-#ifndef SCREE_ATTN_PACK_EARLY
-#define SCREE_ATTN_PACK_EARLY 0
-#endif
-#ifndef SCREE_ATTN_SKIP_RESCALE
-#define SCREE_ATTN_SKIP_RESCALE 0
-#endif
-#ifndef SCREE_ATTN_RANK_CHUNK
-#define SCREE_ATTN_RANK_CHUNK 64
-#endif
-#ifndef SCREE_ATTN_REG_OVERHEAD
-#define SCREE_ATTN_REG_OVERHEAD 56
+/* Row sums of P (development switch; 1 is the default):
+ *   0  fp32 adds per lane, quad-reduced at the end (FlashAttention-2's way);
+ *   1  on the tensor core: P times a ones B fragment, accumulated in fp32;
+ *      P enters as fp16 (for bf16 a second, fp16 packing of P: bf16's 8-bit
+ *      mantissa put lse off by up to 1.9e-3);
+ *   2  tensor core, tf32 m16n8k8 straight from the fp32 S registers (no
+ *      packing; tf32 truncates, biasing the sum by about -2^-11).
+ * 1 measured 3-6% faster than 0 at d = 128 (64 fewer FADDs per lane and
+ * tile for 8 more MMAs per warp and tile; no spills) and neutral at d = 64. */
+#ifndef SCREE_ATTN_MMA_ROWSUM
+#define SCREE_ATTN_MMA_ROWSUM 1
 #endif
 
 namespace scree_attn {
@@ -166,7 +187,10 @@ constexpr int REG_EST = MT * (D / 2 + BN / 2) + (QREG ? MT * D / 4 : 0);
 #ifdef SCREE_MINB
 constexpr int MINB = SCREE_MINB;
 #else
-constexpr int MINB_RAW = 65536 / (THREADS * (((REG_EST + SCREE_ATTN_REG_OVERHEAD) + 7) / 8 * 8));
+/* addresses, loop state, fragments in flight; bf16 also packs P to fp16
+ * for the row-sum MMA */
+constexpr int REG_OVERHEAD = SCREE_DTYPE == 2 ? 64 : 56;
+constexpr int MINB_RAW = 65536 / (THREADS * (((REG_EST + REG_OVERHEAD) + 7) / 8 * 8));
 constexpr int MINB = MINB_RAW < 1 ? 1 : (MINB_RAW > 4 ? 4 : MINB_RAW);
 #endif
 
@@ -308,6 +332,14 @@ __device__ __forceinline__ void run_item(
 
   float o[MT][DN][4];
   float mx[MT][2], ls[MT][2];
+#if SCREE_ATTN_MMA_ROWSUM
+  /* Row sums from the tensor core: P times a ones B fragment; every column
+   * of the 16x8 result holds the full row sum (the MMA reduces over the
+   * quad), so lacc[a][0] = row g, lacc[a][2] = row g+8. */
+  float lacc[MT][4];
+#pragma unroll
+  for (int a = 0; a < MT; a++) lacc[a][0] = lacc[a][1] = lacc[a][2] = lacc[a][3] = 0.f;
+#endif
 #pragma unroll
   for (int a = 0; a < MT; a++) {
 #pragma unroll
@@ -373,13 +405,14 @@ __device__ __forceinline__ void run_item(
     for (int it = 0; it < ntl; it++) {
       const int n = nhi - 1 - it;
       if constexpr (STAGES == 1) {
-        scree_cp_async_wait<0>(); /* K_it (and V_{it-1}) landed */
-        __syncthreads();          /* visible to all; every warp done with V_{it-1} */
+        scree_cp_async_wait<0>(); /* K_n (and V_{n+1}) landed */
+        __syncthreads();          /* visible to all; every warp done with V_{n+1} */
         load_v(n, 0);
         scree_cp_async_commit();
       } else {
-        scree_cp_async_wait<STAGES - 2>(); /* tile it landed */
-        __syncthreads();                   /* visible; every warp done with tile it-1 */
+        scree_cp_async_wait<STAGES - 2>(); /* tile n landed */
+        __syncthreads();                   /* visible; every warp done with tile n+1 */
+        /* tile it+STAGES-1 goes to the stage tile it-1 used */
         const int nt = it + STAGES - 1;
         int nbuf = buf + STAGES - 1;
         if (nbuf >= STAGES) nbuf -= STAGES;
@@ -436,7 +469,7 @@ __device__ __forceinline__ void run_item(
        * per-element compares are 32-bit. */
       if (n < rg.full_lo || n >= rg.full_hi) {
         constexpr long long BIG = 1 << 20;
-        const long long kd = (long long)row0 + ((long long)Lk - Lq) - (long long)n * BN;
+        const long long kd = (long long)(row0 + Lk - Lq) - (long long)n * BN;
         const int kend = (int)min(BIG, (long long)Lk - 1 - (long long)n * BN);
         int hb = (int)BIG, lb = -(int)BIG;
         if (CAUSAL) hb = (int)max(-BIG, min(BIG, kd));
@@ -461,13 +494,8 @@ __device__ __forceinline__ void run_item(
         }
       }
 
-      /* Online softmax (base 2, scale folded in). P is packed to 16 bits
-       * as soon as it is computed, straight into the A fragments of P V
-       * (pf[a][pk] = rows g / g+8, keys 16 pk + 2t.. / 16 pk + 8 + 2t..), so
-       * the fp32 S registers die early. */
-#if SCREE_ATTN_PACK_EARLY
-      unsigned pf[MT][PK][4];
-#endif
+      /* Online softmax (base 2, scale folded in); P stays in the S registers
+       * (fp32) and is packed into A fragments inside the P V loop. */
 #pragma unroll
       for (int a = 0; a < MT; a++) {
 #pragma unroll
@@ -488,31 +516,29 @@ __device__ __forceinline__ void run_item(
           for (int j = 0; j < NB; j++) {
             const float p0 = scree_ex2(fmaf(s[a][j][2 * hh], sl2, -ms));
             const float p1 = scree_ex2(fmaf(s[a][j][2 * hh + 1], sl2, -ms));
+#if !SCREE_ATTN_MMA_ROWSUM
             sum += p0 + p1;
-#if SCREE_ATTN_PACK_EARLY
-            pf[a][j >> 1][(j & 1) * 2 + hh] = scree_pack2<SCREE_DTYPE>(p0, p1);
-#else
+#endif
             s[a][j][2 * hh] = p0;
             s[a][j][2 * hh + 1] = p1;
-#endif
           }
-          ls[a][hh] = ls[a][hh] * alpha + sum;
-#if SCREE_ATTN_SKIP_RESCALE
-          if (__any_sync(0xffffffffu, alpha != 1.f)) {
+#if SCREE_ATTN_MMA_ROWSUM
+          (void)sum;
+          lacc[a][2 * hh] *= alpha;
+          lacc[a][2 * hh + 1] *= alpha;
 #else
-          {
+          ls[a][hh] = ls[a][hh] * alpha + sum;
 #endif
 #pragma unroll
-            for (int d = 0; d < DN; d++) {
-              o[a][d][2 * hh] *= alpha;
-              o[a][d][2 * hh + 1] *= alpha;
-            }
+          for (int d = 0; d < DN; d++) {
+            o[a][d][2 * hh] *= alpha;
+            o[a][d][2 * hh + 1] *= alpha;
           }
         }
       }
 
       if constexpr (STAGES == 1) {
-        scree_cp_async_wait<1>(); /* V_it landed (K_{it+1} may be pending) */
+        scree_cp_async_wait<1>(); /* V_n landed (K_{n-1} may be pending) */
         __syncthreads();
       }
 
@@ -520,7 +546,6 @@ __device__ __forceinline__ void run_item(
       const unsigned vbuf = sbase + V_OFF + buf * KV_BYTES + qv_row;
 #pragma unroll
       for (int pk = 0; pk < PK; pk++) {
-#if !SCREE_ATTN_PACK_EARLY
         unsigned pf[MT][PK][4];
 #pragma unroll
         for (int a = 0; a < MT; a++) {
@@ -528,8 +553,25 @@ __device__ __forceinline__ void run_item(
           pf[a][pk][1] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk][2], s[a][2 * pk][3]);
           pf[a][pk][2] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk + 1][0], s[a][2 * pk + 1][1]);
           pf[a][pk][3] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk + 1][2], s[a][2 * pk + 1][3]);
-        }
+#if SCREE_ATTN_MMA_ROWSUM == 1
+          if constexpr (SCREE_DTYPE == 1) {
+            scree_mma_16816<1>(lacc[a], pf[a][pk], 0x3C003C00u, 0x3C003C00u);
+          } else {
+            unsigned ph[4];
+            ph[0] = scree_pack2<1>(s[a][2 * pk][0], s[a][2 * pk][1]);
+            ph[1] = scree_pack2<1>(s[a][2 * pk][2], s[a][2 * pk][3]);
+            ph[2] = scree_pack2<1>(s[a][2 * pk + 1][0], s[a][2 * pk + 1][1]);
+            ph[3] = scree_pack2<1>(s[a][2 * pk + 1][2], s[a][2 * pk + 1][3]);
+            scree_mma_16816<1>(lacc[a], ph, 0x3C003C00u, 0x3C003C00u);
+          }
+#elif SCREE_ATTN_MMA_ROWSUM == 2
+#pragma unroll
+          for (int j = 2 * pk; j < 2 * pk + 2; j++)
+            scree_mma_1688_tf32(lacc[a], __float_as_uint(s[a][j][0]), __float_as_uint(s[a][j][2]),
+                                __float_as_uint(s[a][j][1]), __float_as_uint(s[a][j][3]),
+                                0x3F800000u, 0x3F800000u);
 #endif
+        }
 #pragma unroll
         for (int dp = 0; dp < DN / 2; dp++) {
           unsigned b0, b1, b2, b3;
@@ -555,9 +597,13 @@ __device__ __forceinline__ void run_item(
   for (int a = 0; a < MT; a++)
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
+#if SCREE_ATTN_MMA_ROWSUM
+      const float l = lacc[a][2 * hh];
+#else
       float l = ls[a][hh];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
+#endif
       ls[a][hh] = l;
       inv[a][hh] = l > 0.f ? 1.f / l : 0.f;
     }
@@ -608,17 +654,34 @@ __device__ __forceinline__ void run_item(
 }
 
 /* SCHED 1 and 2: work index w -> (rank r, head h). Ranks are sorted by
- * work, longest first; they are taken in chunks of RC = SCREE_ATTN_RANK_CHUNK
- * ranks, and inside a chunk head by head (heads of one kv head adjacent):
- *   w = (chunk * heads_q + h) * RC' + (r - chunk * RC),  RC' = the chunk's size.
- * So the longest tiles of every head still start first (LPT across chunks),
- * while the CTAs in flight cover about (SMs * CTAs per SM) / RC heads, not
- * all of them: K/V of a few heads stay in L2 (measured: heads innermost
- * thrashed L2 on 8k-token MHA, 6% slower). Returns false past the end. */
+ * work, longest first; they are taken in chunks of RC ranks, and inside a
+ * chunk head by head (heads of one kv head adjacent):
+ *   w = (chunk * heads_q + h) * size + (r - chunk * RC),  size = the chunk's
+ *   number of ranks (RC, or less for the last chunk).
+ * Small RC is strict LPT (every head's longest tiles in the first wave);
+ * large RC keeps few heads, hence little K/V, in flight (L2). Measured on
+ * H100: heads innermost thrashed L2 on 8k-token MHA (6% slower), while on a
+ * 6-wave batch with one 2048-token sequence RC = 16 beat 64 by 3-4% (the
+ * longest tile is ~half the run). So RC = 2 * waves, clamped to [16, 128],
+ * waves = ntiles * heads_q / (CTAs in flight); in flight = gridDim.x for the
+ * persistent grid, else 2 per SM (%nsmid). Returns false past the end. */
 __device__ __forceinline__ bool decode_work(int w, int ntiles, int heads_q, int &r, int &h) {
-  constexpr int RC = SCREE_ATTN_RANK_CHUNK;
+  const long long total = (long long)ntiles * heads_q;
+  if ((long long)w >= total) return false;
+#ifdef SCREE_ATTN_RANK_CHUNK
+  const int RC = SCREE_ATTN_RANK_CHUNK;
+#else
+  int inflight;
+  if (SCREE_SCHED == 2) {
+    inflight = (int)gridDim.x;
+  } else {
+    unsigned nsm;
+    asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+    inflight = 2 * (int)nsm;
+  }
+  const int RC = (int)max(16ll, min(128ll, 2 * total / max(inflight, 1)));
+#endif
   const long long per_chunk = (long long)RC * heads_q;
-  if ((long long)w >= (long long)ntiles * heads_q) return false;
   const int c = (int)(w / per_chunk);
   const int rem = (int)(w - c * per_chunk);
   const int size = min(RC, ntiles - c * RC); /* the last chunk may be short */

@@ -194,6 +194,8 @@ static const bad_case bad_cases[] = {
      "bm=128,bn=48,warps=4,stages=2,qreg=1,sched=1"}, /* bn not 32, 64 or 128 */
     {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
      "bm=128,bn=64,warps=4,stages=4,qreg=1,sched=1"}, /* 4 stages */
+    {"attention", "dtype=fp16,head_dim=256,causal=0,window=0",
+     "bm=128,bn=128,warps=4,stages=1,qreg=1,sched=1"}, /* 384 accumulator registers */
     {"attention", "dtype=fp16,head_dim=80,causal=0,window=0",
      "bm=128,bn=64,warps=4,stages=2,qreg=1,sched=1"}, /* head_dim 80 */
 };
