@@ -423,6 +423,7 @@ int main(int argc, char **argv) {
     }
     if (sweep && !st) failures += sweep_case(ctx, c, &var, call, &big, stream, csv);
     fflush(stdout);
+    if (csv) fflush(csv);
     scree__run_free(ctx, &big);
   }
   ctx->cu->StreamDestroy(stream);

@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
 # gpu_check.sh - everything that needs the GPU, in one go: the gpu-labelled
-# tests, then the benchmarks (CPU tests run in CI: scripts/test.sh). Run from the repository root on a GPU machine
-# with a build made by `scripts/build.sh` (or any build in ./build).
-#   bench/gpu_check.sh [OUTDIR] [--sweep]
+# tests, the attention tests under compute-sanitizer (memcheck, racecheck),
+# then the benchmarks (CPU tests run in CI: scripts/test.sh). Run from the
+# repository root on a GPU machine with a build made by scripts/build.sh
+# (or any build in ./build). Results go to OUTDIR.
+#   bench/gpu_check.sh [OUTDIR] [tests|sanitize|bench|all]
 set -u
 out=${1:-gpu-results}
+what=${2:-all}
 mkdir -p "$out"
-shift || true
 build=${SCREE_BUILD_DIR:-build}
+export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv 2>&1 | tee "$out/nvidia-smi.txt"
 "$build/scree-tune" info | tee "$out/info.txt"
-(cd "$build" && ctest -L gpu --output-on-failure 2>&1) | tee "$out/ctest.txt"
-"$build/bench/bench_rowwise" "$@" --csv "$out/rowwise.csv" 2>&1 | tee "$out/bench_rowwise.txt"
-# The first call of each shape tunes it (into a scratch cache), as in a
-# deployment with SCREE_MISS_POLICY=tune.
-SCREE_CACHE_DIR=$(mktemp -d) SCREE_MISS_POLICY=tune PYTHONUNBUFFERED=1 python3 bench/compare_torch.py --lib "$build/libscree.so" \
-  --json "$out/compare_torch.json" 2>&1 | tee "$out/compare_torch.txt"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  (cd "$build" && ctest -L gpu --output-on-failure 2>&1) | tee "$out/ctest.txt"
+fi
+if [ "$what" = sanitize ] || [ "$what" = all ]; then
+  for tool in memcheck racecheck; do
+    CK_RUN_CASE=quick compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$build/tests/test_attention_gpu" > "$out/sanitize-$tool.txt" 2>&1
+    echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.txt" | tail -1))"
+  done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  "$build/bench/bench_rowwise" --csv "$out/rowwise.csv" 2>&1 | tee "$out/bench_rowwise.txt"
+  "$build/bench/bench_ops" --csv "$out/ops.csv" 2>&1 | tee "$out/bench_ops.txt"
+  # The first call of each shape tunes it (into a scratch cache), as in a
+  # deployment with SCREE_MISS_POLICY=tune.
+  SCREE_CACHE_DIR=$(mktemp -d) SCREE_MISS_POLICY=tune python3 bench/compare_torch.py \
+    --lib "$build/libscree.so" --json "$out/compare_torch.json" 2>&1 | tee "$out/compare_torch.txt"
+fi

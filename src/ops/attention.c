@@ -110,27 +110,29 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
 
 /* Defaults measured on an H100 (docs/kernels/attention.md): 128 query rows
  * per CTA in two m16 tiles per warp (each K/V fragment feeds twice the
- * MMAs), 64-key tiles, two stages; 8 warps at head_dim 256 (registers); Q
- * in registers up to head_dim 64; causal batches take the longest-first
- * tile list, non-causal ones the plain grid (which keeps fewer heads' K/V in
- * L2 at once). On archs with less shared memory (sm_80: 163 KiB), head_dim
- * 128 takes 32-key tiles and 256 one stage, so two CTAs fit an SM. */
+ * MMAs), 64-key tiles, two stages, Q in registers up to head_dim 64;
+ * 64-row tiles where sequences are short (more CTAs) or the head is small
+ * and causal, and at head_dim 256 (one m16 tile per warp, one stage:
+ * registers and shared memory). Causal batches take the longest-first tile
+ * list, non-causal ones the plain grid (fewer heads' K/V in L2 at once).
+ * With less shared memory (sm_80: 163 KiB), head_dim 128 takes 32-key
+ * tiles so that two CTAs fit an SM. */
 static void default_config(const scree__target *t, const scree__variant *var, const void *args,
                            scree__config *out) {
-  (void)args;
+  const scree_attention_args *a = args;
   memset(out, 0, sizeof *out);
-  const int d = var->v[V_D];
+  const int d = var->v[V_D], causal = var->v[V_CAUSAL];
   const int small_smem = t->smem_optin < 200 * 1024;
-  out->v[F_BM] = 128;
+  const int short_seqs = a && a->max_seqlen_q > 0 && a->max_seqlen_q <= 256;
+  out->v[F_BM] = d == 256 || short_seqs || (d == 32 && causal) ? 64 : 128;
   out->v[F_BN] = small_smem && d == 128 ? 32 : 64;
-  out->v[F_WARPS] = d == 256 ? 8 : 4;
-  out->v[F_STAGES] = small_smem && d == 256 ? 1 : 2;
+  out->v[F_WARPS] = 4;
+  out->v[F_STAGES] = d == 256 ? 1 : 2;
   out->v[F_QREG] = d <= 64;
-  out->v[F_SCHED] = var->v[V_CAUSAL] || d == 96 || d == 256 ? SCHED_LPT : SCHED_GRID;
+  out->v[F_SCHED] = causal || d == 96 || d == 256 ? SCHED_LPT : SCHED_GRID;
   if (!check(out, var, t, NULL, 0)) { /* a small tile fits everywhere */
     out->v[F_BM] = 64;
     out->v[F_BN] = 32;
-    out->v[F_WARPS] = 4;
     out->v[F_STAGES] = 1;
     out->v[F_QREG] = 0;
   }
@@ -517,6 +519,21 @@ static int gen_check_lens(const scree_attention_args *a, int64_t *lq, int64_t *l
 
 #define MAX_SEQS 65536
 
+/* Query-key pairs a window (and causal masking) keeps in one sequence. */
+static double window_pairs(const scree_attention_args *a, int64_t lq, int64_t lk) {
+  double n = 0;
+  for (int64_t i = 0; i < lq; i++) {
+    const int64_t p = i + lk - lq;
+    int64_t lo = a->window_left >= 0 ? p - a->window_left : 0;
+    int64_t hi = a->causal ? p : a->window_right >= 0 ? p + a->window_right : lk - 1;
+    if (a->causal && a->window_right >= 0 && p + a->window_right < hi) hi = p + a->window_right;
+    if (lo < 0) lo = 0;
+    if (hi > lk - 1) hi = lk - 1;
+    if (hi >= lo) n += (double)(hi - lo + 1);
+  }
+  return n;
+}
+
 static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
                    const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
   scree_attention_args *a = (scree_attention_args *)p->args;
@@ -565,7 +582,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     if (lq[i] > mq) mq = lq[i];
     if (lk[i] > mk) mk = lk[i];
     if (lq[i] < minq) minq = lq[i];
-    pairs += (double)lq[i] * (double)lk[i];
+    pairs += var->v[V_WINDOW] ? window_pairs(a, lq[i], lk[i]) : (double)lq[i] * (double)lk[i];
   }
   a->batch = n;
   a->total_q = cq[n];
@@ -600,7 +617,11 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
                          offsetof(scree_attention_args, lse));
   b->rtol = 1e-4;
   b->atol = 2e-3;
-  p->flops = 4.0 * (double)a->heads_q * (double)hd * pairs * (a->causal ? 0.5 : 1);
+  /* The usual count, 4 * heads * head_dim * sum(Lq * Lk), halved when
+   * causal (FlashAttention's convention); under a window, the pairs the
+   * window keeps. */
+  p->flops = 4.0 * (double)a->heads_q * (double)hd * pairs *
+             (a->causal && !var->v[V_WINDOW] ? 0.5 : 1);
   p->bytes = (double)(2 * a->total_q * a->heads_q + 2 * a->total_k * a->heads_kv) * (double)hd * 2;
   snprintf(p->desc, sizeof p->desc,
            "%d sequences, %lld query and %lld key tokens, lengths %lld..%lld, %lldx%lld heads of %lld",
