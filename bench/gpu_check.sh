@@ -17,8 +17,10 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   (cd "$build" && ctest -L gpu --output-on-failure 2>&1) | tee "$out/ctest.txt"
 fi
 if [ "$what" = sanitize ] || [ "$what" = all ]; then
+  # memcheck on the quick case; racecheck (much slower) on the small one.
   for tool in memcheck racecheck; do
-    CK_RUN_CASE=quick compute-sanitizer --tool $tool --error-exitcode 9 \
+    case=quick; [ $tool = racecheck ] && case=race
+    CK_RUN_CASE=$case compute-sanitizer --tool $tool --error-exitcode 9 \
       "$build/tests/test_attention_gpu" > "$out/sanitize-$tool.txt" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.txt" | tail -1))"
   done

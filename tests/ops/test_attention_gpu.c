@@ -310,6 +310,27 @@ START_TEST(validate_cu_seqlens) {
 }
 END_TEST
 
+/* A small batch through every schedule and masking path: what racecheck
+ * runs (CK_RUN_CASE=race), where the big batches would take too long. */
+START_TEST(small_all_schedules) {
+  static const int64_t lq[] = {1, 63, 65, 129, 300, 0}, lk[] = {5, 63, 64, 200, 300, 7};
+  const acase cases[] = {
+      {SCREE_DTYPE_FP16, 64, 1, 2, 1, 40, -1, lq, lk, 6},
+      {SCREE_DTYPE_BF16, 128, 0, 2, 2, -1, -1, lq, lk, 6},
+  };
+  const acase *c = &cases[_i];
+  scree__config cfgs[3];
+  const scree__variant var = variant_of(c);
+  scree__target t;
+  scree__target_of(ctx, &t);
+  for (int s = 0; s < 3; s++) {
+    op->default_config(&t, &var, NULL, &cfgs[s]);
+    cfgs[s].v[5] = s; /* sched */
+  }
+  ck_assert_int_eq(check_configs(c, cfgs, 3), 3);
+}
+END_TEST
+
 int main(void) {
   setup(); /* exits 77 with a reason where there is no GPU */
   Suite *s = suite_create("attention_gpu");
@@ -326,6 +347,10 @@ int main(void) {
   tcase_add_loop_test(full, schedules_and_tiles, 0, 2);
   tcase_add_test(full, every_safelisted_config);
   tcase_add_test(full, long_sequences);
+  TCase *race = tcase_create("race");
+  tcase_set_timeout(race, 1800);
+  tcase_add_loop_test(race, small_all_schedules, 0, 2);
+  suite_add_tcase(s, race);
   suite_add_tcase(s, quick);
   suite_add_tcase(s, full);
   return scree_test_run(s, 1);
