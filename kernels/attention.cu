@@ -119,7 +119,7 @@
  *
  * Optional development macros (never set by the host): SCREE_MINB (CTAs per
  * SM for __launch_bounds__), SCREE_ATTN_RANK_CHUNK (fixed SCHED 1/2 rank
- * chunk), SCREE_ATTN_MMA_ROWSUM (0 = fp32 adds, 2 = tf32 MMA; default 1).
+ * chunk), SCREE_ATTN_MMA_ROWSUM (0 = fp32 adds; default 1).
  *
  * Measured (H100, bench/results/attention-dev-notes.md): BM=128 / 4 warps
  * (two m16 row tiles per warp) wins at every head_dim but 256; d <= 96:
@@ -146,10 +146,9 @@
  *   1  on the tensor core: P times a ones B fragment, accumulated in fp32;
  *      P enters as fp16 (for bf16 a second, fp16 packing of P: bf16's 8-bit
  *      mantissa put lse off by up to 1.9e-3);
- *   2  tensor core, tf32 m16n8k8 straight from the fp32 S registers (no
- *      packing; tf32 truncates, biasing the sum by about -2^-11).
  * 1 measured 3-6% faster than 0 at d = 128 (64 fewer FADDs per lane and
- * tile for 8 more MMAs per warp and tile; no spills) and neutral at d = 64. */
+ * tile for 8 more MMAs per warp and tile; no spills) and neutral at d = 64;
+ * tf32 m16n8k8 straight from the S registers measured 3-10% slower than 1. */
 #ifndef SCREE_ATTN_MMA_ROWSUM
 #define SCREE_ATTN_MMA_ROWSUM 1
 #endif
@@ -564,12 +563,6 @@ __device__ __forceinline__ void run_item(
             ph[3] = scree_pack2<1>(s[a][2 * pk + 1][2], s[a][2 * pk + 1][3]);
             scree_mma_16816<1>(lacc[a], ph, 0x3C003C00u, 0x3C003C00u);
           }
-#elif SCREE_ATTN_MMA_ROWSUM == 2
-#pragma unroll
-          for (int j = 2 * pk; j < 2 * pk + 2; j++)
-            scree_mma_1688_tf32(lacc[a], __float_as_uint(s[a][j][0]), __float_as_uint(s[a][j][2]),
-                                __float_as_uint(s[a][j][1]), __float_as_uint(s[a][j][3]),
-                                0x3F800000u, 0x3F800000u);
 #endif
         }
 #pragma unroll

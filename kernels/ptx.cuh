@@ -80,18 +80,6 @@ __device__ __forceinline__ void scree_mma_16816(float (&d)[4], const unsigned (&
   }
 }
 
-/* D += A * B, m16n8k8 with tf32 operands (fp32 registers; the tensor core
- * uses their top 19 bits), fp32 accumulate. A: a0 = (g, t), a1 = (g+8, t),
- * a2 = (g, t+4), a3 = (g+8, t+4); B: b0 = (k t, n g), b1 = (k t+4, n g). */
-__device__ __forceinline__ void scree_mma_1688_tf32(float (&d)[4], unsigned a0, unsigned a1,
-                                                    unsigned a2, unsigned a3, unsigned b0,
-                                                    unsigned b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* 16-byte global -> shared copy, bypassing L1. src_bytes < 16 copies that
  * many bytes and zero-fills the rest; src_bytes 0 reads nothing and only
  * zero-fills (the source address is not dereferenced). */

@@ -40,6 +40,17 @@ scree_status scree__compile(const scree__nvrtc_api *nvrtc, const scree__op *op,
 scree_status scree__module_load(scree_context *ctx, const scree__op *op,
                                 const scree__config *cfg, const scree__variant *var,
                                 const void *cubin, scree__kernel *k);
+/* What identifies a compiled kernel on a context's device (the arch is the
+ * context's): the module table's key, and the tuner's compiled-candidate
+ * memo's. Zeroed before filling (it is hashed bytewise). */
+typedef struct scree__kkey {
+  const scree__op *op;
+  scree__config cfg;
+  scree__variant var;
+} scree__kkey;
+scree__kkey scree__kkey_of(const scree__op *op, const scree__config *cfg,
+                           const scree__variant *var);
+
 /* The context's module table: finds or builds (compile + load) a kernel.
  * Thread-safe. */
 scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,

@@ -6,19 +6,14 @@
 
 #include "kernels/kernels.h"
 
-typedef struct mkey {
-  const scree__op *op;
-  scree__config cfg;
-  scree__variant var;
-} mkey;
-
 struct scree__modtab {
   pthread_mutex_t lock;
-  scree__htab t; /* mkey -> scree__kernel */
+  scree__htab t; /* scree__kkey -> scree__kernel */
 };
 
-static mkey make_key(const scree__op *op, const scree__config *cfg, const scree__variant *var) {
-  mkey k;
+scree__kkey scree__kkey_of(const scree__op *op, const scree__config *cfg,
+                           const scree__variant *var) {
+  scree__kkey k;
   memset(&k, 0, sizeof k);
   k.op = op;
   k.cfg = *cfg;
@@ -30,7 +25,7 @@ scree_status scree__modtab_create(scree_context *ctx) {
   struct scree__modtab *m = calloc(1, sizeof *m);
   if (!m) return SCREE_ERROR_OUT_OF_MEMORY;
   pthread_mutex_init(&m->lock, NULL);
-  scree__htab_init(&m->t, sizeof(mkey), sizeof(scree__kernel));
+  scree__htab_init(&m->t, sizeof(scree__kkey), sizeof(scree__kernel));
   ctx->modules = m;
   return SCREE_OK;
 }
@@ -99,7 +94,7 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
                                       const scree__variant *var, const void *cubin,
                                       scree__kernel *out) {
   struct scree__modtab *m = ctx->modules;
-  const mkey key = make_key(op, cfg, var);
+  const scree__kkey key = scree__kkey_of(op, cfg, var);
   scree__kernel k;
   scree_status st = scree__module_load(ctx, op, cfg, var, cubin, &k);
   if (st != SCREE_OK) return st;
@@ -124,7 +119,7 @@ scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
                                const scree__config *cfg, const scree__variant *var,
                                scree__kernel *out) {
   struct scree__modtab *m = ctx->modules;
-  const mkey key = make_key(op, cfg, var);
+  const scree__kkey key = scree__kkey_of(op, cfg, var);
   pthread_mutex_lock(&m->lock);
   const scree__kernel *have = scree__htab_find(&m->t, &key);
   if (have) *out = *have;

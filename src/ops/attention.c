@@ -197,6 +197,10 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
   if (!var->v[V_WINDOW]) wl = wr = -1;
   const int64_t cap = tile_cap(a, bm);
+  if (sched != SCHED_GRID && cap * heads_q > 0x7fffffff)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "%lld query tiles x %d heads exceed a grid of 2^31 CTAs",
+                       (long long)cap, heads_q);
   int max_qtiles = (int)(sched == SCHED_GRID ? cdiv(a->max_seqlen_q, bm) : cap);
   uint64_t sched_ptr = 0;
   const unsigned block = (unsigned)(32 * c->v[F_WARPS]);

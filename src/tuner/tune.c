@@ -14,18 +14,13 @@
  * compiled so far. The buckets of one op share most candidates and a cubin
  * depends only on (op, config, variant, target), so a prewarm of many
  * buckets compiles each candidate once. */
-typedef struct mkey {
-  const scree__op *op;
-  scree__config cfg;
-  scree__variant var;
-} mkey;
 typedef struct mval {
   void *cubin;
   size_t size;
 } mval;
 struct scree__tuner {
   pthread_mutex_t lock;
-  scree__htab memo; /* mkey -> mval; used under lock */
+  scree__htab memo; /* scree__kkey -> mval; used under lock */
 };
 
 void scree__tune_opts_init(scree__tune_opts *o) {
@@ -41,7 +36,7 @@ scree_status scree__tuner_create(scree_context *ctx) {
   struct scree__tuner *t = calloc(1, sizeof *t);
   if (!t) return SCREE_ERROR_OUT_OF_MEMORY;
   pthread_mutex_init(&t->lock, NULL);
-  scree__htab_init(&t->memo, sizeof(mkey), sizeof(mval));
+  scree__htab_init(&t->memo, sizeof(scree__kkey), sizeof(mval));
   ctx->tuner = t;
   return SCREE_OK;
 }
@@ -56,15 +51,6 @@ void scree__tuner_free(scree_context *ctx) {
   pthread_mutex_destroy(&t->lock);
   free(t);
   ctx->tuner = NULL;
-}
-
-static mkey memo_key(const scree__op *op, const scree__config *cfg, const scree__variant *var) {
-  mkey k;
-  memset(&k, 0, sizeof k);
-  k.op = op;
-  k.cfg = *cfg;
-  k.var = *var;
-  return k;
 }
 
 void scree__default_config(scree_context *ctx, const scree__op *op, const scree__variant *var,
@@ -215,7 +201,7 @@ static scree_status compile_all(scree_context *ctx, const scree__op *op,
   if (!todo) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "tuner: compile list");
   int ntodo = 0;
   for (int i = 0; i < n; i++) {
-    const mkey key = memo_key(op, &c[i].cfg, var);
+    const scree__kkey key = scree__kkey_of(op, &c[i].cfg, var);
     const mval *mv = scree__htab_find(&t->memo, &key);
     if (mv && (c[i].cubin = malloc(mv->size))) {
       memcpy(c[i].cubin, mv->cubin, mv->size);
@@ -232,7 +218,7 @@ static scree_status compile_all(scree_context *ctx, const scree__op *op,
   for (int k = 0; k < ntodo; k++) {
     cand *x = &c[todo[k]];
     if (x->cst != SCREE_OK) continue;
-    const mkey key = memo_key(op, &x->cfg, var);
+    const scree__kkey key = scree__kkey_of(op, &x->cfg, var);
     mval mv = {malloc(x->cubin_size), x->cubin_size};
     if (!mv.cubin) continue;
     memcpy(mv.cubin, x->cubin, x->cubin_size);
