@@ -245,31 +245,6 @@ static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *
   return bad;
 }
 
-static double copy_gbps(scree_context *ctx) {
-  const scree__cu_api *cu = ctx->cu;
-  const size_t cb = (size_t)1 << 30;
-  CUdeviceptr a = 0, b = 0;
-  CUevent e0 = NULL, e1 = NULL;
-  double g = 0;
-  if (!cu->MemAlloc(&a, cb) && !cu->MemAlloc(&b, cb) && !cu->EventCreate(&e0, 0) &&
-      !cu->EventCreate(&e1, 0)) {
-    float t[20];
-    for (int i = 0; i < 23; i++) {
-      cu->EventRecord(e0, NULL);
-      cu->MemcpyDtoDAsync(b, a, cb, NULL);
-      cu->EventRecord(e1, NULL);
-      cu->EventSynchronize(e1);
-      if (i >= 3) cu->EventElapsedTime(&t[i - 3], e0, e1);
-    }
-    g = 2.0 * (double)cb / (scree__median(t, 20) * 1e-3) / 1e9;
-  }
-  if (a) cu->MemFree(a);
-  if (b) cu->MemFree(b);
-  if (e0) cu->EventDestroy(e0);
-  if (e1) cu->EventDestroy(e1);
-  return g;
-}
-
 int main(int argc, char **argv) {
   const char *file = SCREE_BENCH_FILE, *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
   const char *csv_path = NULL;
@@ -349,7 +324,7 @@ int main(int argc, char **argv) {
   scree_device_info dev;
   scree_context_device(ctx, &dev);
   const int pushed = scree__ctx_enter(ctx);
-  const double copy = copy_gbps(ctx);
+  const double copy = scree__copy_gbps(ctx);
   printf("device: %s (%s, %d SMs), scree %s; device copy %.0f GB/s\n", dev.name, dev.arch,
          dev.sm_count, scree_version(), copy);
   printf("%-22s %-42s %10s %14s %8s %9s  %s\n", "case", "variant", "us", "rate", "%copy",

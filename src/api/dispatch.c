@@ -46,6 +46,16 @@ void scree__plans_free(scree_context *ctx) {
   ctx->plans = NULL;
 }
 
+/* The plan table's key of a call: op, variant, bucket, adapt class. */
+static void plan_key(const scree__op *op, const scree__variant *var, const void *args,
+                     pkey *key) {
+  memset(key, 0, sizeof *key); /* hashed bytewise */
+  key->op = op;
+  key->var = *var;
+  scree__bucket_of(op, var, args, &key->b);
+  key->aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
+}
+
 /* The cached config of a bucket, loaded (from its cubin when it serves the
  * call as stored). 1 if found. */
 static int from_cache(scree_context *ctx, const scree__op *op, const scree__variant *var,
@@ -137,11 +147,7 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
   if (!ctx->cu)
     return scree__fail(ctx, SCREE_ERROR_NO_DEVICE, "this context has no device (offline)");
   pkey key;
-  memset(&key, 0, sizeof key);
-  key.op = op;
-  key.var = *var;
-  scree__bucket_of(op, var, args, &key.b);
-  key.aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
+  plan_key(op, var, args, &key);
   struct scree__plans *pl = ctx->plans;
   pval v;
   pthread_mutex_lock(&pl->lock);
@@ -173,11 +179,7 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
 int scree__plan_config(scree_context *ctx, const scree__op *op, const scree__variant *var,
                        const void *args, scree__config *cfg) {
   pkey key;
-  memset(&key, 0, sizeof key);
-  key.op = op;
-  key.var = *var;
-  scree__bucket_of(op, var, args, &key.b);
-  key.aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
+  plan_key(op, var, args, &key);
   pthread_mutex_lock(&ctx->plans->lock);
   const pval *have = scree__htab_find(&ctx->plans->t, &key);
   if (have) *cfg = have->cfg;

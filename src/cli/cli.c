@@ -315,32 +315,6 @@ static int demo_offline(int which) {
   return EXIT_OK_;
 }
 
-/* A device-to-device copy of 1 GiB: bytes read + written per second. */
-static double copy_gbps(scree_context *ctx) {
-  const scree__cu_api *cu = ctx->cu;
-  const size_t cb = (size_t)1 << 30;
-  CUdeviceptr a = 0, b = 0;
-  CUevent e0 = NULL, e1 = NULL;
-  double gbps = 0;
-  if (!cu->MemAlloc(&a, cb) && !cu->MemAlloc(&b, cb) && !cu->EventCreate(&e0, 0) &&
-      !cu->EventCreate(&e1, 0)) {
-    float ct[20];
-    for (int i = 0; i < 23; i++) {
-      cu->EventRecord(e0, NULL);
-      cu->MemcpyDtoDAsync(b, a, cb, NULL);
-      cu->EventRecord(e1, NULL);
-      cu->EventSynchronize(e1);
-      if (i >= 3) cu->EventElapsedTime(&ct[i - 3], e0, e1);
-    }
-    gbps = 2.0 * (double)cb / (scree__median(ct, 20) * 1e-3) / 1e9;
-  }
-  if (a) cu->MemFree(a);
-  if (b) cu->MemFree(b);
-  if (e0) cu->EventDestroy(e0);
-  if (e1) cu->EventDestroy(e1);
-  return gbps;
-}
-
 /* One op through its public entry: the first call (tune or compile, load,
  * run), a check against the CPU reference on the op's edge-case problem,
  * then the median of 100 calls on the full problem. */
@@ -463,7 +437,7 @@ static int cmd_demo(int argc, char **argv) {
   scree_context_device(ctx, &dev);
   printf("scree %s on %s (%s, %d SMs)\n", scree_version(), dev.name, dev.arch, dev.sm_count);
   const int pushed = scree__ctx_enter(ctx);
-  const double copy = copy_gbps(ctx);
+  const double copy = scree__copy_gbps(ctx);
   int rc = EXIT_OK_;
   for (int d = 0; d < NDEMO; d++) {
     if (which >= 0 && which != d) continue;

@@ -27,7 +27,7 @@ void scree__config_str(const scree__op *op, const scree__config *cfg, char *buf,
                           cfg->v[i]);
 }
 
-/* The length of the token "name" before '=' at p, or 0. */
+/* 1 if the token before '=' at p (ending at eq) is exactly name. */
 static int token_is(const char *p, const char *eq, const char *name) {
   return strlen(name) == (size_t)(eq - p) && !strncmp(name, p, (size_t)(eq - p));
 }

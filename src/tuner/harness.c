@@ -290,3 +290,29 @@ scree_status scree__run_config(void *user, scree_context *ctx, const void *args,
   const scree__config_runner *cr = user;
   return cr->op->impls[cr->cfg->impl].launch(ctx, cr->k, cr->cfg, cr->var, args, stream);
 }
+
+double scree__copy_gbps(scree_context *ctx) {
+  const scree__cu_api *cu = ctx->cu;
+  const size_t cb = (size_t)1 << 30;
+  CUdeviceptr a = 0, b = 0;
+  CUevent e0 = NULL, e1 = NULL;
+  double gbps = 0;
+  if (!cu->MemAlloc(&a, cb) && !cu->MemAlloc(&b, cb) && !cu->EventCreate(&e0, 0) &&
+      !cu->EventCreate(&e1, 0)) {
+    float ct[20];
+    for (int i = 0; i < 23; i++) {
+      cu->EventRecord(e0, NULL);
+      cu->MemcpyDtoDAsync(b, a, cb, NULL);
+      cu->EventRecord(e1, NULL);
+      cu->EventSynchronize(e1);
+      if (i >= 3) cu->EventElapsedTime(&ct[i - 3], e0, e1);
+    }
+    gbps = 2.0 * (double)cb / (scree__median(ct, 20) * 1e-3) / 1e9;
+  }
+  if (a) cu->MemFree(a);
+  if (b) cu->MemFree(b);
+  if (e0) cu->EventDestroy(e0);
+  if (e1) cu->EventDestroy(e1);
+  return gbps;
+}
+

@@ -58,6 +58,12 @@ scree_status scree__run_time(scree_context *ctx, scree__run *r, scree__runner fn
                              int per_event, double limit_ms, double *median_us,
                              double *spread_us, char *why, size_t why_size);
 
+/* The device-to-device copy bandwidth of a 1 GiB buffer (bytes read +
+ * written per second, GB/s; median of 20): the ceiling bandwidth-bound ops
+ * are reported against. 0 if the memory cannot be had. Needs the primary
+ * context current. */
+double scree__copy_gbps(scree_context *ctx);
+
 /* A runner for one loaded config (what the tuner times). */
 typedef struct scree__config_runner {
   const scree__op *op;
