@@ -302,6 +302,208 @@ SCREE_EXTERN scree_status scree_rmsnorm(scree_context *ctx,
                                         const scree_rmsnorm_args *args,
                                         void *stream);
 
+/* The row-wise family below shares RMSNorm's conventions: rows >= 0 (0
+ * launches nothing), strides in elements with 0 meaning contiguous, every
+ * pointer non-NULL (unless marked optional) and aligned to its element
+ * size, fp32 accumulation, and on error a status naming the argument with
+ * nothing launched and nothing written. Kernels use the widest vector
+ * access (up to 16 bytes) that every pointer and stride of the call
+ * allows. All are asynchronous with respect to the host, and thread-safe. */
+
+/* LayerNorm over packed rows:
+ *
+ *   mu = mean(x[t, :]), rstd = 1 / sqrt(mean((x[t, :] - mu)^2) + eps)
+ *   y[t, :] = (x[t, :] - mu) * rstd * w + b
+ *
+ *   x, y: [rows, cols] with strides x_stride, y_stride (0 means cols); y may
+ *     alias x exactly (in place) but must not partially overlap it.
+ *   w: [cols]; b: [cols] or 0 (no bias); both of w_dtype, contiguous.
+ *   mean, rstd: optional fp32 [rows] (0 = not written), each row's mean and
+ *     1 / sqrt(var + eps), for a backward pass.
+ *
+ * cols in [1, 65536]; each dtype fp32, fp16 or bf16. */
+typedef struct scree_layernorm_args {
+  scree_devptr x, w, b, y;
+  scree_devptr mean, rstd; /* optional */
+  int64_t rows, cols;
+  int64_t x_stride, y_stride;
+  scree_dtype x_dtype, w_dtype, y_dtype;
+  float eps;
+} scree_layernorm_args;
+
+SCREE_EXTERN scree_status scree_layernorm(scree_context *ctx,
+                                          const scree_layernorm_args *args,
+                                          void *stream);
+
+/* Residual add fused with RMSNorm, one pass over memory (the step between
+ * the sublayers of a LLaMA-style block):
+ *
+ *   h[t, :] = x[t, :] + residual[t, :]          rounded to x_dtype, written
+ *   y[t, :] = h[t, :] / sqrt(mean(h[t, :]^2) + eps) * w
+ *
+ * The norm is taken of h as written (rounded), so the result equals
+ * `h = x + residual; y = rms_norm(h)` run unfused.
+ *
+ *   x, residual, h: [rows, cols] of x_dtype, strides x_stride,
+ *     residual_stride, h_stride (0 means cols). h may alias residual or x
+ *     exactly (in place, with the same stride) but no other buffer.
+ *   w: [cols] of w_dtype; y: [rows, cols] of y_dtype, stride y_stride; y
+ *     must not overlap any other buffer.
+ *
+ * cols in [1, 65536]; each dtype fp32, fp16 or bf16. */
+typedef struct scree_add_rmsnorm_args {
+  scree_devptr x, residual, w, h, y;
+  int64_t rows, cols;
+  int64_t x_stride, residual_stride, h_stride, y_stride;
+  scree_dtype x_dtype, w_dtype, y_dtype;
+  float eps;
+} scree_add_rmsnorm_args;
+
+SCREE_EXTERN scree_status scree_add_rmsnorm(scree_context *ctx,
+                                            const scree_add_rmsnorm_args *args,
+                                            void *stream);
+
+/* Softmax along the last dimension: y[t, :] = softmax(scale * x[t, :]),
+ * as for MoE routing or logits.
+ *
+ *   x, y: [rows, cols] with strides x_stride, y_stride (0 means cols); y may
+ *     alias x exactly (in place) but must not partially overlap it.
+ *   scale: a finite multiplier of x; 0 means 1.
+ *
+ * cols in [1, 262144]; x_dtype and y_dtype each fp32, fp16 or bf16. */
+typedef struct scree_softmax_args {
+  scree_devptr x, y;
+  int64_t rows, cols;
+  int64_t x_stride, y_stride;
+  scree_dtype x_dtype, y_dtype;
+  float scale;
+} scree_softmax_args;
+
+SCREE_EXTERN scree_status scree_softmax(scree_context *ctx,
+                                        const scree_softmax_args *args,
+                                        void *stream);
+
+/* Softmax along the ragged (token) dimension of a packed batch, per
+ * sequence and per column, never mixing sequences:
+ *
+ *   y[t, c] = exp(s x[t, c] - m) / sum_{u in seq(t)} exp(s x[u, c] - m)
+ *
+ * where seq(t) is the sequence holding token t (tokens [cu_seqlens[b],
+ * cu_seqlens[b + 1])), m its column maximum and s the scale (0 means 1).
+ * Sequences of length 0 and 1 are allowed (length 1 gives 1.0).
+ *
+ *   x, y: [total, cols] with strides x_stride, y_stride (0 means cols); y
+ *     may alias x exactly but must not partially overlap it.
+ *   cu_seqlens: int32 on the device, batch + 1 entries from 0,
+ *     non-decreasing, ending at total; max_seqlen bounds the lengths. Read
+ *     on the host only when validation is on (scree_options.validate).
+ *
+ * cols in [1, 65536]; x_dtype and y_dtype each fp32, fp16 or bf16. */
+typedef struct scree_ragged_softmax_args {
+  scree_devptr x, y, cu_seqlens;
+  int64_t batch, total, max_seqlen, cols;
+  int64_t x_stride, y_stride;
+  scree_dtype x_dtype, y_dtype;
+  float scale;
+} scree_ragged_softmax_args;
+
+SCREE_EXTERN scree_status scree_ragged_softmax(scree_context *ctx,
+                                               const scree_ragged_softmax_args *args,
+                                               void *stream);
+
+/* Rotary position embedding, in place on q and k in one launch.
+ *
+ * For a token at position p and pair i < rotary_dim / 2 of a head, with
+ * angle a = p * theta^(-2i / rotary_dim):
+ *   (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a)
+ * where the pair is (x[i], x[i + rotary_dim / 2]) in the NeoX layout
+ * (rotate-half, HuggingFace LLaMA) and (x[2i], x[2i + 1]) in the GPT-J
+ * layout (interleaved). Elements past rotary_dim are left as they are
+ * (partial rotary).
+ *
+ * Positions: from `positions` (int32, or int64 with positions_int64 = 1,
+ * [total] on the device) when it is given, else restarting at 0 for each
+ * sequence of `cu_seqlens` (int32, batch + 1 entries, as for attention).
+ * cos and sin are computed on the fly in fp32 from theta, or read from
+ * cos_sin: fp32 [max_position, rotary_dim] on the device, row p holding
+ * cos of the rotary_dim / 2 angles then their sin (vLLM's cos_sin_cache);
+ * positions must then be below max_position.
+ *
+ *   q: [total, heads_q, head_dim]; k: [total, heads_kv, head_dim] or 0 (q
+ *     only); strides in elements (token stride 0 means heads * head_dim,
+ *     head stride 0 means head_dim; the last dimension contiguous), so the q
+ *     and k of a packed qkv buffer are rotated where they lie.
+ *
+ * head_dim even, at most 1024; rotary_dim even, in [2, head_dim] (0 means
+ * head_dim); dtype fp32, fp16 or bf16; theta > 0 (0 means 10000). */
+typedef enum scree_rope_layout {
+  SCREE_ROPE_NEOX = 0, /* rotate-half: pairs (i, i + rotary_dim / 2) */
+  SCREE_ROPE_GPTJ = 1  /* interleaved: pairs (2i, 2i + 1) */
+} scree_rope_layout;
+
+typedef struct scree_rope_args {
+  scree_devptr q, k;
+  scree_devptr positions;  /* optional: int32 / int64 [total] */
+  scree_devptr cu_seqlens; /* used when positions is 0 */
+  scree_devptr cos_sin;    /* optional: fp32 [max_position, rotary_dim] */
+  int64_t total, batch, max_position;
+  int64_t heads_q, heads_kv, head_dim, rotary_dim;
+  int64_t q_token_stride, q_head_stride, k_token_stride, k_head_stride;
+  scree_dtype dtype;
+  scree_rope_layout layout;
+  int positions_int64;
+  float theta;
+} scree_rope_args;
+
+SCREE_EXTERN scree_status scree_rope(scree_context *ctx, const scree_rope_args *args,
+                                     void *stream);
+
+/* SwiGLU: y[t, :] = silu(gate[t, :]) * up[t, :], silu(g) = g / (1 + e^-g),
+ * in fp32.
+ *
+ *   gate, up: [rows, cols] with strides gate_stride, up_stride. up = 0
+ *     reads both from one [rows, 2 * cols] tensor, gate first: up is then
+ *     gate + cols with gate's stride (0 means 2 * cols).
+ *   y: [rows, cols] of y_dtype, stride y_stride (0 means cols); it may alias
+ *     gate or up exactly but must not partially overlap either.
+ *
+ * cols >= 1; dtype and y_dtype each fp32, fp16 or bf16. */
+typedef struct scree_swiglu_args {
+  scree_devptr gate, up, y;
+  int64_t rows, cols;
+  int64_t gate_stride, up_stride, y_stride;
+  scree_dtype dtype, y_dtype;
+} scree_swiglu_args;
+
+SCREE_EXTERN scree_status scree_swiglu(scree_context *ctx, const scree_swiglu_args *args,
+                                       void *stream);
+
+/* Cross-entropy forward, one pass over the logits (online max and sum):
+ *
+ *   lse[t]  = log(sum_v exp(logits[t, v]))
+ *   loss[t] = lse[t] - logits[t, targets[t]], or 0 where targets[t] ==
+ *             ignore_index
+ *
+ *   logits: [rows, vocab] of dtype with stride logits_stride (0 means vocab).
+ *   targets: int64 [rows] on the device. A target outside [0, vocab) that is
+ *     not ignore_index gives a NaN loss (checked on the host only with
+ *     validation on).
+ *   loss: fp32 [rows]; lse: fp32 [rows] or 0 (not written).
+ *   ignore_index: as PyTorch's (-100 there); the zeroed struct ignores 0.
+ *
+ * vocab in [1, 2^24]; dtype fp32, fp16 or bf16. The mean loss over the
+ * rows not ignored is left to the caller (one reduction of `loss`). */
+typedef struct scree_cross_entropy_args {
+  scree_devptr logits, targets, loss, lse;
+  int64_t rows, vocab, logits_stride;
+  int64_t ignore_index;
+  scree_dtype dtype;
+} scree_cross_entropy_args;
+
+SCREE_EXTERN scree_status scree_cross_entropy(scree_context *ctx,
+                                              const scree_cross_entropy_args *args,
+                                              void *stream);
+
 /* Varlen attention forward (FlashAttention-style, exact): for each sequence
  * b and query head h,
  *

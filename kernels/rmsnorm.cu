@@ -11,10 +11,8 @@
  * full vector (cols % VEC) are handled one element at a time.
  *
  * Macros (all required; the host sets them from the config and the call):
- *   SCREE_TPR    threads per row: 8, 16, ..., 1024 (power of two)
- *   SCREE_ROWS   rows per CTA: TPR * ROWS threads, 32..1024
- *   SCREE_VEC    elements per access: 1, 2, 4 or 8
- *   SCREE_CACHE  vectors per thread kept in registers: 1..16
+ *   SCREE_TPR, SCREE_ROWS, SCREE_VEC, SCREE_CACHE   the launch shape
+ *     (rowwise.cuh)
  *   SCREE_X_DTYPE, SCREE_W_DTYPE, SCREE_Y_DTYPE   dtype codes (common.cuh)
  *
  * The host guarantees: x, w, y aligned to VEC elements of their dtype; row
@@ -24,16 +22,7 @@
  * Test alone: ctest -R rmsnorm    Bench: build/bench/bench_rowwise
  */
 
-#define THREADS (SCREE_TPR * SCREE_ROWS)
-static_assert((SCREE_TPR & (SCREE_TPR - 1)) == 0 && SCREE_TPR >= 8 &&
-                  SCREE_TPR <= 1024, "TPR must be a power of two in [8, 1024]");
-static_assert((SCREE_ROWS & (SCREE_ROWS - 1)) == 0 && SCREE_ROWS >= 1 && SCREE_ROWS <= 16,
-              "ROWS must be a power of two in [1, 16]: whole warps per CTA");
-static_assert(THREADS >= 32 && THREADS <= 1024, "TPR * ROWS must be in [32, 1024]");
-static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC == 8,
-              "VEC must be 1, 2, 4 or 8");
-static_assert(SCREE_CACHE >= 1 && SCREE_CACHE <= 16, "CACHE must be in [1, 16]");
-static_assert(SCREE_VEC * SCREE_CACHE <= 64, "VEC * CACHE must be at most 64");
+#include "rowwise.cuh"
 
 typedef scree_dtype_of<SCREE_X_DTYPE>::type xt;
 typedef scree_dtype_of<SCREE_W_DTYPE>::type wt;
@@ -41,8 +30,6 @@ typedef scree_dtype_of<SCREE_Y_DTYPE>::type yt;
 typedef scree_vec<xt, SCREE_VEC> xv;
 typedef scree_vec<wt, SCREE_VEC> wv;
 typedef scree_vec<yt, SCREE_VEC> yv;
-
-#define WARPS_PER_ROW (SCREE_TPR > 32 ? SCREE_TPR / 32 : 1)
 
 __device__ __forceinline__ yv scree_norm_vec(const xv &a, const wv &b, float r) {
   yv o;
@@ -54,10 +41,10 @@ __device__ __forceinline__ yv scree_norm_vec(const xv &a, const wv &b, float r) 
 }
 
 /* x and y carry no __restrict__: they may be the same buffer (in place). */
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
 scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
               int cols, long long x_stride, long long y_stride, float eps) {
-  __shared__ float partial[SCREE_ROWS][WARPS_PER_ROW];
+  __shared__ scree_row_scratch scratch;
   const int lane = threadIdx.x % SCREE_TPR;
   const int group = threadIdx.x / SCREE_TPR;
   const int nvec = cols / SCREE_VEC;
@@ -106,14 +93,7 @@ scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
       }
     }
 
-    ss = scree_group_sum<(SCREE_TPR < 32 ? SCREE_TPR : 32)>(ss);
-#if SCREE_TPR > 32
-    if (threadIdx.x % 32 == 0) partial[group][lane / 32] = ss;
-    __syncthreads();
-    ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < WARPS_PER_ROW; i++) ss += partial[group][i];
-#endif
+    ss = scree_row_sum(ss, scratch);
     const float r = 1.0f / sqrtf(ss * inv_cols + eps);
 
     if (active) {
@@ -128,8 +108,5 @@ scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
         yrow[i] = scree_from_float<yt>(scree_to_float(xrow[i]) * r *
                                        scree_to_float(w[i]));
     }
-#if SCREE_TPR > 32
-    __syncthreads(); /* partial[] is rewritten by the next row */
-#endif
   }
 }

@@ -7,70 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op.h"
+#include "ops/rowwise.h"
 
-enum { F_TPR, F_ROWS, F_VEC, F_CACHE };
 enum { V_X, V_W, V_Y };
 
-static const scree__field fields[] = {
-    {"tpr", "SCREE_TPR", 8, {8, 16, 32, 64, 128, 256, 512, 1024}},
-    {"rows", "SCREE_ROWS", 5, {1, 2, 4, 8, 16}},
-    {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
-    {"cache", "SCREE_CACHE", 5, {1, 2, 4, 8, 16}},
-};
 static const scree__vfield vfields[] = {
     {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
     {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
     {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
 };
 
-static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
-
 static int check(const scree__config *c, const scree__variant *var,
                  const scree__target *t, char *why, size_t n) {
   (void)t; /* static shared memory only, well under every arch's limit */
-  const int tpr = c->v[F_TPR], rows = c->v[F_ROWS], vec = c->v[F_VEC],
-            cache = c->v[F_CACHE];
-  for (int i = 0; i < 3; i++)
-    if (var->v[i] < 0 || var->v[i] > 2) {
-      snprintf(why, n, "dtype code %d is not fp32, fp16 or bf16", var->v[i]);
-      return 0;
-    }
-  if (!is_pow2(tpr) || tpr < 8 || tpr > 1024) {
-    snprintf(why, n, "tpr=%d must be a power of two in [8, 1024]", tpr);
-    return 0;
-  }
-  if (!is_pow2(rows) || rows > 16) {
-    snprintf(why, n, "rows=%d must be a power of two in [1, 16]", rows);
-    return 0;
-  }
-  if (tpr * rows < 32 || tpr * rows > 1024) {
-    snprintf(why, n, "tpr*rows=%d must be in [32, 1024]", tpr * rows);
-    return 0;
-  }
-  if (vec != 1 && vec != 2 && vec != 4 && vec != 8) {
-    snprintf(why, n, "vec=%d must be 1, 2, 4 or 8", vec);
-    return 0;
-  }
-  if (cache < 1 || cache > 16) {
-    snprintf(why, n, "cache=%d must be in [1, 16]", cache);
-    return 0;
-  }
-  if (vec * cache > 64) {
-    snprintf(why, n, "vec*cache=%d exceeds 64 elements of registers per thread",
-             vec * cache);
-    return 0;
-  }
-  return 1;
+  return scree__rowwise_check_dtypes(var, 3, why, n) && scree__rowwise_check(c, why, n);
 }
-
-static int pow2_ceil(long v) {
-  int p = 1;
-  while (p < v && p < (1 << 30)) p <<= 1;
-  return p;
-}
-
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* Hand-picked default, the same on sm_80 and sm_90 until measurements say
  * otherwise: 16-byte accesses, about four vectors in flight per thread, the
@@ -79,48 +30,27 @@ static void default_config(const scree__target *t, const scree__variant *var,
                            const void *args, scree__config *out) {
   (void)t;
   const scree_rmsnorm_args *a = args;
-  const long cols = a ? (long)a->cols : 4096;
-  memset(out, 0, sizeof *out);
-  const int esize = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
-  const int vec = esize == 4 ? 4 : 8;
-  const long nvec = cols / vec > 0 ? cols / vec : 1;
-  const int tpr = clampi(pow2_ceil((nvec + 3) / 4), 8, 1024);
-  const int cache = clampi(pow2_ceil((nvec + tpr - 1) / tpr), 1, 64 / vec);
-  out->v[F_TPR] = tpr;
-  out->v[F_ROWS] = clampi(128 / tpr, 1, 16);
-  out->v[F_VEC] = vec;
-  out->v[F_CACHE] = cache > 16 ? 16 : cache;
+  scree__rowwise_default(a ? a->cols : 4096, (int)scree_dtype_size((scree_dtype)var->v[V_X]),
+                         out);
 }
 
 /* log2 of the widest vector (in elements, at most 8) that every pointer
  * and row stride of the call allows. All sizes are powers of two, so this
  * is a matter of trailing zero bits: no division on the hot path. */
 static int vec_log2(const scree__variant *var, const scree_rmsnorm_args *a) {
-  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
-  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
-#define TZ(v) ((v) ? __builtin_ctzll((uint64_t)(v)) : 63)
-  const int lx = (int)scree_dtype_size((scree_dtype)var->v[V_X]) == 4 ? 2 : 1;
-  const int lw = (int)scree_dtype_size((scree_dtype)var->v[V_W]) == 4 ? 2 : 1;
-  const int ly = (int)scree_dtype_size((scree_dtype)var->v[V_Y]) == 4 ? 2 : 1;
   int l = 3;
-  if (TZ(a->x) - lx < l) l = TZ(a->x) - lx;
-  if (TZ(a->w) - lw < l) l = TZ(a->w) - lw;
-  if (TZ(a->y) - ly < l) l = TZ(a->y) - ly;
-  if (TZ(xs) < l) l = TZ(xs);
-  if (TZ(ys) < l) l = TZ(ys);
-#undef TZ
-  return l < 0 ? 0 : l;
+  l = scree__vlog2_ptr(l, a->x, scree_dtype_size((scree_dtype)var->v[V_X]));
+  l = scree__vlog2_ptr(l, a->w, scree_dtype_size((scree_dtype)var->v[V_W]));
+  l = scree__vlog2_ptr(l, a->y, scree_dtype_size((scree_dtype)var->v[V_Y]));
+  l = scree__vlog2_stride(l, a->x_stride ? a->x_stride : a->cols);
+  return scree__vlog2_stride(l, a->y_stride ? a->y_stride : a->cols);
 }
 
 /* A vector access of VEC elements needs every row start aligned to it:
  * narrow VEC (keeping the elements per thread) until the call allows it. */
 static void adapt(scree__config *c, const scree__variant *var,
                   const void *args) {
-  const int widest = 1 << vec_log2(var, args);
-  while (c->v[F_VEC] > widest) {
-    c->v[F_VEC] /= 2;
-    if (c->v[F_CACHE] < 16) c->v[F_CACHE] *= 2;
-  }
+  scree__rowwise_adapt(c, vec_log2(var, args));
 }
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k,
@@ -134,16 +64,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
   long long ys = a->y_stride ? a->y_stride : a->cols;
   float eps = a->eps;
   uint64_t x = a->x, w = a->w, y = a->y;
-  const long long per_cta = c->v[F_ROWS];
-  long long grid = (rows + per_cta - 1) / per_cta;
-  if (grid > 0x7fffffffLL) grid = 0x7fffffffLL; /* the kernel strides */
   void *params[] = {&x, &w, &y, &rows, &cols, &xs, &ys, &eps};
-  CUresult r = ctx->cu->LaunchKernel(
-      k->fn[0], (unsigned)grid, 1, 1, (unsigned)(c->v[F_TPR] * c->v[F_ROWS]), 1, 1,
-      0, stream, params, NULL);
-  if (r != CUDA_SUCCESS)
-    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(rmsnorm)");
-  return SCREE_OK;
+  return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "rmsnorm");
 }
 
 /* ---- tuning hooks ------------------------------------------------------ */
@@ -187,10 +109,7 @@ static void representative(const scree__bucket *b, const scree__variant *var,
 static int worth_timing(const scree__config *c, const scree__variant *var,
                         const void *args) {
   (void)var;
-  const scree_rmsnorm_args *a = args;
-  const int64_t per_access = (int64_t)c->v[F_TPR] * c->v[F_VEC];
-  const int64_t cover = per_access * c->v[F_CACHE];
-  return per_access <= 2 * (int64_t)pow2_ceil(a->cols) && 2 * cover >= a->cols;
+  return scree__rowwise_worth(c, ((const scree_rmsnorm_args *)args)->cols);
 }
 
 static int problem(const void *args, const scree__variant *var, int check,
@@ -253,8 +172,8 @@ static const scree__impl impls[] = {{
     .source = "rmsnorm.cu",
     .entries = {"scree_rmsnorm"},
     .min_sm = 80,
-    .nfields = 4,
-    .fields = fields,
+    .nfields = SCREE__RW_NFIELDS,
+    .fields = scree__rowwise_fields,
     .check = check,
     .adapt = adapt,
     .worth_timing = worth_timing,
@@ -293,20 +212,6 @@ const scree__op scree__op_rmsnorm = {
 
 /* ---- the public entry point -------------------------------------------- */
 
-static int valid_dtype(scree_dtype d) {
-  return d == SCREE_DTYPE_FP32 || d == SCREE_DTYPE_FP16 || d == SCREE_DTYPE_BF16;
-}
-
-/* NULL and element alignment, named after the dtype. */
-static scree_status check_ptr(scree_context *ctx, const char *name, scree_devptr p,
-                              scree_dtype d) {
-  const scree_status st = scree__arg_ptr(ctx, name, p, scree_dtype_size(d));
-  if (st == SCREE_ERROR_MISALIGNED)
-    return scree__fail(ctx, st, "%s=0x%llx is not aligned to %zu bytes (%s)", name,
-                       (unsigned long long)p, scree_dtype_size(d), scree_dtype_name(d));
-  return st;
-}
-
 static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
                              scree__variant *var, int *skip) {
   (void)stream;
@@ -314,9 +219,7 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
   const scree_dtype dts[3] = {a->x_dtype, a->w_dtype, a->y_dtype};
   static const char *const dnames[3] = {"x_dtype", "w_dtype", "y_dtype"};
   for (int i = 0; i < 3; i++)
-    if (!valid_dtype(dts[i]))
-      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                         "%s=%d is not fp32, fp16 or bf16", dnames[i], (int)dts[i]);
+    if (scree__arg_float_dtype(ctx, dnames[i], dts[i])) return SCREE_ERROR_UNSUPPORTED;
   if (a->cols < 1)
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "cols=%lld must be at least 1", (long long)a->cols);
@@ -345,9 +248,9 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
     return SCREE_OK;
   }
   scree_status st;
-  if ((st = check_ptr(ctx, "x", a->x, a->x_dtype)) ||
-      (st = check_ptr(ctx, "w", a->w, a->w_dtype)) ||
-      (st = check_ptr(ctx, "y", a->y, a->y_dtype)))
+  if ((st = scree__arg_elem_ptr(ctx, "x", a->x, a->x_dtype)) ||
+      (st = scree__arg_elem_ptr(ctx, "w", a->w, a->w_dtype)) ||
+      (st = scree__arg_elem_ptr(ctx, "y", a->y, a->y_dtype)))
     return st;
   uint64_t xlo, xhi, ylo, yhi, wlo, whi;
   if (!scree__byte_range(a->x, a->rows, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
