@@ -389,7 +389,9 @@ def run_attention(args, lib, ctx, configs, l2):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--op", choices=["rmsnorm", "attention", "all"], default="all")
+    ap.add_argument("--op", default="all",
+                    help="rmsnorm (the RMSNorm table), attention, rowwise (every row-wise op "
+                         "against eager and torch.compile), one row-wise op's name, or all")
     ap.add_argument("--lib", default=os.path.join(HERE, "..", "build", "libscree.so"))
     ap.add_argument("--shapes", default=os.path.join(HERE, "rowwise_shapes.json"),
                     help="RMSNorm shapes and dtypes")
@@ -407,11 +409,18 @@ def main():
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup < 0:
         ap.error("--warmup must be >= 0")
+    sys.path.insert(0, HERE)
+    import rowwise_torch
+    if args.op not in ("rmsnorm", "attention", "rowwise", "all") and args.op not in rowwise_torch.OPS:
+        ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, rowwise, all or one of "
+                 f"{', '.join(rowwise_torch.OPS)}")
     do_rms, do_attn = args.op in ("rmsnorm", "all"), args.op in ("attention", "all")
+    do_rowwise = args.op == "rowwise" or args.op == "all" or (
+        args.op in rowwise_torch.OPS and args.op != "rmsnorm")
 
     # Everything that needs no GPU first, so that mistakes show up anywhere.
     spec = configs = None
-    if do_rms:
+    if do_rms or do_rowwise:
         with open(args.shapes) as f:
             spec = json.load(f)
     if do_attn:
@@ -453,6 +462,12 @@ def main():
         dump()  # kept even if the attention part fails
     if do_attn:
         out["attention"] = run_attention(args, lib, ctx, configs, l2)
+        dump()
+    if do_rowwise:
+        gbps = out.get("copy_gbps") or copy_bandwidth()
+        out["copy_gbps"] = gbps
+        only = args.op if args.op in rowwise_torch.OPS else None
+        out["rowwise"] = rowwise_torch.run(args, lib, ctx, spec, l2, time_batched, gbps, only)
         dump()
     lib.scree_destroy(ctx)
 
