@@ -4,7 +4,9 @@
 # then the benchmarks (CPU tests run in CI: scripts/test.sh). Run from the
 # repository root on a GPU machine with a build made by scripts/build.sh
 # (or any build in ./build). Results go to OUTDIR.
-#   bench/gpu_check.sh [OUTDIR] [tests|sanitize|bench|all]
+#   bench/gpu_check.sh [OUTDIR] [tests|sanitize|bench|sweep|all]
+# sweep (not part of all): every config of each row-wise op's space timed on
+# its bench/ops.txt cases, CSVs for bench/make_rowwise_safelist.py.
 set -u
 out=${1:-gpu-results}
 what=${2:-all}
@@ -15,6 +17,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 "$build/scree-tune" info | tee "$out/info.txt"
 if [ "$what" = tests ] || [ "$what" = all ]; then
   (cd "$build" && ctest -L gpu --output-on-failure 2>&1) | tee "$out/ctest.txt"
+fi
+if [ "$what" = sweep ]; then
+  for op in ${SCREE_SWEEP_OPS:-layernorm add_rmsnorm softmax ragged_softmax rope swiglu cross_entropy}; do
+    SCREE_CACHE_DIR=$(mktemp -d) "$build/bench/bench_ops" --op "$op" --sweep --reps 5 \
+      --csv "$out/sweep-$op.csv" > "$out/sweep-$op.txt" 2>&1
+    echo "sweep $op: exit $? ($(grep -c sweep "$out/sweep-$op.csv") configs x cases)"
+  done
 fi
 if [ "$what" = sanitize ] || [ "$what" = all ]; then
   # memcheck on the quick case; racecheck (much slower) on the small one.

@@ -27,10 +27,14 @@ const char *const usage_prewarm =
     "  --shapes FILE         a JSON file {\"shapes\": [[rows, cols], ...],\n"
     "                        \"dtypes\": [\"fp16\", ...]} (bench/rowwise_shapes.json)\n"
     "  --model NAME          a preset: llama-3-8b, llama-3-70b, mistral-7b,\n"
-    "                        qwen2.5-7b, gpt2 (RMSNorm over the hidden size,\n"
-    "                        rows 1..16384; causal attention with the model's\n"
-    "                        heads for sequences up to 1k, 4k and 8k in\n"
-    "                        batches of 16k and 64k tokens)\n"
+    "                        qwen2.5-7b, gpt2: every op of the model's block for\n"
+    "                        batches of 1..16384 tokens (RMSNorm and fused\n"
+    "                        residual RMSNorm over the hidden size, or LayerNorm\n"
+    "                        for gpt2; RoPE on its q/k heads; SwiGLU over the\n"
+    "                        intermediate size; cross-entropy over the vocabulary)\n"
+    "                        and causal attention with the model's heads for\n"
+    "                        sequences up to 1k, 4k and 8k in batches of 16k\n"
+    "                        and 64k tokens\n"
     "  --from-misses         every miss recorded in the user cache for this\n"
     "                        GPU's arch (each is removed once tuned)\n\n"
     "options:\n"
@@ -186,14 +190,50 @@ static int parse_dtypes(const char *s, scree_dtype *out, int cap) {
 
 typedef struct preset {
   const char *name;
-  long hidden, heads_q, heads_kv, head_dim;
+  long hidden, heads_q, heads_kv, head_dim, inter, vocab;
+  int gpt2; /* LayerNorm and GELU, learned positions: no RoPE, no SwiGLU */
 } preset;
 
+/* The shapes of each model's block (config.json of the published models). */
 static const preset presets[] = {
-    {"llama-3-8b", 4096, 32, 8, 128}, {"llama-3-70b", 8192, 64, 8, 128},
-    {"mistral-7b", 4096, 32, 8, 128}, {"qwen2.5-7b", 3584, 28, 4, 128},
-    {"gpt2", 768, 12, 12, 64},
+    {"llama-3-8b", 4096, 32, 8, 128, 14336, 128256, 0},
+    {"llama-3-70b", 8192, 64, 8, 128, 28672, 128256, 0},
+    {"mistral-7b", 4096, 32, 8, 128, 14336, 32000, 0},
+    {"qwen2.5-7b", 3584, 28, 4, 128, 18944, 152064, 0},
+    {"gpt2", 768, 12, 12, 64, 3072, 50257, 1},
 };
+
+/* A task for a shape of a named op (the op must be registered). */
+static void add_op_shape(tasks *ts, const char *name, const char *shape, scree_dtype dt) {
+  const scree__op *op = scree__op_find(name);
+  if (op) add_shape(ts, op, shape, NULL, dt);
+}
+
+/* The row-wise buckets of a preset, for prefill batches of 1 ... 16384
+ * tokens (every power-of-two row bucket): the norms over the hidden size
+ * (RMSNorm and the fused residual add + RMSNorm; GPT-2: LayerNorm), RoPE
+ * on the model's q and k heads, SwiGLU over the intermediate size, and the
+ * cross-entropy over the vocabulary. */
+static void add_model_rowwise(tasks *ts, const preset *p, scree_dtype dt) {
+  char s[256];
+  for (long r = 1; r <= 16384; r *= 2) {
+    if (p->gpt2) {
+      snprintf(s, sizeof s, "rows=%ld,cols=%ld", r, p->hidden);
+      add_op_shape(ts, "layernorm", s, dt);
+    } else {
+      add_rmsnorm(ts, r, p->hidden, dt);
+      snprintf(s, sizeof s, "rows=%ld,cols=%ld", r, p->hidden);
+      add_op_shape(ts, "add_rmsnorm", s, dt);
+      snprintf(s, sizeof s, "total=%ld,batch=1,heads_q=%ld,heads_kv=%ld,head_dim=%ld,rotary_dim=%ld",
+               r, p->heads_q, p->heads_kv, p->head_dim, p->head_dim);
+      add_op_shape(ts, "rope", s, dt);
+      snprintf(s, sizeof s, "rows=%ld,cols=%ld", r, p->inter);
+      add_op_shape(ts, "swiglu", s, dt);
+    }
+    snprintf(s, sizeof s, "rows=%ld,vocab=%ld", r, p->vocab);
+    add_op_shape(ts, "cross_entropy", s, dt);
+  }
+}
 
 /* The attention buckets of a preset: causal prefill with sequences up to
  * 1k, 4k and 8k tokens in batches of 16k and 64k tokens. */
@@ -398,7 +438,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       return CLI_USAGE;
     }
     for (int d = 0; d < ndt; d++) {
-      for (long r = 1; r <= 16384; r *= 2) add_rmsnorm(tsp, r, p->hidden, dts[d]);
+      add_model_rowwise(tsp, p, dts[d]);
       if (dts[d] != SCREE_DTYPE_FP32) add_model_attention(tsp, p, dts[d]);
     }
   }
