@@ -213,13 +213,15 @@ scree_rope(et *q, et *k, const void *__restrict__ positions, const int *__restri
           if (h0 + cc * SCREE_SPLIT < heads) {
             float f[SCREE_EPB];
 #pragma unroll
-            for (int e = 0; e < SCREE_EPB; e++) f[e] = scree_to_float(buf[cc][e / SCREE_VEC].v[e % SCREE_VEC]);
+            for (int e = 0; e < SCREE_EPB; e++)
+              f[e] = scree_to_float(buf[cc][e / SCREE_VEC].v[e % SCREE_VEC]);
             scree_rope_rotate(f, c, s);
 #pragma unroll
             for (int j = 0; j < SCREE_NV; j++) {
               ev o;
 #pragma unroll
-              for (int e = 0; e < SCREE_VEC; e++) o.v[e] = scree_from_float<et>(f[j * SCREE_VEC + e]);
+              for (int e = 0; e < SCREE_VEC; e++)
+                o.v[e] = scree_from_float<et>(f[j * SCREE_VEC + e]);
               *reinterpret_cast<ev *>(rows[cc] + scree_rope_offset(pb, j, half)) = o;
             }
           }

@@ -102,6 +102,7 @@ scree_swiglu(const xt *gate, const xt *up, yt *y, long long rows, int cols,
       }
     }
     for (int i = nvec * SCREE_VEC + lane; i < cols; i += SCREE_TPR)
-      yrow[i] = scree_from_float<yt>(scree_swiglu1(scree_to_float(grow[i]), scree_to_float(urow[i])));
+      yrow[i] =
+          scree_from_float<yt>(scree_swiglu1(scree_to_float(grow[i]), scree_to_float(urow[i])));
   }
 }

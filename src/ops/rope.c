@@ -365,8 +365,8 @@ static scree_status check_device_args(scree_context *ctx, const scree_rope_args 
     for (int64_t b = 0; b + 1 < n && !st; b++) {
       const int64_t len = (int64_t)c[b + 1] - c[b];
       if (len < 0)
-        st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens decreases at %lld (%d then %d)",
-                         (long long)b, c[b], c[b + 1]);
+        st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                         "cu_seqlens decreases at %lld (%d then %d)", (long long)b, c[b], c[b + 1]);
       else if (a->cos_sin && len > a->max_position)
         st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                          "sequence %lld has %lld tokens: positions reach %lld, past "
@@ -375,8 +375,9 @@ static scree_status check_device_args(scree_context *ctx, const scree_rope_args 
                          (long long)a->max_position);
     }
     if (!st && c[n - 1] != a->total)
-      st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens[batch]=%d differs from total=%lld",
-                       c[n - 1], (long long)a->total);
+      st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "cu_seqlens[batch]=%d differs from total=%lld", c[n - 1],
+                       (long long)a->total);
   }
   free(h);
   return st;

@@ -32,7 +32,8 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
                  char *why, size_t n) {
   (void)t; /* no shared memory */
   if (!scree__rowwise_check_dtypes(var, 2, why, n) || !scree__rowwise_check(c, why, n)) return 0;
-  const int threads = c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS], regs = est_regs(c, var->v[V_DTYPE]);
+  const int threads = c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS];
+  const int regs = est_regs(c, var->v[V_DTYPE]);
   if (threads * regs > 65536) {
     scree__set_why(why, n, "tpr*rows=%d threads of about %d registers exceed the 64K register file",
                    threads, regs);

@@ -243,7 +243,9 @@ static void run_direct(scree_context *cx, const rcase *c) {
   const scree_devptr base = buf + sh * es;
   scree_test_h2d(ctx, base, h, n * es);
   scree_test_h2d(ctx, dcu, cu, sizeof cu);
-  if (T) scree_test_h2d(ctx, dpos, c->pos == 2 ? (void *)p64 : (void *)p32, (size_t)T * (c->pos == 2 ? 8 : 4));
+  if (T)
+    scree_test_h2d(ctx, dpos, c->pos == 2 ? (void *)p64 : (void *)p32,
+                   (size_t)T * (c->pos == 2 ? 8 : 4));
   if (dtab) scree_test_h2d(ctx, dtab, tab, (size_t)(maxp * c->rd) * 4);
   a.q = base + (uint64_t)l.qoff * es;
   a.k = c->hk ? base + (uint64_t)l.koff * es : 0;
@@ -266,15 +268,15 @@ static void run_direct(scree_context *cx, const rcase *c) {
   for (size_t i = 0; i < n; i++) {
     const double g = scree__load_elem(got, c->dt, i), w = scree__load_elem(want, c->dt, i);
     if (rot[i])
-      ck_assert_msg(fabs(g - w) <= atol + rtol * fabs(w), "%s: rotary element %zu got %.8g want %.8g",
-                    what, i, g, w);
+      ck_assert_msg(fabs(g - w) <= atol + rtol * fabs(w),
+                    "%s: rotary element %zu got %.8g want %.8g", what, i, g, w);
     else
       ck_assert_msg(!memcmp((char *)got + i * es, (char *)h + i * es, es),
                     "%s: element %zu (not rotary) written", what, i);
   }
   for (size_t i = 0; i < guard; i++)
-    ck_assert_msg(((unsigned char *)got)[n * es + i] == 0xff, "%s: byte %zu past the buffer written",
-                  what, i);
+    ck_assert_msg(((unsigned char *)got)[n * es + i] == 0xff,
+                  "%s: byte %zu past the buffer written", what, i);
   scree_test_dfree(ctx, buf), scree_test_dfree(ctx, dpos), scree_test_dfree(ctx, dcu);
   if (dtab) scree_test_dfree(ctx, dtab);
   free(h), free(want), free(got), free(rot), free(p64), free(p32), free(tab);
@@ -357,7 +359,8 @@ START_TEST(validate_device_args) {
   uint16_t *h = malloc(nq * 2), *back = malloc(nq * 2);
   scree_test_fill(h, SCREE_DTYPE_FP16, nq, 1.0);
   scree_devptr q = scree_test_dalloc(ctx, nq * 2), cu = scree_test_dalloc(ctx, 16),
-               pos = scree_test_dalloc(ctx, (size_t)T * 8), tab = scree_test_dalloc(ctx, 256 * d * 4);
+               pos = scree_test_dalloc(ctx, (size_t)T * 8),
+               tab = scree_test_dalloc(ctx, 256 * d * 4);
   scree_test_dpoison(ctx, tab, 256 * d * 4);
   const int32_t bad_cu[][4] = {{1, 100, 100, 300}, {0, 100, 50, 300}, {0, 100, 100, 299},
                                {0, 10, 10, 300}};

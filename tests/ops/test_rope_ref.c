@@ -101,8 +101,9 @@ static void run(const rcase *c) {
           for (int64_t i = 0; i < half; i++) {
             int64_t i1, i2;
             pair_of(c->layout, i, half, &i1, &i2);
-            long double complex z = scree__load_elem(orig, c->dt, (size_t)(row + i1)) +
-                                    I * (long double)scree__load_elem(orig, c->dt, (size_t)(row + i2));
+            const long double x1 = scree__load_elem(orig, c->dt, (size_t)(row + i1));
+            const long double x2 = scree__load_elem(orig, c->dt, (size_t)(row + i2));
+            long double complex z = x1 + I * x2;
             long double complex r;
             if (c->table)
               r = tab[p * c->rd + i] + I * (long double)tab[p * c->rd + half + i];
@@ -168,8 +169,10 @@ END_TEST
  * left alone. */
 START_TEST(reference_packed_qkv) {
   const int64_t T = 11, hq = 4, hk = 2, d = 32, per = (hq + 2 * hk) * d;
-  float *qkv = malloc(sizeof(float) * (size_t)(T * per)), *v0 = malloc(sizeof(float) * (size_t)(T * per));
-  float *q = malloc(sizeof(float) * (size_t)(T * hq * d)), *k = malloc(sizeof(float) * (size_t)(T * hk * d));
+  float *qkv = malloc(sizeof(float) * (size_t)(T * per));
+  float *v0 = malloc(sizeof(float) * (size_t)(T * per));
+  float *q = malloc(sizeof(float) * (size_t)(T * hq * d));
+  float *k = malloc(sizeof(float) * (size_t)(T * hk * d));
   scree_test_fill(qkv, SCREE_DTYPE_FP32, (size_t)(T * per), 1.0);
   memcpy(v0, qkv, sizeof(float) * (size_t)(T * per));
   for (int64_t t = 0; t < T; t++) {

@@ -113,7 +113,8 @@ static void run_case(const scase *s, dt2 d, const scree__config *cfg) {
   scree_test_d2h(ctx, got, dwant, nwant * ew + guard);
   char what[256];
   snprintf(what, sizeof what,
-           "rows=%lld cols=%lld two=%d gs=%lld us=%lld ys=%lld shift=%lld where=%d %s->%s config %s",
+           "rows=%lld cols=%lld two=%d gs=%lld us=%lld ys=%lld shift=%lld where=%d %s->%s "
+           "config %s",
            (long long)rows, (long long)cols, s->two, (long long)gs, (long long)us, (long long)ys,
            (long long)s->shift, s->where, scree_dtype_name(d.x), scree_dtype_name(d.y), cs);
   double rtol, atol;
@@ -208,7 +209,8 @@ START_TEST(harness_problems) {
   for (size_t i = 0; i < sizeof rc / sizeof rc[0]; i++)
     for (size_t k = 0; k < NSETS; k++) {
       const scree__variant var = {{dtype_sets[k].x, dtype_sets[k].y}};
-      scree_swiglu_args a = {.rows = rc[i][0], .cols = rc[i][1], .up_stride = rc[i][2] ? rc[i][1] : 0};
+      scree_swiglu_args a = {.rows = rc[i][0], .cols = rc[i][1],
+                             .up_stride = rc[i][2] ? rc[i][1] : 0};
       scree__run r;
       scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
       ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
