@@ -420,7 +420,7 @@ scree__buf *scree__problem_buf(scree__problem *p, const char *name, scree__buf_k
   b->dtype = dtype;
   b->count = count;
   b->arg_offset = arg_offset;
-  if (kind == SCREE__BUF_OUT && dtype != SCREE__DTYPE_I32)
+  if ((kind == SCREE__BUF_OUT || kind == SCREE__BUF_INOUT) && dtype != SCREE__DTYPE_I32)
     scree__tolerance((scree_dtype)dtype, &b->rtol, &b->atol);
   return b;
 }

@@ -126,12 +126,16 @@ typedef struct scree__impl {
 /* Buffers of a problem. IN buffers get random values (normal(0, 1)) from
  * the harness; HOST_IN buffers carry bytes the op wrote (cu_seqlens,
  * positions); OUT buffers are poisoned before a run and compared with the
- * reference; WORK buffers are only allocated. */
+ * reference; WORK buffers are only allocated. INOUT buffers are read and
+ * written in place (RoPE's q and k): random values as IN, restored to them
+ * before each checked run instead of poisoned, and compared as OUT (the
+ * reference transforms its host copy in place). */
 typedef enum scree__buf_kind {
   SCREE__BUF_IN = 0,
   SCREE__BUF_HOST_IN = 1,
   SCREE__BUF_OUT = 2,
-  SCREE__BUF_WORK = 3
+  SCREE__BUF_WORK = 3,
+  SCREE__BUF_INOUT = 4
 } scree__buf_kind;
 
 typedef struct scree__buf {
@@ -140,7 +144,7 @@ typedef struct scree__buf {
   int dtype;            /* a scree_dtype or SCREE__DTYPE_I32 */
   size_t count;         /* elements */
   size_t arg_offset;    /* offsetof the scree_devptr field in the args struct */
-  double rtol, atol;    /* OUT: the stated tolerance of this output */
+  double rtol, atol;    /* OUT, INOUT: the stated tolerance of this output */
   void *host;           /* HOST_IN: the bytes (malloc'd, owned by the problem) */
 } scree__buf;
 

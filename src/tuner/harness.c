@@ -14,7 +14,10 @@ void scree__run_free(scree_context *ctx, scree__run *r) {
   for (int s = 0; s < r->nsets; s++)
     for (int b = 0; b < r->p.nbufs; b++)
       if (r->dev[s][b]) ctx->cu->MemFree(r->dev[s][b]);
-  for (int b = 0; b < r->p.nbufs; b++) free(r->host[b]);
+  for (int b = 0; b < r->p.nbufs; b++) {
+    free(r->host[b]);
+    if (r->orig[b]) ctx->cu->MemFree(r->orig[b]);
+  }
   scree__problem_free(&r->p);
   memset(r, 0, sizeof *r);
 }
@@ -81,7 +84,7 @@ scree_status scree__run_make(scree_context *ctx, const scree__op *op,
         return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "problem host buffers (%zu bytes)",
                            r->bytes[b]);
       }
-      if (bf->kind == SCREE__BUF_IN)
+      if (bf->kind == SCREE__BUF_IN || bf->kind == SCREE__BUF_INOUT)
         fill_host(r->host[b], bf->dtype, bf->count, &rng);
       else if (bf->kind == SCREE__BUF_HOST_IN)
         memcpy(r->host[b], bf->host, r->bytes[b]);
@@ -89,9 +92,21 @@ scree_status scree__run_make(scree_context *ctx, const scree__op *op,
         memset(r->host[b], 0xff, r->bytes[b]);
     }
     if (op->shape_inputs) op->shape_inputs(r->p.args, r->host);
-    for (int b = 0; b < r->p.nbufs; b++)
-      if (r->p.bufs[b].kind == SCREE__BUF_IN || r->p.bufs[b].kind == SCREE__BUF_HOST_IN)
+    for (int b = 0; b < r->p.nbufs; b++) {
+      const scree__buf_kind kind = r->p.bufs[b].kind;
+      if (kind == SCREE__BUF_IN || kind == SCREE__BUF_HOST_IN || kind == SCREE__BUF_INOUT)
         if ((st = upload(ctx, r, r->dev[0][b], r->host[b], r->bytes[b]))) return st;
+      /* An in-place buffer keeps a device copy of its inputs: each checked
+       * run starts from them. */
+      if (kind == SCREE__BUF_INOUT) {
+        if ((e = ctx->cu->MemAlloc(&r->orig[b], r->bytes[b] ? r->bytes[b] : 16))) {
+          r->orig[b] = 0;
+          scree__run_free(ctx, r);
+          return scree__cu_fail(ctx, e, SCREE_ERROR_OUT_OF_MEMORY, "problem buffers");
+        }
+        if ((st = upload(ctx, r, r->orig[b], r->host[b], r->bytes[b]))) return st;
+      }
+    }
     op->reference(r->p.args, r->host);
     return SCREE_OK;
   }
@@ -113,7 +128,7 @@ scree_status scree__run_make(scree_context *ctx, const scree__op *op,
         }
       continue;
     }
-    if (bf->kind != SCREE__BUF_IN) continue;
+    if (bf->kind != SCREE__BUF_IN && bf->kind != SCREE__BUF_INOUT) continue;
     fill_host(h, bf->dtype, chunk / scree__elem_size(bf->dtype), &rng);
     for (int s = 0; s < r->nsets; s++) {
       const CUdeviceptr d = r->dev[s][b];
@@ -169,9 +184,12 @@ scree_status scree__run_check(scree_context *ctx, scree__run *r, scree__runner f
                               size_t why_size) {
   _Alignas(16) unsigned char args[SCREE__ARGS_MAX];
   scree__run_bind(r, 0, args);
-  for (int b = 0; b < r->p.nbufs; b++)
+  for (int b = 0; b < r->p.nbufs; b++) {
     if (r->p.bufs[b].kind == SCREE__BUF_OUT && r->bytes[b])
       ctx->cu->MemsetD8Async(r->dev[0][b], 0xff, r->bytes[b], stream);
+    if (r->p.bufs[b].kind == SCREE__BUF_INOUT && r->bytes[b] && r->orig[b])
+      ctx->cu->MemcpyDtoDAsync(r->dev[0][b], r->orig[b], r->bytes[b], stream);
+  }
   scree_status st = fn(user, ctx, args, stream);
   if (st) {
     char err[400];
@@ -191,7 +209,7 @@ scree_status scree__run_check(scree_context *ctx, scree__run *r, scree__runner f
   }
   for (int b = 0; b < r->p.nbufs; b++) {
     const scree__buf *bf = &r->p.bufs[b];
-    if (bf->kind != SCREE__BUF_OUT || !bf->count) continue;
+    if ((bf->kind != SCREE__BUF_OUT && bf->kind != SCREE__BUF_INOUT) || !bf->count) continue;
     void *got = malloc(r->bytes[b]);
     if (!got) {
       scree__set_why(why, why_size, "out of host memory (%zu bytes)", r->bytes[b]);

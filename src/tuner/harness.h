@@ -19,6 +19,7 @@ typedef struct scree__run {
   CUdeviceptr dev[SCREE__MAX_SETS][SCREE__MAX_BUFS];
   size_t bytes[SCREE__MAX_BUFS];
   void *host[SCREE__MAX_BUFS]; /* check: inputs as uploaded, reference outputs */
+  CUdeviceptr orig[SCREE__MAX_BUFS]; /* check: INOUT buffers' inputs, restored before a run */
 } scree__run;
 
 /* Runs the op once on args (bound to one buffer set) on stream. */
@@ -43,7 +44,8 @@ scree_status scree__run_make_bucket(scree_context *ctx, const scree__op *op,
 void scree__run_free(scree_context *ctx, scree__run *r);
 /* The problem's args with the pointers of buffer set `set`. */
 void scree__run_bind(const scree__run *r, int set, void *args);
-/* Poisons the outputs (0xff bytes: NaN), runs once, waits (a run longer
+/* Poisons the outputs (0xff bytes: NaN) and restores the in-place (INOUT)
+ * buffers to their inputs, runs once, waits (a run longer
  * than limit_ms is SCREE_ERROR_TIMEOUT), and compares every output with the
  * reference at its stated tolerance: SCREE_ERROR_WRONG_ANSWER with the
  * worst element in why. */

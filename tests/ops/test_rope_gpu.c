@@ -1,0 +1,424 @@
+/* test_rope_gpu.c - RoPE on the GPU against the CPU reference (label gpu;
+ * skipped with a reason where there is no GPU).
+ *
+ * q and k are rotated in place: the op's problems restore them before each
+ * checked run (SCREE__BUF_INOUT); the direct calls below compare the whole
+ * buffer: rotary parts within the stated tolerance (one rounding of the
+ * dtype; fp32 atol 4e-6: cos and sin of the same fp32 angle within 2 ulp),
+ * everything else (parts past rotary_dim, v of a packed qkv buffer,
+ * padding, a guard region after the buffer) bitwise untouched.
+ *
+ * Covered: every variant (dtype x layout x table x positions source) on
+ * GQA, MQA, q-only, partial rotary, head_dim 2 to 1024; packed qkv buffers
+ * [T, Hq + 2 Hkv, d], [T, 3, H, d], [T, H, 3, d] and head-major tensors
+ * rotated where they lie; starts that allow only narrower vectors;
+ * positions up to 2^40 on the fly; a large batch; validation of device-side
+ * cu_seqlens and positions; and a spread of configs over the space. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+SCREE__REFERENCE(rope);
+
+static scree_context *ctx;
+static const scree__op *op;
+static CUstream stream;
+
+static void setup(void) {
+  ctx = scree_test_gpu_context();
+  op = scree__op_find("rope");
+  scree__ctx_enter(ctx);
+  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
+    fprintf(stderr, "cuStreamCreate failed\n");
+    exit(1);
+  }
+}
+
+static scree__variant variant(scree_dtype dt, int layout, int table, int pos) {
+  scree__variant v;
+  memset(&v, 0, sizeof v);
+  v.v[0] = dt, v.v[1] = layout, v.v[2] = table, v.v[3] = pos;
+  return v;
+}
+
+/* ---- the op's problems through the harness ------------------------------- */
+
+/* heads_q, heads_kv, head_dim, rotary_dim. */
+static const int64_t hshapes[][4] = {{32, 8, 128, 128}, {4, 0, 64, 32},  {3, 1, 6, 6},
+                                     {2, 2, 256, 64},   {1, 1, 2, 2},    {5, 3, 80, 40},
+                                     {2, 1, 1024, 1024}, {8, 1, 64, 64}};
+#define NHS ((int)(sizeof hshapes / sizeof hshapes[0]))
+
+/* Every variant on every head shape, through the public entry (the default
+ * config, adapted to the call). */
+START_TEST(every_variant_harness) {
+  const scree__variant var = variant((scree_dtype)(_i % 3), (_i / 3) % 2, (_i / 6) % 2, _i / 12);
+  char vs[128];
+  scree__variant_str(op, &var, vs, sizeof vs);
+  for (int s = 0; s < NHS; s++) {
+    scree_rope_args a = {.total = 1000, .heads_q = hshapes[s][0], .heads_kv = hshapes[s][1],
+                         .head_dim = hshapes[s][2], .rotary_dim = hshapes[s][3]};
+    scree__run r;
+    scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
+    ck_assert_msg(st == SCREE_OK, "%s: %s", vs, scree_last_error(ctx));
+    char why[1024];
+    /* Twice: the second run must start from the restored inputs too. */
+    for (int rep = 0; rep < 2; rep++) {
+      st = scree__run_check(ctx, &r, scree__run_config_api, (void *)op, stream, 60000, why,
+                            sizeof why);
+      ck_assert_msg(st == SCREE_OK, "%s, %s: %s", vs, r.p.desc, why);
+    }
+    scree__run_free(ctx, &r);
+  }
+}
+END_TEST
+
+/* A spread over the config space (every value of every field), and every
+ * config the device's safelist allows for the op: each adapted to the
+ * problem's alignment as a plan would be, on two shapes and four variants. */
+static const scree__config spread[] = {
+    {0, {4, 8, 8, 4, 1}},  {0, {8, 16, 8, 4, 1}}, {0, {8, 4, 8, 2, 2}},   {0, {16, 2, 4, 8, 4}},
+    {0, {32, 1, 2, 16, 8}}, {0, {64, 1, 1, 16, 1}}, {0, {4, 32, 8, 1, 2}}, {0, {16, 32, 2, 4, 1}},
+    {0, {32, 8, 4, 2, 8}},  {0, {8, 8, 1, 8, 4}},  {0, {64, 8, 1, 1, 2}},
+};
+
+START_TEST(config_spread) {
+  static const int vars[][4] = {{1, 0, 0, 0}, {2, 1, 1, 2}, {0, 0, 1, 1}, {1, 1, 0, 2}};
+  const scree__variant var =
+      variant((scree_dtype)vars[_i][0], vars[_i][1], vars[_i][2], vars[_i][3]);
+  scree__config cfgs[256];
+  int n = 0;
+  for (size_t i = 0; i < sizeof spread / sizeof spread[0]; i++) cfgs[n++] = spread[i];
+  char vs[128];
+  scree__variant_str(op, &var, vs, sizeof vs);
+  if (ctx->safelist)
+    for (int e = 0; e < ctx->safelist->n && n < 256; e++) {
+      const scree__sl_entry *en = &ctx->safelist->entries[e];
+      if (en->op == op && en->verb != SCREE__SL_DENY &&
+          (!strcmp(en->dtype, "*") || !strcmp(en->dtype, vs)))
+        cfgs[n++] = en->cfg;
+    }
+  scree__target t;
+  scree__target_of(ctx, &t);
+  int ran = 0;
+  for (int s = 0; s < 2; s++) {
+    scree_rope_args a = {.total = 1000, .heads_q = s ? 5 : 32, .heads_kv = s ? 3 : 8,
+                         .head_dim = s ? 64 : 128, .rotary_dim = s ? 32 : 128};
+    scree__run r;
+    scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
+    ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+    _Alignas(16) unsigned char bound[SCREE__ARGS_MAX];
+    scree__run_bind(&r, 0, bound);
+    for (int i = 0; i < n; i++) {
+      scree__config c = cfgs[i];
+      op->impls[0].adapt(&c, &var, bound);
+      char cs[128], why[1024];
+      scree__config_str(op, &c, cs, sizeof cs);
+      if (!scree__config_check(op, &c, &var, &t, why, sizeof why)) {
+        ck_assert_msg(i < (int)(sizeof spread / sizeof spread[0]) ? 0 : 1, "%s: %s", cs, why);
+        continue;
+      }
+      scree__kernel k;
+      st = scree__kernel_get(ctx, op, &c, &var, &k);
+      ck_assert_msg(st == SCREE_OK, "%s %s: %s", cs, vs, scree_last_error(ctx));
+      scree__config_runner cr = {op, &c, &var, &k};
+      st = scree__run_check(ctx, &r, scree__run_config, &cr, stream, 60000, why, sizeof why);
+      ck_assert_msg(st == SCREE_OK, "%s %s, %s: %s", cs, vs, r.p.desc, why);
+      ran++;
+    }
+    scree__run_free(ctx, &r);
+  }
+  printf("config_spread %s: %d runs\n", vs, ran);
+}
+END_TEST
+
+/* ---- direct calls on buffers laid out by hand ----------------------------- */
+
+enum { SEPARATE, PACKED, T3HD, TH3D, HEAD_MAJOR };
+
+typedef struct rcase {
+  scree_dtype dt;
+  scree_rope_layout layout;
+  int pos, table;
+  int packing;
+  int64_t hq, hk, d, rd;
+  int64_t shift; /* elements q and k start past an aligned address */
+  const int64_t *lens;
+  int nseq;
+} rcase;
+
+/* The call's layout: strides and element offsets of q and k in one buffer
+ * of n elements, and which elements are rotary (mask). */
+typedef struct lay {
+  int64_t qt, qh, kt, kh, qoff, koff, n;
+} lay;
+
+static lay layout_of(const rcase *c, int64_t T) {
+  lay l;
+  memset(&l, 0, sizeof l);
+  const int64_t d = c->d, hq = c->hq, hk = c->hk;
+  switch (c->packing) {
+    case PACKED:
+      l.qt = l.kt = (hq + 2 * hk) * d, l.qh = l.kh = d, l.koff = hq * d, l.n = T * l.qt;
+      break;
+    case T3HD:
+      l.qt = l.kt = 3 * hq * d, l.qh = l.kh = d, l.koff = hq * d, l.n = T * l.qt;
+      break;
+    case TH3D:
+      l.qt = l.kt = 3 * hq * d, l.qh = l.kh = 3 * d, l.koff = d, l.n = T * l.qt;
+      break;
+    case HEAD_MAJOR:
+      l.qt = l.kt = d, l.qh = l.kh = T * d, l.koff = hq * T * d, l.n = (hq + hk) * T * d;
+      break;
+    default: /* separate, padded rows */
+      l.qh = l.kh = d + 8, l.qt = hq * (d + 8) + 16, l.kt = hk * (d + 8) + 16;
+      l.koff = T * l.qt + 24, l.n = l.koff + T * l.kt;
+  }
+  return l;
+}
+
+static void run_direct(scree_context *cx, const rcase *c) {
+  int32_t cu[64];
+  int64_t T = 0;
+  cu[0] = 0;
+  for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + (int32_t)c->lens[i], T += c->lens[i];
+  const lay l = layout_of(c, T);
+  const size_t es = scree_dtype_size(c->dt), n = (size_t)l.n, guard = 256;
+  const size_t sh = (size_t)c->shift;
+  void *h = malloc(n * es), *want = malloc(n * es), *got = malloc(n * es + guard);
+  char *rot = calloc(n, 1);
+  scree_test_fill(h, c->dt, n, 1.0);
+  memcpy(want, h, n * es);
+  for (int64_t t = 0; t < T; t++)
+    for (int which = 0; which < 2; which++) {
+      const int64_t heads = which ? c->hk : c->hq;
+      for (int64_t hh = 0; hh < heads; hh++)
+        for (int64_t e = 0; e < c->rd; e++)
+          rot[(which ? l.koff + t * l.kt + hh * l.kh : l.qoff + t * l.qt + hh * l.qh) + e] = 1;
+    }
+  /* Positions: within-sequence offsets for cu_seqlens; otherwise a mix of
+   * small, large and (on the fly) huge ones. */
+  const int64_t maxp = 4096;
+  int64_t *p64 = malloc((size_t)(T ? T : 1) * 8);
+  int32_t *p32 = malloc((size_t)(T ? T : 1) * 4);
+  for (int64_t t = 0; t < T; t++) {
+    int64_t p = (t * 7919) % maxp;
+    if (!c->table && t % 5 == 1) p = c->pos == 2 ? ((int64_t)1 << 40) + t : 100000000 + t;
+    p64[t] = p, p32[t] = (int32_t)p;
+  }
+  float *tab = NULL;
+  const int64_t half = c->rd / 2;
+  if (c->table) {
+    tab = malloc((size_t)(maxp * c->rd) * 4);
+    for (int64_t p = 0; p < maxp; p++)
+      for (int64_t i = 0; i < half; i++) {
+        const float e = (float)(2 * i) / (float)c->rd;
+        const double ang = (float)p * (1.0f / (float)pow(500000.0, (double)e));
+        tab[p * c->rd + i] = (float)cos(ang), tab[p * c->rd + half + i] = (float)sin(ang);
+      }
+  }
+  scree_rope_args a = {.total = T, .batch = c->nseq, .heads_q = c->hq, .heads_kv = c->hk,
+                       .head_dim = c->d, .rotary_dim = c->rd, .q_token_stride = l.qt,
+                       .q_head_stride = l.qh, .k_token_stride = l.kt, .k_head_stride = l.kh,
+                       .dtype = c->dt, .layout = c->layout, .positions_int64 = c->pos == 2,
+                       .theta = 500000.f, .max_position = c->table ? maxp : 0};
+  scree_rope_args ra = a;
+  ra.q = 1, ra.k = c->hk ? 1 : 0;
+  void *hp[5];
+  int nh = 0;
+  hp[nh++] = (char *)want + (size_t)l.qoff * es;
+  if (c->hk) hp[nh++] = (char *)want + (size_t)l.koff * es;
+  if (c->pos) ra.positions = 1, hp[nh++] = c->pos == 2 ? (void *)p64 : (void *)p32;
+  else ra.cu_seqlens = 1, hp[nh++] = cu;
+  if (c->table) ra.cos_sin = 1, hp[nh++] = tab;
+  scree__ref_rope(&ra, hp);
+
+  scree_devptr buf = scree_test_dalloc(ctx, (n + sh) * es + guard);
+  scree_devptr dpos = scree_test_dalloc(ctx, (size_t)(T ? T : 1) * 8);
+  scree_devptr dcu = scree_test_dalloc(ctx, sizeof cu);
+  scree_devptr dtab = c->table ? scree_test_dalloc(ctx, (size_t)(maxp * c->rd) * 4) : 0;
+  scree_test_dpoison(ctx, buf, (n + sh) * es + guard);
+  const scree_devptr base = buf + sh * es;
+  scree_test_h2d(ctx, base, h, n * es);
+  scree_test_h2d(ctx, dcu, cu, sizeof cu);
+  if (T)
+    scree_test_h2d(ctx, dpos, c->pos == 2 ? (void *)p64 : (void *)p32,
+                   (size_t)T * (c->pos == 2 ? 8 : 4));
+  if (dtab) scree_test_h2d(ctx, dtab, tab, (size_t)(maxp * c->rd) * 4);
+  a.q = base + (uint64_t)l.qoff * es;
+  a.k = c->hk ? base + (uint64_t)l.koff * es : 0;
+  if (c->pos) a.positions = dpos;
+  else a.cu_seqlens = dcu;
+  if (c->table) a.cos_sin = dtab;
+  const scree_status st = scree_rope(cx, &a, NULL);
+  char what[256];
+  snprintf(what, sizeof what,
+           "%s layout %d pos %d table %d packing %d T=%lld %lld/%lld d=%lld rd=%lld shift %lld",
+           scree_dtype_name(c->dt), c->layout, c->pos, c->table, c->packing, (long long)T,
+           (long long)c->hq, (long long)c->hk, (long long)c->d, (long long)c->rd,
+           (long long)c->shift);
+  ck_assert_msg(st == SCREE_OK, "%s: %s: %s", what, scree_status_name(st), scree_last_error(cx));
+  scree_test_sync(ctx);
+  scree_test_d2h(ctx, got, base, n * es + guard);
+  double rtol, atol;
+  scree__tolerance(c->dt, &rtol, &atol);
+  if (c->dt == SCREE_DTYPE_FP32) atol = 4e-6;
+  for (size_t i = 0; i < n; i++) {
+    const double g = scree__load_elem(got, c->dt, i), w = scree__load_elem(want, c->dt, i);
+    if (rot[i])
+      ck_assert_msg(fabs(g - w) <= atol + rtol * fabs(w),
+                    "%s: rotary element %zu got %.8g want %.8g", what, i, g, w);
+    else
+      ck_assert_msg(!memcmp((char *)got + i * es, (char *)h + i * es, es),
+                    "%s: element %zu (not rotary) written", what, i);
+  }
+  for (size_t i = 0; i < guard; i++)
+    ck_assert_msg(((unsigned char *)got)[n * es + i] == 0xff,
+                  "%s: byte %zu past the buffer written", what, i);
+  scree_test_dfree(ctx, buf), scree_test_dfree(ctx, dpos), scree_test_dfree(ctx, dcu);
+  if (dtab) scree_test_dfree(ctx, dtab);
+  free(h), free(want), free(got), free(rot), free(p64), free(p32), free(tab);
+}
+
+static const int64_t LENS[] = {0, 1, 7, 63, 64, 65, 0, 129, 33, 300};
+#define NLENS ((int)(sizeof LENS / sizeof LENS[0]))
+
+/* Packed qkv buffers and head-major tensors, every layout and positions
+ * source, with and without a table. */
+START_TEST(packed_and_strided) {
+  const int packing = _i % 5, pos = (_i / 5) % 3, table = _i / 15;
+  for (int l = 0; l < 2; l++) {
+    const rcase c1 = {SCREE_DTYPE_BF16, (scree_rope_layout)l, pos, table, packing, 8, 2, 128,
+                      128, 0, LENS, NLENS};
+    const rcase c2 = {SCREE_DTYPE_FP16, (scree_rope_layout)l, pos, table, packing, 4, 4, 64,
+                      32, 0, LENS, NLENS};
+    const rcase c3 = {SCREE_DTYPE_FP32, (scree_rope_layout)l, pos, table, packing, 3, 3, 96,
+                      96, 0, LENS, NLENS};
+    run_direct(ctx, &c1);
+    run_direct(ctx, &c2);
+    run_direct(ctx, &c3);
+  }
+}
+END_TEST
+
+/* Starts 1, 2 and 4 elements past alignment, and head sizes whose halves
+ * allow only narrow vectors: the plan narrows vec. */
+START_TEST(narrow_vectors) {
+  static const int64_t shifts[] = {1, 2, 4};
+  for (int s = 0; s < 3; s++)
+    for (int l = 0; l < 2; l++) {
+      const rcase c1 = {SCREE_DTYPE_FP16, (scree_rope_layout)l, 0, 0, PACKED, 4, 2, 128, 128,
+                        shifts[s], LENS, NLENS};
+      const rcase c2 = {SCREE_DTYPE_BF16, (scree_rope_layout)l, 1, 1, SEPARATE, 2, 1, 12, 12,
+                        shifts[s], LENS, NLENS};
+      const rcase c3 = {SCREE_DTYPE_FP32, (scree_rope_layout)l, 2, 0, TH3D, 2, 2, 34, 6,
+                        shifts[s], LENS, NLENS};
+      run_direct(ctx, &c1);
+      run_direct(ctx, &c2);
+      run_direct(ctx, &c3);
+    }
+}
+END_TEST
+
+/* A large batch: 70k tokens, one sequence of 32k among them, 16 q and 4 kv
+ * heads of 128 in a packed buffer; and q only. */
+START_TEST(large_batch) {
+  static const int64_t lens[] = {32768, 1, 4096, 17, 20000, 13118};
+  const rcase c1 = {SCREE_DTYPE_BF16, SCREE_ROPE_NEOX, 0, 0, PACKED, 16, 4, 128, 128, 0, lens, 6};
+  const rcase c2 = {SCREE_DTYPE_FP16, SCREE_ROPE_GPTJ, 2, 0, SEPARATE, 16, 0, 64, 64, 0, lens, 6};
+  run_direct(ctx, &c1);
+  run_direct(ctx, &c2);
+}
+END_TEST
+
+START_TEST(zero_tokens_launches_nothing) {
+  scree_counters before, after;
+  scree_get_counters(ctx, &before);
+  scree_rope_args a = {.total = 0, .heads_q = 4, .head_dim = 64, .dtype = SCREE_DTYPE_FP16};
+  ck_assert_int_eq(scree_rope(ctx, &a, NULL), SCREE_OK);
+  scree_get_counters(ctx, &after);
+  ck_assert_uint_eq(after.calls, before.calls);
+}
+END_TEST
+
+/* SCREE_VALIDATE: device-side cu_seqlens and positions are copied and
+ * checked; a bad one is refused by name and q is left as it was; a good
+ * call passes. */
+START_TEST(validate_device_args) {
+  scree_options o;
+  scree_options_init(&o);
+  o.disable_cache = 1;
+  o.validate = 1;
+  scree_context *vctx;
+  char why[512];
+  ck_assert_int_eq(scree_create(&o, &vctx, why, sizeof why), SCREE_OK);
+  const int64_t T = 300, H = 2, d = 64;
+  const size_t nq = (size_t)(T * H * d);
+  uint16_t *h = malloc(nq * 2), *back = malloc(nq * 2);
+  scree_test_fill(h, SCREE_DTYPE_FP16, nq, 1.0);
+  scree_devptr q = scree_test_dalloc(ctx, nq * 2), cu = scree_test_dalloc(ctx, 16),
+               pos = scree_test_dalloc(ctx, (size_t)T * 8),
+               tab = scree_test_dalloc(ctx, 256 * d * 4);
+  scree_test_dpoison(ctx, tab, 256 * d * 4);
+  const int32_t bad_cu[][4] = {{1, 100, 100, 300}, {0, 100, 50, 300}, {0, 100, 100, 299},
+                               {0, 10, 10, 300}};
+  const char *needle[] = {"cu_seqlens[0]=1", "decreases", "differs from total",
+                          "past max_position"};
+  scree_rope_args a = {.q = q, .cu_seqlens = cu, .total = T, .batch = 3, .heads_q = H,
+                       .head_dim = d, .dtype = SCREE_DTYPE_FP16, .cos_sin = tab,
+                       .max_position = 256};
+  scree_test_h2d(ctx, q, h, nq * 2);
+  for (int i = 0; i < 4; i++) {
+    scree_test_h2d(ctx, cu, bad_cu[i], sizeof bad_cu[i]);
+    const scree_status st = scree_rope(vctx, &a, NULL);
+    ck_assert_msg(st == SCREE_ERROR_INVALID_ARGUMENT && strstr(scree_last_error(vctx), needle[i]),
+                  "case %d: %s: %s", i, scree_status_name(st), scree_last_error(vctx));
+  }
+  /* int64 positions, one past the table. */
+  int64_t *p = malloc((size_t)T * 8);
+  for (int64_t t = 0; t < T; t++) p[t] = t % 256;
+  p[123] = 256;
+  scree_test_h2d(ctx, pos, p, (size_t)T * 8);
+  scree_rope_args b = a;
+  b.positions = pos, b.positions_int64 = 1, b.cu_seqlens = 0;
+  scree_status st = scree_rope(vctx, &b, NULL);
+  ck_assert_msg(st == SCREE_ERROR_INVALID_ARGUMENT &&
+                    strstr(scree_last_error(vctx), "positions[123]=256"),
+                "%s: %s", scree_status_name(st), scree_last_error(vctx));
+  scree_test_sync(ctx);
+  scree_test_d2h(ctx, back, q, nq * 2);
+  ck_assert_msg(!memcmp(back, h, nq * 2), "a refused call wrote q");
+  /* Good ones: within the table (its NaN entries then flow into q, which
+   * is fine here), and on the fly with no table. */
+  p[123] = 255;
+  scree_test_h2d(ctx, pos, p, (size_t)T * 8);
+  ck_assert_msg(scree_rope(vctx, &b, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
+  const int32_t good_cu[4] = {0, 100, 100, 300};
+  scree_test_h2d(ctx, cu, good_cu, sizeof good_cu);
+  a.cos_sin = 0, a.max_position = 0;
+  ck_assert_msg(scree_rope(vctx, &a, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
+  scree_test_sync(ctx);
+  scree_destroy(vctx);
+  scree_test_dfree(ctx, q), scree_test_dfree(ctx, cu), scree_test_dfree(ctx, pos);
+  scree_test_dfree(ctx, tab);
+  free(h), free(back), free(p);
+}
+END_TEST
+
+int main(void) {
+  setup(); /* exits 77 with a reason where there is no GPU */
+  Suite *s = suite_create("rope_gpu");
+  TCase *tc = tcase_create("gpu");
+  tcase_set_timeout(tc, 1800);
+  tcase_add_loop_test(tc, every_variant_harness, 0, 36);
+  tcase_add_loop_test(tc, config_spread, 0, 4);
+  tcase_add_loop_test(tc, packed_and_strided, 0, 30);
+  tcase_add_test(tc, narrow_vectors);
+  tcase_add_test(tc, large_batch);
+  tcase_add_test(tc, zero_tokens_launches_nothing);
+  tcase_add_test(tc, validate_device_args);
+  suite_add_tcase(s, tc);
+  return scree_test_run(s, 1);
+}
