@@ -23,7 +23,10 @@
  *     (scree_row_online). The cached prefix is then written from registers
  *     and the rest of the row read a second time, in batches, to write it:
  *     rows past the register cache cost a second read of that part.
- * ex2 is evaluated twice per element (sum, write) rather than keeping fp32
+ * Two entries, so that the streamed batch's registers do not weigh on the
+ * common case: scree_softmax (rows in registers) and scree_softmax_stream
+ * (longer rows); the host picks by cols / VEC <= TPR * CACHE. ex2 is
+ * evaluated twice per element (sum, write) rather than keeping fp32
  * exponentials, so the register cost stays that of the raw cache.
  *
  * Macros (all required; the host sets them from the config and the call):
@@ -102,8 +105,7 @@ __device__ __forceinline__ void scree_sm_fold(scree_online &st, const xv (&b)[SC
 
 /* One row per group, every row of the grid-stride loop. STREAMS false: the
  * whole row is in registers (nvec <= TPR * CACHE); true: the row is longer
- * and the part past the register cache streams twice. Two entries, so that
- * the registers of the streamed batch do not weigh on the common case. */
+ * and the part past the register cache streams twice. */
 template <bool STREAMS>
 __device__ __forceinline__ void scree_softmax_rows(const xt *x, yt *y, long long rows, int cols,
                                                    long long x_stride, long long y_stride,
