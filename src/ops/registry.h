@@ -12,6 +12,8 @@
 #define SCREE__OP_LIST(X)                   \
   X(rmsnorm, scree_rmsnorm_args)            \
   X(attention, scree_attention_args)        \
+  X(softmax, scree_softmax_args)            \
+  X(cross_entropy, scree_cross_entropy_args) \
   X(swiglu, scree_swiglu_args)              \
   X(rope, scree_rope_args)
 

@@ -1,0 +1,324 @@
+/* test_cross_entropy_gpu.c - cross-entropy on the GPU against the CPU
+ * reference. Label gpu: skipped (exit 77) with a one-line reason where
+ * there is none.
+ *
+ * Random logits, fresh each run (the seed is printed), reshaped by the op's
+ * shape_inputs (rows of different spread, large tails, the target made the
+ * row maximum in every third row). Targets: ignore_index, the first and the
+ * last class, the first element of the scalar tail, the last element of the
+ * last whole vector, outside [0, vocab) on both sides (NaN loss), random.
+ * loss and lse poisoned (NaN) before each launch with a guard after each;
+ * lse = 0 must leave its buffer untouched. Tolerance (ops/cross_entropy.c):
+ * |got - ref| <= 5e-5 + 1e-5 |ref| for loss and lse; NaN exactly where the
+ * reference has NaN.
+ *
+ * Shapes: vocab 1, 7, 8, 9, 4095, 32000, 128256, 262144, 1000003 and 2^24;
+ * padded and odd strides; starts misaligned for 16-byte vectors;
+ * ignore_index -100, 0 (the zeroed struct), inside the vocabulary, -1.
+ * Configs: the default through the public entry, every config the device's
+ * safelist allows, a fixed spread of the space through scree__run_exact.
+ * Validation on: an out-of-range target is refused by name, nothing
+ * written. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/rowwise.h"
+#include "test_util.h"
+
+SCREE__REFERENCE(cross_entropy);
+
+static scree_context *ctx;
+static const scree__op *op;
+static CUstream stream;
+
+static const scree_dtype dtypes[] = {SCREE_DTYPE_FP16, SCREE_DTYPE_BF16, SCREE_DTYPE_FP32};
+#define NDT 3
+#define RTOL 1e-5
+#define ATOL 5e-5
+
+static void fill_targets(int64_t *t, int64_t rows, int64_t vocab, int64_t ignore, int oob) {
+  const int64_t whole = vocab / 8 * 8;
+  for (int64_t r = 0; r < rows; r++) {
+    switch (r % 9) {
+      case 0: t[r] = ignore; break;
+      case 1: t[r] = vocab - 1; break;
+      case 2: t[r] = 0; break;
+      case 3: t[r] = whole < vocab ? whole : vocab / 2; break;
+      case 4: t[r] = oob ? vocab : vocab / 3; break;
+      case 5: t[r] = oob ? (ignore == -1 ? -2 : -1) : vocab / 5; break;
+      case 6: t[r] = whole > 0 ? whole - 1 : 0; break;
+      default: t[r] = (int64_t)(scree_test_rand() % (uint64_t)vocab); break;
+    }
+  }
+}
+
+/* |got - want| within the tolerance, or both NaN. */
+static int close_or_nan(float got, float want) {
+  if (isnan(want)) return isnan(got);
+  return fabs((double)got - (double)want) <= ATOL + RTOL * fabs((double)want);
+}
+
+/* One call (with an explicit config if cfg != NULL), every row checked.
+ * off shifts the logits by that many elements from an aligned start
+ * (narrower vectors; only for the public path, which adapts). */
+static void run_case(int64_t rows, int64_t vocab, int64_t ls, scree_dtype dt, int64_t ignore,
+                     int with_lse, int off, const scree__config *cfg) {
+  const size_t e = scree_dtype_size(dt), n = (size_t)(rows * ls);
+  void *hl = malloc(n * e + 16);
+  int64_t *ht = malloc((size_t)rows * sizeof *ht);
+  float *loss = malloc((size_t)rows * 4), *lse = malloc((size_t)rows * 4);
+  float *want_loss = malloc((size_t)rows * 4), *want_lse = malloc((size_t)rows * 4);
+  scree_test_fill(hl, dt, n, 1.0);
+  /* Out-of-range targets only where the call does not validate them. */
+  fill_targets(ht, rows, vocab, ignore, !ctx->validate);
+  scree_cross_entropy_args a = {.rows = rows, .vocab = vocab, .logits_stride = ls,
+                                .ignore_index = ignore, .dtype = dt};
+  op->shape_inputs(&a, (void *const[]){hl, ht, NULL, NULL});
+  scree__ref_cross_entropy(&a, (void *const[]){hl, ht, want_loss, want_lse});
+  const size_t guard = 256;
+  scree_devptr bl = scree_test_dalloc(ctx, (n + (size_t)off) * e);
+  scree_devptr dt_ = scree_test_dalloc(ctx, (size_t)rows * 8);
+  scree_devptr dloss = scree_test_dalloc(ctx, (size_t)rows * 4 + guard);
+  scree_devptr dlse = scree_test_dalloc(ctx, (size_t)rows * 4 + guard);
+  scree_test_h2d(ctx, bl + (size_t)off * e, hl, n * e);
+  scree_test_h2d(ctx, dt_, ht, (size_t)rows * 8);
+  scree_test_dpoison(ctx, dloss, (size_t)rows * 4 + guard);
+  scree_test_dpoison(ctx, dlse, (size_t)rows * 4 + guard);
+  a.logits = bl + (size_t)off * e;
+  a.targets = dt_;
+  a.loss = dloss;
+  a.lse = with_lse ? dlse : 0;
+  scree_status st;
+  if (cfg) {
+    const scree__variant var = {{dt}};
+    st = scree__run_exact(ctx, op, cfg, &var, &a, NULL);
+  } else {
+    st = scree_cross_entropy(ctx, &a, NULL);
+  }
+  char cs[128] = "default";
+  if (cfg) scree__config_str(op, cfg, cs, sizeof cs);
+  ck_assert_msg(st == SCREE_OK, "%s: %s", scree_status_name(st), scree_last_error(ctx));
+  scree_test_sync(ctx);
+  scree_test_d2h(ctx, loss, dloss, (size_t)rows * 4);
+  scree_test_d2h(ctx, lse, dlse, (size_t)rows * 4);
+  unsigned char g[256];
+  scree_test_d2h(ctx, g, dloss + (size_t)rows * 4, guard);
+  for (size_t i = 0; i < guard; i++)
+    ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of loss was written", i);
+  scree_test_d2h(ctx, g, dlse + (size_t)rows * 4, guard);
+  for (size_t i = 0; i < guard; i++)
+    ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of lse was written", i);
+  for (int64_t r = 0; r < rows; r++) {
+    if (!close_or_nan(loss[r], want_loss[r]))
+      ck_abort_msg("rows=%lld vocab=%lld ls=%lld %s ignore=%lld lse=%d off=%d config %s: row %lld "
+                   "target %lld: loss %.8g, want %.8g",
+                   (long long)rows, (long long)vocab, (long long)ls, scree_dtype_name(dt),
+                   (long long)ignore, with_lse, off, cs, (long long)r, (long long)ht[r],
+                   (double)loss[r], (double)want_loss[r]);
+    if (with_lse ? !close_or_nan(lse[r], want_lse[r]) : !isnan(lse[r]))
+      ck_abort_msg("rows=%lld vocab=%lld %s lse=%d config %s: row %lld: lse %.8g, want %.8g",
+                   (long long)rows, (long long)vocab, scree_dtype_name(dt), with_lse, cs,
+                   (long long)r, (double)lse[r], with_lse ? (double)want_lse[r] : NAN);
+  }
+  scree_test_dfree(ctx, bl), scree_test_dfree(ctx, dt_);
+  scree_test_dfree(ctx, dloss), scree_test_dfree(ctx, dlse);
+  free(hl), free(ht), free(loss), free(lse), free(want_loss), free(want_lse);
+}
+
+static void setup(void) {
+  ctx = scree_test_gpu_context();
+  op = scree__op_find("cross_entropy");
+  scree__ctx_enter(ctx);
+  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
+    fprintf(stderr, "cuStreamCreate failed\n");
+    exit(1);
+  }
+}
+
+/* The public path (default config, adapted to the call) over edge shapes. */
+static const int64_t shapes[][3] = {
+    /* rows, vocab, logits_stride */
+    {9, 1, 1},           {18, 7, 7},            {18, 8, 8},
+    {18, 9, 16},         {100, 4095, 4095},     {64, 32000, 32000},
+    {37, 32001, 32008},  {16, 128256, 128256},  {5, 262144, 262144},
+    {3, 1000003, 1000003}, {2, 1 << 24, 1 << 24}, {20000, 100, 100}, /* many rows */
+};
+#define NSHAPES (sizeof shapes / sizeof shapes[0])
+static const int64_t ignores[] = {-100, 0, 5, -1};
+
+START_TEST(default_path_shapes) {
+  const int64_t *s = shapes[_i / NDT];
+  run_case(s[0], s[1], s[2], dtypes[_i % NDT], ignores[_i % 4], _i % 2, 0, NULL);
+}
+END_TEST
+
+/* Starts 1, 2 and 3 elements past a 16-byte boundary: the call narrows its
+ * vectors and must still be right. */
+START_TEST(misaligned_starts) {
+  for (int off = 1; off <= 3; off++) {
+    run_case(19, 32000, 32000, dtypes[_i], -100, 1, off, NULL);
+    run_case(4, 100003, 100003, dtypes[_i], -100, 0, off, NULL);
+  }
+}
+END_TEST
+
+START_TEST(zero_rows_launches_nothing) {
+  scree_counters before, after;
+  scree_get_counters(ctx, &before);
+  scree_cross_entropy_args a = {.rows = 0, .vocab = 128};
+  ck_assert_int_eq(scree_cross_entropy(ctx, &a, NULL), SCREE_OK);
+  scree_get_counters(ctx, &after);
+  ck_assert_uint_eq(after.calls, before.calls);
+}
+END_TEST
+
+/* Validation on: targets are read on the host; one outside [0, vocab) that
+ * is not ignore_index is refused, naming it, and nothing is written. */
+START_TEST(validate_targets) {
+  scree_options o;
+  scree_options_init(&o);
+  o.disable_cache = 1;
+  o.validate = 1;
+  scree_context *vctx;
+  char why[512];
+  ck_assert_int_eq(scree_create(&o, &vctx, why, sizeof why), SCREE_OK);
+  const int64_t rows = 6, vocab = 1000;
+  scree_devptr logits = scree_test_dalloc(ctx, (size_t)(rows * vocab) * 2);
+  scree_devptr targets = scree_test_dalloc(ctx, (size_t)rows * 8);
+  scree_devptr loss = scree_test_dalloc(ctx, (size_t)rows * 4);
+  scree_test_dpoison(ctx, logits, (size_t)(rows * vocab) * 2);
+  scree_cross_entropy_args a = {.logits = logits, .targets = targets, .loss = loss,
+                                .rows = rows, .vocab = vocab, .ignore_index = -100,
+                                .dtype = SCREE_DTYPE_BF16};
+  const int64_t bad[][6] = {{0, 1, 2, 1000, 4, 5}, {0, -1, 2, 3, 4, 5}, {-99, 1, 2, 3, 4, 5}};
+  const char *needle[] = {"targets[3]=1000", "targets[1]=-1", "targets[0]=-99"};
+  float probe[6];
+  for (int i = 0; i < 3; i++) {
+    scree_test_h2d(ctx, targets, bad[i], sizeof bad[i]);
+    scree_test_dpoison(ctx, loss, (size_t)rows * 4);
+    const scree_status st = scree_cross_entropy(vctx, &a, NULL);
+    ck_assert_msg(st == SCREE_ERROR_INVALID_ARGUMENT && strstr(scree_last_error(vctx), needle[i]),
+                  "case %d: %s: %s", i, scree_status_name(st), scree_last_error(vctx));
+    scree_test_sync(ctx);
+    scree_test_d2h(ctx, probe, loss, sizeof probe);
+    for (int k = 0; k < 6; k++) ck_assert(isnan(probe[k]));
+  }
+  /* ignore_index anywhere, and classes 0 and vocab - 1: accepted. */
+  const int64_t good[6] = {-100, 0, 999, -100, 500, 1};
+  scree_test_h2d(ctx, targets, good, sizeof good);
+  ck_assert_msg(scree_cross_entropy(vctx, &a, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
+  a.ignore_index = 1000; /* an ignore value outside the vocabulary is still ignored */
+  const int64_t good2[6] = {1000, 0, 999, 1000, 500, 1};
+  scree_test_h2d(ctx, targets, good2, sizeof good2);
+  ck_assert_msg(scree_cross_entropy(vctx, &a, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
+  scree_test_sync(ctx);
+  scree_destroy(vctx);
+  scree_test_dfree(ctx, logits), scree_test_dfree(ctx, targets), scree_test_dfree(ctx, loss);
+}
+END_TEST
+
+/* Configs run exactly as given: strides multiples of 8 (every vector
+ * width); one partial batch with a tail, several batches with a partial
+ * last one and a tail, a vocabulary of one, one shorter than a vector. */
+static void run_config_shapes(const scree__config *c, scree_dtype dt) {
+  const int64_t span = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE];
+  const int64_t rows = c->v[SCREE__RW_ROWS] * 3 + 1;
+  run_case(rows, span - 1, span, dt, -100, 1, 0, c);
+  run_case(5, 3 * span + 5, 3 * span + 8, dt, 0, 1, 0, c);
+  run_case(rows, 1, 8, dt, -100, 0, 0, c);
+  run_case(rows, 5, 8, dt, 2, 1, 0, c);
+}
+
+/* A spread of the launch-shape space (every value of every field), run
+ * whatever the safelist says. */
+static const char *const fixed_configs[] = {
+    "tpr=8,rows=16,vec=8,cache=2",  "tpr=8,rows=4,vec=1,cache=1",
+    "tpr=16,rows=4,vec=4,cache=4",  "tpr=32,rows=1,vec=8,cache=8",
+    "tpr=64,rows=2,vec=2,cache=16", "tpr=128,rows=1,vec=8,cache=4",
+    "tpr=256,rows=2,vec=4,cache=1", "tpr=256,rows=1,vec=8,cache=4",
+    "tpr=512,rows=1,vec=8,cache=8", "tpr=1024,rows=1,vec=4,cache=4",
+    "tpr=128,rows=8,vec=4,cache=2",
+};
+#define NFIXED (sizeof fixed_configs / sizeof fixed_configs[0])
+
+START_TEST(fixed_configs_exact) {
+  const scree_dtype dt = dtypes[_i];
+  const scree__variant var = {{dt}};
+  scree__target t;
+  scree__target_of(ctx, &t);
+  for (size_t i = 0; i < NFIXED; i++) {
+    scree__config c;
+    char why[256];
+    ck_assert_msg(scree__config_parse(op, fixed_configs[i], &c, why, sizeof why) == 0, "%s", why);
+    ck_assert_msg(scree__config_check(op, &c, &var, &t, why, sizeof why), "%s: %s",
+                  fixed_configs[i], why);
+    /* A config the tuner would time: on a vocabulary of three batches. */
+    const scree_cross_entropy_args v3 = {
+        .vocab = 3 * (int64_t)c.v[SCREE__RW_TPR] * c.v[SCREE__RW_VEC] * c.v[SCREE__RW_CACHE]};
+    ck_assert_msg(op->impls[0].worth_timing(&c, &var, &v3), "%s", fixed_configs[i]);
+    run_config_shapes(&c, dt);
+  }
+  printf("fixed_configs_exact %s: %zu configs\n", scree_dtype_name(dt), NFIXED);
+}
+END_TEST
+
+/* Every config the device's safelist allows: on the generated check
+ * problem of two vocabularies of its variant (or of each dtype for "*"
+ * lines), through the harness (poison, run, compare), and on the edge
+ * shapes above. */
+START_TEST(every_safelisted_config) {
+  if (!ctx->safelist) {
+    printf("no safelist for %s\n", ctx->arch);
+    return;
+  }
+  const scree__safelist *sl = ctx->safelist;
+  int ran = 0;
+  for (int e = 0; e < sl->n; e++) {
+    const scree__sl_entry *en = &sl->entries[e];
+    if (en->op != op || en->verb == SCREE__SL_DENY) continue;
+    for (int k = 0; k < NDT; k++) {
+      scree__variant var = {{dtypes[k]}};
+      if (strcmp(en->dtype, "*")) {
+        if (k) break;
+        ck_assert_int_eq(scree__variant_parse(op, en->dtype, &var, NULL, 0), 0);
+      }
+      scree__kernel kern;
+      scree_status st = scree__kernel_get(ctx, op, &en->cfg, &var, &kern);
+      ck_assert_msg(st == SCREE_OK, "line %d: %s", en->line, scree_last_error(ctx));
+      scree__config_runner cr = {op, &en->cfg, &var, &kern};
+      static const int64_t vocabs[] = {32000, 128256};
+      for (int s = 0; s < 2; s++) {
+        scree_cross_entropy_args a = {.rows = 40, .vocab = vocabs[s]};
+        scree__run r;
+        st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
+        ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+        char why[1024];
+        st = scree__run_check(ctx, &r, scree__run_config, &cr, stream, 60000, why, sizeof why);
+        ck_assert_msg(st == SCREE_OK, "safelist line %d, vocab %lld: %s", en->line,
+                      (long long)vocabs[s], why);
+        scree__run_free(ctx, &r);
+      }
+      run_config_shapes(&en->cfg, (scree_dtype)var.v[0]);
+      ran++;
+    }
+  }
+  printf("every_safelisted_config: %d runs\n", ran);
+}
+END_TEST
+
+int main(void) {
+  setup(); /* exits 77 with a reason where there is no GPU */
+  Suite *s = suite_create("cross_entropy_gpu");
+  TCase *tc = tcase_create("gpu");
+  tcase_set_timeout(tc, 1800);
+  tcase_add_loop_test(tc, default_path_shapes, 0, (int)(NSHAPES * NDT));
+  tcase_add_loop_test(tc, misaligned_starts, 0, NDT);
+  tcase_add_test(tc, zero_rows_launches_nothing);
+  tcase_add_test(tc, validate_targets);
+  tcase_add_loop_test(tc, fixed_configs_exact, 0, NDT);
+  tcase_add_test(tc, every_safelisted_config);
+  suite_add_tcase(s, tc);
+  return scree_test_run(s, 1);
+}
