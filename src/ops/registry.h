@@ -11,7 +11,9 @@
 
 #define SCREE__OP_LIST(X)                   \
   X(rmsnorm, scree_rmsnorm_args)            \
-  X(attention, scree_attention_args)
+  X(attention, scree_attention_args)        \
+  X(layernorm, scree_layernorm_args)        \
+  X(add_rmsnorm, scree_add_rmsnorm_args)
 
 #define SCREE__OP_EXTERN_(name, type) extern const scree__op scree__op_##name;
 SCREE__OP_LIST(SCREE__OP_EXTERN_)
