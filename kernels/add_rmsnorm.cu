@@ -25,7 +25,7 @@
  * disjoint from it, and the same for residual; h disjoint from w; y
  * disjoint from every other buffer.
  *
- * Test alone: ctest -R add_rmsnorm    Bench: build/bench/bench_ops --only add_rmsnorm
+ * Test alone: ctest -R add_rmsnorm    Bench: build/bench/bench_ops --op add_rmsnorm
  */
 
 #include "rowwise.cuh"
@@ -111,12 +111,16 @@ scree_add_rmsnorm(const xt *x, const xt *residual, xt *h, const wt *__restrict__
       const int v = c * SCREE_TPR + lane;
       if (active && v < nvec) hr[v] = cache[c];
     }
-    if (active)
+    /* The streamed part (rows longer than the cache). Not unrolled: the
+     * cached h stays live across it, and unrolled copies made ptxas spill
+     * at 1024 threads. */
+    if (active) {
 #pragma unroll 1
       for (int v = SCREE_CACHE * SCREE_TPR + lane; v < nvec; v += SCREE_TPR) {
         const xv a = xr[v], b = rsr[v]; /* vector loads, not VEC scalar ones */
         hr[v] = scree_add_vec(a, b, ss);
       }
+    }
 
     ss = scree_row_sum(ss, scratch);
     const float r = 1.0f / sqrtf(ss * inv_cols + eps);

@@ -36,7 +36,7 @@
  * element size) or disjoint from it; y disjoint from w and b; mean and rstd
  * disjoint from every other buffer.
  *
- * Test alone: ctest -R layernorm    Bench: build/bench/bench_ops --only layernorm
+ * Test alone: ctest -R layernorm    Bench: build/bench/bench_ops --op layernorm
  */
 
 #include "rowwise.cuh"
@@ -144,13 +144,17 @@ scree_layernorm(const xt *x, const wt *__restrict__ w, const wt *__restrict__ b,
         for (int e = 0; e < SCREE_VEC; e++) s += scree_to_float(cache[c].v[e]);
       }
     }
-    if (active)
-      #pragma unroll 1
+    /* The streamed part (rows longer than the cache). Not unrolled: the
+     * cached row stays live across these loops, and unrolled copies of
+     * them made ptxas spill at 1024 threads. */
+    if (active) {
+#pragma unroll 1
       for (int v = SCREE_CACHE * SCREE_TPR + lane; v < nvec; v += SCREE_TPR) {
         const xv a = xr[v];
 #pragma unroll
         for (int e = 0; e < SCREE_VEC; e++) s += scree_to_float(a.v[e]);
       }
+    }
     const float mu0 = scree_row_sum(s, scratch) * inv_cols;
 
     /* Step 2: deviations from mu0, their sum and sum of squares. */
@@ -172,8 +176,8 @@ scree_layernorm(const xt *x, const wt *__restrict__ w, const wt *__restrict__ b,
         }
       }
     }
-    if (active)
-      #pragma unroll 1
+    if (active) {
+#pragma unroll 1
       for (int v = SCREE_CACHE * SCREE_TPR + lane; v < nvec; v += SCREE_TPR) {
         const xv a = xr[v];
 #pragma unroll
@@ -183,6 +187,7 @@ scree_layernorm(const xt *x, const wt *__restrict__ w, const wt *__restrict__ b,
           sq = fmaf(d, d, sq);
         }
       }
+    }
     scree_row_sum2(sd, sq, scratch2);
     const float corr = sd * inv_cols;
     const float var = fmaxf(fmaf(sq, inv_cols, -corr * corr), 0.f);
@@ -201,7 +206,7 @@ scree_layernorm(const xt *x, const wt *__restrict__ w, const wt *__restrict__ b,
         const int v = c * SCREE_TPR + lane;
         if (v < nvec) yr[v] = scree_ln_vec(cache[c], wr, br, v, mu0, corr, r);
       }
-      #pragma unroll 1
+#pragma unroll 1
       for (int v = SCREE_CACHE * SCREE_TPR + lane; v < nvec; v += SCREE_TPR) {
         const xv a = xr[v]; /* one vector load, not VEC scalar ones */
         yr[v] = scree_ln_vec(a, wr, br, v, mu0, corr, r);
