@@ -30,6 +30,10 @@
 
 #include "rowwise.cuh"
 
+static_assert(SCREE_X_DTYPE >= 0 && SCREE_X_DTYPE <= 2 && SCREE_W_DTYPE >= 0 &&
+                  SCREE_W_DTYPE <= 2 && SCREE_Y_DTYPE >= 0 && SCREE_Y_DTYPE <= 2,
+              "dtype codes must be 0 (fp32), 1 (fp16) or 2 (bf16)");
+
 typedef scree_dtype_of<SCREE_X_DTYPE>::type xt;
 typedef scree_dtype_of<SCREE_W_DTYPE>::type wt;
 typedef scree_dtype_of<SCREE_Y_DTYPE>::type yt;

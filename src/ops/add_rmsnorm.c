@@ -32,10 +32,11 @@ static int check(const scree__config *c, const scree__variant *var,
  * widest dtype, not of x (a 4-byte w or y doubles the registers of each
  * vector of the output pass). From 512 threads a CTA (ptxas then aims at
  * 64 registers a thread, and must at 1024) a thread keeps at most 64 bytes
- * of h in registers, 32 with a 4-byte w or y: x and residual are both in
- * flight while h is formed, and past that ptxas spills (fp16 at tpr=1024,
- * vec=8, cache=8 about 500 bytes). The rest of such a row is streamed: its
- * h is read back, from L2, for the output. */
+ * of h in registers, and 16 elements of a 16-bit h with a 4-byte w or y:
+ * x and residual are both in flight while h is formed, and past that
+ * ptxas spills (fp16 at tpr=1024, vec=8, cache=8 about 500 bytes). The
+ * rest of such a row is streamed: its h is read back, from L2, for the
+ * output. */
 static void default_config(const scree__target *t, const scree__variant *var,
                            const void *args, scree__config *out) {
   (void)t;
@@ -45,10 +46,9 @@ static void default_config(const scree__target *t, const scree__variant *var,
                    scree_dtype_size((scree_dtype)var->v[V_Y]) == 4;
   scree__rowwise_default(a ? a->cols : 4096, ex, out);
   if (wide) scree__rowwise_adapt(out, 2);
-  const int budget = wide ? 32 : 64;
+  const int most = wide && ex == 2 ? 16 : 64 / ex; /* elements of h per thread */
   if (out->v[SCREE__RW_TPR] * out->v[SCREE__RW_ROWS] >= 512)
-    while (out->v[SCREE__RW_CACHE] > 1 &&
-           out->v[SCREE__RW_VEC] * out->v[SCREE__RW_CACHE] * ex > budget)
+    while (out->v[SCREE__RW_CACHE] > 1 && out->v[SCREE__RW_VEC] * out->v[SCREE__RW_CACHE] > most)
       out->v[SCREE__RW_CACHE] /= 2;
 }
 
