@@ -19,7 +19,8 @@ SCREE__REFERENCE(layernorm) {
   const int64_t ys = a->y_stride ? a->y_stride : a->cols;
   for (int64_t r = 0; r < a->rows; r++) {
     double s = 0;
-    for (int64_t c = 0; c < a->cols; c++) s += scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c));
+    for (int64_t c = 0; c < a->cols; c++)
+      s += scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c));
     const double mu = s / (double)a->cols;
     double sq = 0;
     for (int64_t c = 0; c < a->cols; c++) {
