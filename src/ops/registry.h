@@ -15,7 +15,9 @@
   X(softmax, scree_softmax_args)            \
   X(cross_entropy, scree_cross_entropy_args) \
   X(swiglu, scree_swiglu_args)              \
-  X(rope, scree_rope_args)
+  X(rope, scree_rope_args)                  \
+  X(layernorm, scree_layernorm_args)        \
+  X(add_rmsnorm, scree_add_rmsnorm_args)
 
 #define SCREE__OP_EXTERN_(name, type) extern const scree__op scree__op_##name;
 SCREE__OP_LIST(SCREE__OP_EXTERN_)
