@@ -11,7 +11,8 @@
 
 #define SCREE__OP_LIST(X)                   \
   X(rmsnorm, scree_rmsnorm_args)            \
-  X(attention, scree_attention_args)
+  X(attention, scree_attention_args)        \
+  X(ragged_softmax, scree_ragged_softmax_args)
 
 #define SCREE__OP_EXTERN_(name, type) extern const scree__op scree__op_##name;
 SCREE__OP_LIST(SCREE__OP_EXTERN_)
