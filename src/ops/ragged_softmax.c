@@ -398,8 +398,8 @@ static scree_status check_seqlens(scree_context *ctx, const scree_ragged_softmax
   for (size_t b = 0; b + 1 < n && !st; b++) {
     const int64_t len = (int64_t)h[b + 1] - h[b];
     if (len < 0)
-      st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens decreases at %zu (%d then %d)",
-                       b, h[b], h[b + 1]);
+      st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "cu_seqlens decreases at %zu (%d then %d)", b, h[b], h[b + 1]);
     else if (len > a->max_seqlen)
       st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "sequence %zu has %lld tokens, more than max_seqlen=%lld", b,

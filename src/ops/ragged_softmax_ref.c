@@ -29,7 +29,8 @@ SCREE__REFERENCE(ragged_softmax) {
     const int64_t t0 = cu[b], t1 = cu[b + 1];
     if (!m) {
       for (int64_t t = t0; t < t1; t++)
-        for (int64_t c = 0; c < cols; c++) scree__store_elem(y, a->y_dtype, (size_t)(t * ys + c), NAN);
+        for (int64_t c = 0; c < cols; c++)
+          scree__store_elem(y, a->y_dtype, (size_t)(t * ys + c), NAN);
       continue;
     }
     for (int64_t c = 0; c < cols; c++) m[c] = -INFINITY, sum[c] = 0;

@@ -76,7 +76,8 @@ START_TEST(reference_matches_baseline) {
   const int n = (int)(sizeof lens / sizeof lens[0]);
   const long cols[] = {1, 3, 8, 33, 130};
   for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
-    for (int d = 0; d < 3; d++) check_batch(lens, n, cols[i], cols[i], cols[i], dtypes[d], dtypes[d], 0.f);
+    for (int d = 0; d < 3; d++)
+      check_batch(lens, n, cols[i], cols[i], cols[i], dtypes[d], dtypes[d], 0.f);
 }
 END_TEST
 
@@ -99,8 +100,8 @@ START_TEST(packed_equals_per_sequence) {
   for (int i = 0; i < n; i++) cu[i + 1] = cu[i] + (int32_t)lens[i];
   const long T = cu[n], D = 24;
   float *x = malloc(sizeof(float) * (size_t)(T * D));
-  float *yp = malloc(sizeof(float) * (size_t)(T * D)), *ys = malloc(sizeof(float) * (size_t)(T * D));
-  float *y1 = malloc(sizeof(float) * (size_t)(T * D));
+  const size_t bytes = sizeof(float) * (size_t)(T * D);
+  float *yp = malloc(bytes), *ys = malloc(bytes), *y1 = malloc(bytes);
   scree_test_fill(x, SCREE_DTYPE_FP32, (size_t)(T * D), 1.0);
   scree_ragged_softmax_args a = {.batch = n, .total = T, .cols = D, .x_dtype = SCREE_DTYPE_FP32,
                                  .y_dtype = SCREE_DTYPE_FP32};
