@@ -17,7 +17,8 @@
   X(swiglu, scree_swiglu_args)              \
   X(rope, scree_rope_args)                  \
   X(layernorm, scree_layernorm_args)        \
-  X(add_rmsnorm, scree_add_rmsnorm_args)
+  X(add_rmsnorm, scree_add_rmsnorm_args)    \
+  X(ragged_softmax, scree_ragged_softmax_args)
 
 #define SCREE__OP_EXTERN_(name, type) extern const scree__op scree__op_##name;
 SCREE__OP_LIST(SCREE__OP_EXTERN_)

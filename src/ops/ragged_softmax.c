@@ -1,0 +1,483 @@
+/* ragged_softmax.c - softmax along the tokens of each sequence of a packed
+ * batch (per column), the host side: config space and constraints,
+ * defaults, argument checks (cu_seqlens read on the host only with
+ * validation on), the launch, buckets and problems. The kernel is
+ * kernels/ragged_softmax.cu (its header describes the thread mapping and
+ * the passes); the CPU reference ops/ragged_softmax_ref.c. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/rowwise.h"
+
+enum { V_X, V_Y };
+
+static const scree__vfield vfields[] = {
+    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+};
+
+/* The launch shape is rowwise.h's four fields, read along the other axis
+ * (kernels/ragged_softmax.cu): tpr lanes across the columns, each vec
+ * contiguous columns; rows token groups; cache token-vectors per thread
+ * kept in registers (so a CTA reads sequences of up to rows * cache tokens
+ * once). The same constraints hold, and rowwise.cuh asserts them. */
+static int check(const scree__config *c, const scree__variant *var,
+                 const scree__target *t, char *why, size_t n) {
+  (void)t; /* static shared memory only (at most 32 KiB), under every arch's limit */
+  if (!scree__rowwise_check_dtypes(var, 2, why, n) || !scree__rowwise_check(c, why, n)) return 0;
+  /* 1024 threads leave 64 registers per thread; past 16 cached elements
+   * ptxas spills (sm_90, fp16 and fp32). */
+  if (c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS] == 1024 &&
+      c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE] > 16) {
+    scree__set_why(why, n, "tpr*rows=1024 needs vec*cache <= 16 (64 registers per thread)");
+    return 0;
+  }
+  return 1;
+}
+
+static int pow2_ceil(int64_t v) {
+  int p = 1;
+  while (p < v && p < (1 << 30)) p <<= 1;
+  return p;
+}
+
+static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* CTAs below which the default narrows its column block: about two per SM
+ * of a large GPU. */
+#define ENOUGH_CTAS 256
+
+/* Hand-picked default (unmeasured), the same on sm_80 and sm_90:
+ * 16-byte accesses; token groups up to the longest sequence (at most 16);
+ * lanes to cover the row, at most 16 unless the CTA would have fewer than
+ * 128 threads; then, while the grid (batch x column blocks) has fewer than
+ * ENOUGH_CTAS CTAs, fewer lanes (down to 8, keeping 32 threads) and then
+ * narrower vectors (keeping 32 bytes of each token row per CTA); the cache
+ * as deep as the longest sequence needs, within 64 elements per thread. */
+static void default_config(const scree__target *t, const scree__variant *var,
+                           const void *args, scree__config *out) {
+  (void)t;
+  const scree_ragged_softmax_args *a = args;
+  const int64_t cols = a && a->cols > 0 ? a->cols : 4096;
+  const int64_t maxlen = a && a->max_seqlen > 0 ? a->max_seqlen : 1024;
+  const int64_t batch = a && a->batch > 0 ? a->batch : 16;
+  const int es = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
+  memset(out, 0, sizeof *out);
+  int vec = es == 4 ? 4 : 8;
+  const int rows = clampi(pow2_ceil(maxlen), 1, 16);
+  const int lanes = pow2_ceil(cdiv(cols, vec));
+  int tpr = clampi(lanes, 8, 16);
+  while (tpr * rows < 128 && tpr < lanes) tpr *= 2;
+  if (tpr * rows < 32) tpr = 32 / rows;
+  while (batch * cdiv(cols, (int64_t)tpr * vec) < ENOUGH_CTAS) {
+    if (tpr > 8 && tpr / 2 * rows >= 32)
+      tpr /= 2;
+    else if (vec > 1 && vec / 2 * es * tpr >= 32)
+      vec /= 2;
+    else
+      break;
+  }
+  out->v[SCREE__RW_TPR] = tpr;
+  out->v[SCREE__RW_ROWS] = rows;
+  out->v[SCREE__RW_VEC] = vec;
+  out->v[SCREE__RW_CACHE] = clampi(pow2_ceil(cdiv(maxlen, rows)), 1, clampi(64 / vec, 1, 16));
+}
+
+/* log2 of the widest vector (in elements, at most 8) that both pointers
+ * and both row strides allow (trailing zero bits: no division). */
+static int vec_log2(const scree__variant *var, const scree_ragged_softmax_args *a) {
+  int l = 3;
+  l = scree__vlog2_ptr(l, a->x, scree_dtype_size((scree_dtype)var->v[V_X]));
+  l = scree__vlog2_ptr(l, a->y, scree_dtype_size((scree_dtype)var->v[V_Y]));
+  l = scree__vlog2_stride(l, a->x_stride ? a->x_stride : a->cols);
+  return scree__vlog2_stride(l, a->y_stride ? a->y_stride : a->cols);
+}
+
+/* Narrows VEC to what the call's alignment allows. Here VEC is the width
+ * of a lane's column strip and CACHE counts tokens, so the other fields
+ * stay: the CTA's column block narrows (more CTAs) and each thread keeps
+ * the same tokens in fewer registers. */
+static void adapt(scree__config *c, const scree__variant *var, const void *args) {
+  const int widest = 1 << vec_log2(var, args);
+  while (c->v[SCREE__RW_VEC] > widest) c->v[SCREE__RW_VEC] /= 2;
+}
+
+static int adapt_class(const scree__variant *var, const void *args) {
+  return vec_log2(var, args);
+}
+
+/* Grid (batch, column blocks of tpr * vec), block tpr * rows. */
+static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                           const scree__variant *var, const void *args, CUstream stream) {
+  (void)var;
+  const scree_ragged_softmax_args *a = args;
+  if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
+  const int span = c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC];
+  uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
+  int cols = (int)a->cols;
+  long long xs = a->x_stride ? a->x_stride : a->cols;
+  long long ys = a->y_stride ? a->y_stride : a->cols;
+  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
+  float scale_log2 = (float)(s * 1.4426950408889634);
+  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2};
+  const CUresult r = ctx->cu->LaunchKernel(
+      k->fn[0], (unsigned)a->batch, (unsigned)cdiv(a->cols, span), 1,
+      (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 1, 1, 0, stream, params, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax)");
+  return SCREE_OK;
+}
+
+/* ---- tuning hooks ------------------------------------------------------ */
+
+/* Bucket: cols exact; the total tokens and the longest sequence rounded up
+ * to powers of two (the grid grows with the batch and the columns, the
+ * passes a CTA makes with its sequence's length). */
+static const scree__bdim dims[] = {{"cols", 0}, {"total", 1}, {"max_seqlen", 1}};
+
+static void bucket(const scree__variant *var, const void *args, int64_t *d) {
+  (void)var;
+  const scree_ragged_softmax_args *a = args;
+  d[0] = a->cols;
+  d[1] = a->total;
+  d[2] = a->max_seqlen;
+}
+
+/* Tuned on the bucket's largest token count and longest sequence, capped
+ * at 256 MiB of x (past that time per byte no longer changes). The batch
+ * is generated by the problem hook from the seed. */
+static void representative(const scree__bucket *b, const scree__variant *var, int check,
+                           void *args) {
+  (void)check; /* the problem hook sizes check problems itself */
+  scree_ragged_softmax_args *a = args;
+  memset(a, 0, sizeof *a);
+  a->cols = b->v[0];
+  a->x_dtype = (scree_dtype)var->v[V_X];
+  a->y_dtype = (scree_dtype)var->v[V_Y];
+  const int64_t es = (int64_t)scree_dtype_size(a->x_dtype);
+  const int64_t cap = ((int64_t)256 << 20) / (a->cols > 0 ? a->cols * es : 1);
+  a->total = b->v[1] < cap ? b->v[1] : cap > 0 ? cap : 1;
+  a->max_seqlen = b->v[2] < a->total ? b->v[2] : a->total;
+}
+
+/* Skips configs that would mostly idle on this shape: a column block over
+ * twice the (pow2) row, token groups past the longest sequence, or a
+ * register cache of which half would cover the longest sequence. */
+static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
+  (void)var;
+  const scree_ragged_softmax_args *a = args;
+  const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
+  const int rows = c->v[SCREE__RW_ROWS], cache = c->v[SCREE__RW_CACHE];
+  if ((int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] > 2 * (int64_t)pow2_ceil(a->cols))
+    return 0;
+  if (rows > longest) return 0;
+  if (cache > 1 && (int64_t)rows * (cache / 2) >= longest) return 0;
+  return 1;
+}
+
+/* ---- problems ------------------------------------------------------------ */
+
+#define MAX_SEQS (1 << 20)
+
+/* The tuning batch: the first sequence at the longest length, the rest
+ * log-uniform in [longest / 8, longest], until the total (the last one
+ * trimmed). Deterministic per seed. */
+static int gen_tune_lens(int64_t total, int64_t longest, uint64_t seed, int64_t *l, int cap) {
+  if (longest < 1) longest = 1;
+  if (total < longest) total = longest;
+  int64_t sum = 0;
+  int n = 0;
+  uint64_t s = seed | 1;
+  while (n < cap && sum < total) {
+    int64_t v = longest;
+    if (n > 0) {
+      const double u = (double)(scree__rand(&s) >> 11) / 9007199254740992.0;
+      v = (int64_t)(exp(log((double)longest / 8) + u * log(8.0)) + 0.5);
+      if (v < 1) v = 1;
+      if (v > longest) v = longest;
+    }
+    if (v > total - sum) v = total - sum;
+    l[n++] = v;
+    sum += v;
+  }
+  return n;
+}
+
+/* The check batch: lengths 0 and 1, one long sequence, and lengths just
+ * off the token tiles rows * cache (powers of two up to 256), each capped
+ * at the longest length (1000 when not given); taken in this order while they fit a budget of
+ * about 2^24 elements (at least 256 tokens), so the CPU reference stays
+ * well under a second. */
+static int gen_check_lens(int64_t cols, int64_t longest, int64_t *l) {
+  static const int64_t want[] = {0,  1,  -1, 17, 2,  65,  129, 257, 0,   3,   16, 15,
+                                 33, 64, 63, 128, 127, 31, 32, 255, 256, 7};
+  int64_t budget = ((int64_t)1 << 24) / cols;
+  if (budget < 256) budget = 256;
+  if (longest < 1) longest = 1000; /* not given */
+  int64_t lng = longest < 1000 ? longest : 1000;
+  if (lng > budget / 2) lng = budget / 2;
+  int n = 0;
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    int64_t v = want[i] < 0 ? lng : want[i];
+    if (v > longest) v = longest;
+    if (v > budget) continue;
+    budget -= v;
+    l[n++] = v;
+  }
+  return n;
+}
+
+static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
+                   const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
+  scree_ragged_softmax_args *a = (scree_ragged_softmax_args *)p->args;
+  memcpy(a, args, sizeof *a);
+  if (a->cols < 1 || a->cols > 65536) {
+    scree__set_why(why, why_size, "cols=%lld: need 1 <= cols <= 65536", (long long)a->cols);
+    return -1;
+  }
+  a->x_dtype = (scree_dtype)var->v[V_X];
+  a->y_dtype = (scree_dtype)var->v[V_Y];
+  /* Packed rows: every element of y is an output the reference writes. */
+  a->x_stride = a->y_stride = 0;
+  int64_t *l = malloc(MAX_SEQS * sizeof *l);
+  if (!l) {
+    scree__set_why(why, why_size, "out of memory");
+    return -1;
+  }
+  int n;
+  if (lens) {
+    n = lens->n < MAX_SEQS ? lens->n : MAX_SEQS;
+    for (int i = 0; i < n; i++) l[i] = lens->q[i];
+  } else if (check) {
+    n = gen_check_lens(a->cols, a->max_seqlen, l);
+  } else {
+    n = gen_tune_lens(a->total, a->max_seqlen, seed, l, MAX_SEQS);
+  }
+  int32_t *cu = malloc((size_t)(n + 1) * sizeof *cu);
+  if (!cu) {
+    free(l);
+    scree__set_why(why, why_size, "out of memory");
+    return -1;
+  }
+  int64_t sum = 0, mx = 0, mn = INT64_MAX;
+  cu[0] = 0;
+  for (int i = 0; i < n; i++) {
+    if (l[i] < 0 || sum + l[i] > 0x7fffffff) {
+      scree__set_why(why, why_size, "length %lld of sequence %d: lengths must be >= 0 and sum "
+                     "below 2^31", (long long)l[i], i);
+      free(l), free(cu);
+      return -1;
+    }
+    sum += l[i];
+    cu[i + 1] = (int32_t)sum;
+    if (l[i] > mx) mx = l[i];
+    if (l[i] < mn) mn = l[i];
+  }
+  free(l);
+  a->batch = n;
+  a->total = sum;
+  a->max_seqlen = mx;
+  const size_t elems = (size_t)a->total * (size_t)a->cols;
+  scree__buf *b;
+  scree__problem_buf(p, "x", SCREE__BUF_IN, a->x_dtype, elems,
+                     offsetof(scree_ragged_softmax_args, x));
+  b = scree__problem_buf(p, "cu_seqlens", SCREE__BUF_HOST_IN, SCREE__DTYPE_I32, (size_t)n + 1,
+                         offsetof(scree_ragged_softmax_args, cu_seqlens));
+  b->host = cu;
+  /* 16-bit outputs: one rounding of the dtype (scree__tolerance). fp32
+   * outputs: the fp32 exponent z = x * scale * log2(e) carries a relative
+   * error of a few 2^-24, an absolute one of |z| times that (|z| reaches a
+   * few tens on the shaped inputs), ex2.approx adds 2 ulp and the fp32 sums
+   * over up to thousands of terms their rounding: 1e-4 relative. */
+  b = scree__problem_buf(p, "y", SCREE__BUF_OUT, a->y_dtype, elems,
+                         offsetof(scree_ragged_softmax_args, y));
+  if (a->y_dtype == SCREE_DTYPE_FP32) b->rtol = 1e-4, b->atol = 1e-6;
+  /* x read once, y written once, cu_seqlens read. */
+  p->bytes = (double)elems * (double)(scree_dtype_size(a->x_dtype) +
+                                      scree_dtype_size(a->y_dtype)) +
+             (double)(n + 1) * 4;
+  snprintf(p->desc, sizeof p->desc, "%d sequences, %lld tokens, lengths %lld..%lld, cols %lld",
+           n, (long long)a->total, (long long)(n ? mn : 0), (long long)mx, (long long)a->cols);
+  return 0;
+}
+
+/* Random tokens look alike, so a kernel that dropped a token from a sum
+ * (an off-by-one at a tile edge, the streamed part, the last token) would
+ * change the results by only about 1/length. Make the tokens a mistake
+ * most likely drops weigh more: the first of every 16 (tile edges), the
+ * last quarter of each sequence (streamed past the cache) and the last
+ * token; and give each sequence its own spread (x scaled by 1/2 .. 2), so
+ * tokens taken from the wrong sequence show too. */
+static void shape_inputs(const void *args, void *const *h) {
+  const scree_ragged_softmax_args *a = args;
+  const int32_t *cu = h[1];
+  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
+  for (int64_t b = 0; b < a->batch; b++) {
+    const int64_t len = (int64_t)cu[b + 1] - cu[b];
+    const double f = 0.5 * (double)(1 + b % 4);
+    for (int64_t p = 0; p < len; p++) {
+      double bump = 0;
+      if (p % 16 == 0) bump += 1;
+      if (p >= len - len / 4) bump += 1;
+      if (p == len - 1) bump += 2;
+      for (int64_t c = 0; c < a->cols; c++) {
+        const size_t i = (size_t)((cu[b] + p) * xs + c);
+        scree__store_elem(h[0], a->x_dtype, i, f * scree__load_elem(h[0], a->x_dtype, i) + bump);
+      }
+    }
+  }
+}
+
+SCREE__REFERENCE(ragged_softmax); /* ops/ragged_softmax_ref.c */
+
+static const scree__impl impls[] = {{
+    .name = "generic",
+    .source = "ragged_softmax.cu",
+    .entries = {"scree_ragged_softmax"},
+    .min_sm = 80,
+    .nfields = SCREE__RW_NFIELDS,
+    .fields = scree__rowwise_fields,
+    .check = check,
+    .adapt = adapt,
+    .worth_timing = worth_timing,
+    .launch = launch,
+}};
+
+static const scree__sfield shape[] = {
+    {"batch", offsetof(scree_ragged_softmax_args, batch)},
+    {"total", offsetof(scree_ragged_softmax_args, total)},
+    {"max_seqlen", offsetof(scree_ragged_softmax_args, max_seqlen)},
+    {"cols", offsetof(scree_ragged_softmax_args, cols)},
+};
+
+static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
+                             scree__variant *var, int *skip);
+
+const scree__op scree__op_ragged_softmax = {
+    .name = "ragged_softmax",
+    .args_size = sizeof(scree_ragged_softmax_args),
+    .nimpls = 1,
+    .impls = impls,
+    .nvfields = 2,
+    .vfields = vfields,
+    .causal_vfield = -1,
+    .ndims = 3,
+    .dims = dims,
+    .nshape = 4,
+    .shape = shape,
+    .validate = validate,
+    .bucket = bucket,
+    .adapt_class = adapt_class,
+    .default_config = default_config,
+    .representative = representative,
+    .problem = problem,
+    .shape_inputs = shape_inputs,
+    .reference = scree__ref_ragged_softmax,
+};
+
+/* ---- the public entry point -------------------------------------------- */
+
+/* Validation on: cu_seqlens copied to the host and checked. */
+static scree_status check_seqlens(scree_context *ctx, const scree_ragged_softmax_args *a,
+                                  CUstream stream) {
+  const size_t n = (size_t)a->batch + 1;
+  int32_t *h = malloc(n * sizeof *h);
+  if (!h) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: cu_seqlens copy");
+  const int pushed = scree__ctx_enter(ctx);
+  CUresult r = ctx->cu->StreamSynchronize(stream);
+  if (!r) r = ctx->cu->MemcpyDtoH(h, a->cu_seqlens, n * sizeof *h);
+  scree__ctx_leave(ctx, pushed);
+  scree_status st = SCREE_OK;
+  if (r) st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "validate: reading cu_seqlens");
+  if (!st && h[0] != 0)
+    st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens[0]=%d must be 0", h[0]);
+  for (size_t b = 0; b + 1 < n && !st; b++) {
+    const int64_t len = (int64_t)h[b + 1] - h[b];
+    if (len < 0)
+      st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "cu_seqlens decreases at %zu (%d then %d)", b, h[b], h[b + 1]);
+    else if (len > a->max_seqlen)
+      st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "sequence %zu has %lld tokens, more than max_seqlen=%lld", b,
+                       (long long)len, (long long)a->max_seqlen);
+  }
+  if (!st && h[n - 1] != a->total)
+    st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                     "cu_seqlens[batch]=%d differs from total=%lld", h[n - 1],
+                     (long long)a->total);
+  free(h);
+  return st;
+}
+
+static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
+                             scree__variant *var, int *skip) {
+  const scree_ragged_softmax_args *a = args;
+  if (scree__arg_float_dtype(ctx, "x_dtype", a->x_dtype) ||
+      scree__arg_float_dtype(ctx, "y_dtype", a->y_dtype))
+    return SCREE_ERROR_UNSUPPORTED;
+  if (a->cols < 1)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cols=%lld must be at least 1",
+                       (long long)a->cols);
+  if (a->cols > 65536)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "cols=%lld exceeds the supported maximum 65536", (long long)a->cols);
+  const struct {
+    const char *name;
+    int64_t v;
+  } counts[] = {{"batch", a->batch}, {"total", a->total}, {"max_seqlen", a->max_seqlen}};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    if (counts[i].v < 0 || counts[i].v > 0x7fffffff) /* cu_seqlens are int32 */
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld must be in [0, 2^31)",
+                         counts[i].name, (long long)counts[i].v);
+  if (a->total > 0 && a->max_seqlen == 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "max_seqlen is 0 but total=%lld tokens are present", (long long)a->total);
+  if (a->batch == 0 && a->total > 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "batch is 0 but total=%lld",
+                       (long long)a->total);
+  if (!isfinite(a->scale))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "scale=%g is not finite",
+                       (double)a->scale);
+  const int64_t xs = scree__arg_stride(ctx, "x_stride", a->x_stride, a->cols);
+  if (xs < 0) return SCREE_ERROR_INVALID_ARGUMENT;
+  const int64_t ys = scree__arg_stride(ctx, "y_stride", a->y_stride, a->cols);
+  if (ys < 0) return SCREE_ERROR_INVALID_ARGUMENT;
+  if (a->batch == 0 || a->total == 0) { /* every sequence empty: nothing to write */
+    *skip = 1;
+    return SCREE_OK;
+  }
+  scree_status st;
+  if ((st = scree__arg_elem_ptr(ctx, "x", a->x, a->x_dtype)) ||
+      (st = scree__arg_elem_ptr(ctx, "y", a->y, a->y_dtype)) ||
+      (st = scree__arg_ptr(ctx, "cu_seqlens", a->cu_seqlens, 4)))
+    return st;
+  uint64_t xlo, xhi, ylo, yhi, clo, chi;
+  if (!scree__byte_range(a->x, a->total, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
+      !scree__byte_range(a->y, a->total, a->cols, ys, scree_dtype_size(a->y_dtype), &ylo, &yhi))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "total=%lld x stride overflows the address space", (long long)a->total);
+  if (!scree__byte_range(a->cu_seqlens, 1, a->batch + 1, 1, 4, &clo, &chi))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "cu_seqlens (batch=%lld) extends past the address space",
+                       (long long)a->batch);
+  if (a->y == a->x) {
+    if (scree_dtype_size(a->x_dtype) != scree_dtype_size(a->y_dtype) || xs != ys)
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                         "y == x (in place) needs equal element sizes and strides");
+  } else if (scree__overlaps(ylo, yhi, xlo, xhi)) {
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "y=0x%llx partially overlaps x=0x%llx",
+                       (unsigned long long)a->y, (unsigned long long)a->x);
+  }
+  if (scree__overlaps(ylo, yhi, clo, chi))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "y=0x%llx overlaps cu_seqlens=0x%llx",
+                       (unsigned long long)a->y, (unsigned long long)a->cu_seqlens);
+  if (ctx->validate && ctx->cu && (st = check_seqlens(ctx, a, stream))) return st;
+  memset(var, 0, sizeof *var);
+  var->v[V_X] = a->x_dtype;
+  var->v[V_Y] = a->y_dtype;
+  return SCREE_OK;
+}
