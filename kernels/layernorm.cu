@@ -159,7 +159,14 @@ scree_layernorm(const xt *x, const wt *__restrict__ w, const wt *__restrict__ b,
         for (int e = 0; e < SCREE_VEC; e++) s += scree_to_float(a.v[e]);
       }
     }
-    const float mu0 = scree_row_sum(s, scratch) * inv_cols;
+    /* mu0 and corr are rounded explicitly (__fmul_rn: mul.rn, which ptxas
+     * never fuses). A plain product may be fused into a later x - mu0 as
+     * fma(-sum, inv_cols, x), i.e. with mu0 unrounded, in some code paths
+     * and not others (seen: the tail's, where NVVM recomputes the product
+     * next to the subtraction). Step 2's sum of d must see the same mu0 as
+     * step 3's output, or the half ulp of mu0 the correction was to take
+     * out (6e-5 on an fp32 row of mean 1024) reaches y. */
+    const float mu0 = __fmul_rn(scree_row_sum(s, scratch), inv_cols);
 
     /* Step 2: deviations from mu0, their sum and sum of squares. */
     float sd = 0.f, sq = 0.f;
@@ -193,7 +200,7 @@ scree_layernorm(const xt *x, const wt *__restrict__ w, const wt *__restrict__ b,
       }
     }
     scree_row_sum2(sd, sq, scratch2);
-    const float corr = sd * inv_cols;
+    const float corr = __fmul_rn(sd, inv_cols);
     const float var = fmaxf(fmaf(sq, inv_cols, -corr * corr), 0.f);
     const float r = 1.0f / sqrtf(var + eps);
 

@@ -27,6 +27,7 @@ SCREE__REFERENCE(ragged_softmax);
 
 static scree_context *ctx;
 static const scree__op *op;
+static CUstream stream; /* the harness's checked runs (check_configs) */
 
 typedef struct dt2 {
   scree_dtype x, y;
@@ -47,9 +48,17 @@ static const int64_t L_LONG[] = {5000, 7, 1};
 static const int64_t L_ONE[] = {1};
 #define N(a) ((int)(sizeof a / sizeof a[0]))
 
+/* The harness (scree__run_make, _check, _free) calls the driver directly
+ * and needs the primary context current on this thread: made current here,
+ * for the whole (unforked) run, as the other GPU tests do. */
 static void setup(void) {
   ctx = scree_test_gpu_context();
   op = scree__op_find("ragged_softmax");
+  scree__ctx_enter(ctx);
+  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
+    fprintf(stderr, "cuStreamCreate failed\n");
+    exit(1);
+  }
 }
 
 static scree__variant variant_of(dt2 d) {
@@ -340,7 +349,7 @@ static int check_configs(dt2 d, int64_t cols, const scree__config *cfgs, int n) 
     scree__config_str(op, &cfgs[i], cs, sizeof cs);
     if (!scree__config_check(op, &cfgs[i], &var, &t, why, sizeof why)) continue;
     adapted u = {&cfgs[i], &var};
-    st = scree__run_check(ctx, &r, run_adapted, &u, NULL, 60000, why, sizeof why);
+    st = scree__run_check(ctx, &r, run_adapted, &u, stream, 60000, why, sizeof why);
     ck_assert_msg(st == SCREE_OK, "%s %s->%s cols=%lld: %s", cs, scree_dtype_name(d.x),
                   scree_dtype_name(d.y), (long long)cols, why);
     ran++;
