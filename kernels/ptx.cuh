@@ -1,5 +1,6 @@
 /*
- * ptx.cuh - small inline-PTX wrappers shared by the attention kernels.
+ * ptx.cuh - small inline-PTX wrappers shared by the attention kernels (and
+ * the ragged softmax's staged copies and exp2).
  *
  * scree compiles with NVRTC and includes no CUDA header (see common.cuh), so
  * the few tensor-core, shared-memory and async-copy instructions the
@@ -87,6 +88,17 @@ __device__ __forceinline__ void scree_cp_async16(unsigned saddr, const void *gpt
                                                  int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(saddr), "l"(gptr),
                "r"(src_bytes));
+}
+/* BYTES (4, 8 or 16) global -> shared, with the same zero-fill: 16 bytes
+ * bypass L1 (.cg); 4 and 8 can only go through it (.ca). */
+template <int BYTES>
+__device__ __forceinline__ void scree_cp_async(unsigned saddr, const void *gptr, int src_bytes) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (BYTES == 16)
+    scree_cp_async16(saddr, gptr, src_bytes);
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(saddr), "l"(gptr),
+                 "n"(BYTES), "r"(src_bytes));
 }
 __device__ __forceinline__ void scree_cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");

@@ -58,105 +58,19 @@
  * the cached tokens are written after the barriers, so after every read of
  * the CTA, and each streamed token is read before it is written.
  *
+ * The shared-memory implementation (ragged_softmax_smem.cu) reads longer
+ * sequences once; the helpers both use are in ragged_softmax.cuh.
+ *
  * Test alone: ctest -R ragged_softmax    Bench: build/bench/bench_ops --op ragged_softmax
  */
 
 #include "rowwise.cuh"
-
-typedef scree_dtype_of<SCREE_X_DTYPE>::type xt;
-typedef scree_dtype_of<SCREE_Y_DTYPE>::type yt;
-typedef scree_vec<yt, SCREE_VEC> yv;
-typedef scree_vec<float, SCREE_VEC> fv;
+#include "ptx.cuh"
+#include "ragged_softmax.cuh"
 
 /* 1024 threads leave 64 registers each: room for 16 cached elements. */
 static_assert(SCREE_THREADS < 1024 || SCREE_VEC * SCREE_CACHE <= 16,
               "1024 threads need VEC * CACHE <= 16 (64 registers per thread)");
-
-/* Columns of one CTA. */
-#define SCREE_SPAN (SCREE_TPR * SCREE_VEC)
-/* Bytes of one lane's access. */
-#define SCREE_VBYTES (SCREE_VEC * (int)sizeof(xt))
-/* Streamed token-vectors loaded before any is used: 32 bytes in flight
- * per thread (16 for 2-byte vectors), so that the streamed passes need
- * few registers beyond the cache. */
-#define SCREE_CHUNK (SCREE_VBYTES >= 32 ? 1 : SCREE_VBYTES >= 16 ? 2 : SCREE_VBYTES >= 8 ? 4 : 8)
-
-#define SCREE_NEG_INF (-__int_as_float(0x7f800000))
-
-/* A token's VEC elements of x as loaded: raw 32-bit words (two 16-bit
- * elements each), or one 16-bit word for a single 16-bit element. Kept so,
- * 16-bit elements take half a register each; each use converts them (a
- * shift or one cvt), where a vector of scree_half would give every element
- * a register of its own. */
-template <int BYTES> struct scree_rs_word { typedef unsigned type; };
-template <> struct scree_rs_word<2> { typedef unsigned short type; };
-typedef scree_rs_word<SCREE_VBYTES>::type wt;
-#define SCREE_WORDS (SCREE_VBYTES / (int)sizeof(wt))
-typedef scree_vec<wt, SCREE_WORDS> rv;
-/* x's elements as raw bits, for the element-wise path. */
-typedef scree_rs_word<(int)sizeof(xt)>::type xbits;
-
-/* Element e (a constant after unrolling) of a raw vector, as fp32. */
-__device__ __forceinline__ float scree_rs_elem(const rv &r, int e) {
-#if SCREE_X_DTYPE == 0
-  return __uint_as_float(r.v[e]);
-#else
-  unsigned w;
-  if constexpr (SCREE_WORDS * sizeof(wt) == 2)
-    w = r.v[0];
-  else
-    w = e & 1 ? r.v[e >> 1] >> 16 : r.v[e >> 1] & 0xffffu;
-#if SCREE_X_DTYPE == 2
-  return __uint_as_float(w << 16);
-#else
-  scree_half h;
-  h.bits = (unsigned short)w;
-  return scree_to_float(h);
-#endif
-#endif
-}
-
-/* One token's VEC columns: a vector access when all nc are inside the row,
- * else element by element (the rest zero). nc >= 1. */
-__device__ __forceinline__ rv scree_rs_load(const xt *p, int nc) {
-  if (nc >= SCREE_VEC) return *reinterpret_cast<const rv *>(p);
-  const xbits *q = reinterpret_cast<const xbits *>(p);
-  rv r;
-#pragma unroll
-  for (int i = 0; i < SCREE_WORDS; i++) r.v[i] = 0;
-#pragma unroll
-  for (int e = 0; e < SCREE_VEC; e++)
-    if (e < nc) {
-      if constexpr (sizeof(xbits) == sizeof(wt))
-        r.v[e] = q[e];
-      else
-        r.v[e >> 1] |= (unsigned)q[e] << (16 * (e & 1));
-    }
-  return r;
-}
-__device__ __forceinline__ void scree_rs_store(yt *p, const yv &v, int nc) {
-  if (nc >= SCREE_VEC) {
-    *reinterpret_cast<yv *>(p) = v;
-    return;
-  }
-#pragma unroll
-  for (int e = 0; e < SCREE_VEC; e++)
-    if (e < nc) p[e] = v.v[e];
-}
-
-/* y = 2^(z - m) * inv per column, z = x * sl. */
-__device__ __forceinline__ yv scree_rs_out(const rv &a, float sl, const float (&m)[SCREE_VEC],
-                                           const float (&inv)[SCREE_VEC]) {
-  yv o;
-#pragma unroll
-  for (int e = 0; e < SCREE_VEC; e++)
-    o.v[e] = scree_from_float<yt>(scree_exp2(scree_rs_elem(a, e) * sl - m[e]) * inv[e]);
-  return o;
-}
-
-/* The maximum safe to subtract: -inf (nothing finite seen) becomes 0, so
- * that -inf - max is -inf (a term 0) rather than NaN. */
-__device__ __forceinline__ float scree_rs_safe(float m) { return m == SCREE_NEG_INF ? 0.f : m; }
 
 /* x and y carry no __restrict__: they may be the same buffer (in place). */
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
@@ -202,34 +116,12 @@ scree_ragged_softmax(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int
       if (k < ntok) {
 #pragma unroll
         for (int e = 0; e < SCREE_VEC; e++)
-          s[e] += scree_exp2(scree_rs_elem(cache[k], e) * sl - ms[e]);
+          s[e] += scree_ex2(scree_rs_elem(cache[k], e) * sl - ms[e]);
       }
   }
 
-  /* The streamed tokens, CHUNK at a time: per column, the chunk's max, one
-   * rescale of the running sum (2^0 = 1 where the max stays), then the
-   * chunk's terms. */
-#pragma unroll 1
-  for (int k0 = SCREE_CACHE; k0 < ntok; k0 += SCREE_CHUNK) {
-    rv buf[SCREE_CHUNK];
-#pragma unroll
-    for (int j = 0; j < SCREE_CHUNK; j++)
-      if (k0 + j < ntok) buf[j] = scree_rs_load(xg + (k0 + j) * step, nc);
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) {
-      float cm = m[e];
-#pragma unroll
-      for (int j = 0; j < SCREE_CHUNK; j++)
-        if (k0 + j < ntok) cm = fmaxf(cm, scree_rs_elem(buf[j], e) * sl);
-      const float ms = scree_rs_safe(cm);
-      float t = s[e] * scree_exp2(m[e] - ms);
-#pragma unroll
-      for (int j = 0; j < SCREE_CHUNK; j++)
-        if (k0 + j < ntok) t += scree_exp2(scree_rs_elem(buf[j], e) * sl - ms);
-      s[e] = t;
-      m[e] = cm;
-    }
-  }
+  /* The streamed tokens. */
+  scree_rs_stream(xg, step, SCREE_CACHE, ntok, nc, sl, m, s);
 
   /* (2) Across the token groups, per column: the max, then the sums
    * rescaled to it. Idle threads hold {-inf, 0}, which changes neither. */
@@ -253,7 +145,7 @@ scree_ragged_softmax(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int
     __syncthreads(); /* every read of the maxima done before the sums overwrite them */
 #pragma unroll
     for (int e = 0; e < SCREE_VEC; e++)
-      mine.v[e] = m[e] == gm[e] ? s[e] : s[e] * scree_exp2(m[e] - scree_rs_safe(gm[e]));
+      mine.v[e] = m[e] == gm[e] ? s[e] : s[e] * scree_ex2(m[e] - scree_rs_safe(gm[e]));
     red[group][lane] = mine;
     __syncthreads();
 #pragma unroll
@@ -281,16 +173,5 @@ scree_ragged_softmax(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int
       scree_rs_store(yg + k * ystep, scree_rs_out(cache[k], sl, m, inv), nc);
     }
   /* The streamed tokens again, last first. */
-#pragma unroll 1
-  for (int k1 = ntok; k1 > SCREE_CACHE; k1 -= SCREE_CHUNK) {
-    rv buf[SCREE_CHUNK];
-#pragma unroll
-    for (int j = 0; j < SCREE_CHUNK; j++)
-      if (k1 - 1 - j >= SCREE_CACHE)
-        buf[j] = scree_rs_load(xg + (k1 - 1 - j) * step, nc);
-#pragma unroll
-    for (int j = 0; j < SCREE_CHUNK; j++)
-      if (k1 - 1 - j >= SCREE_CACHE)
-        scree_rs_store(yg + (k1 - 1 - j) * ystep, scree_rs_out(buf[j], sl, m, inv), nc);
-  }
+  scree_rs_stream_out(xg, yg, step, ystep, SCREE_CACHE, ntok, nc, sl, m, inv);
 }

@@ -114,6 +114,27 @@ typedef struct scree__cu_api {
                              void **extra);
 } scree__cu_api;
 
+/* cuLaunchKernelEx's configuration (CUlaunchConfig, CUlaunchAttribute in
+ * cuda.h, same layout): the launch and a list of attributes, of which scree
+ * uses the thread block cluster's shape. */
+#define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
+typedef struct scree__cu_launch_attr {
+  int id;
+  char pad[4];
+  union {
+    char pad[64];
+    struct {
+      unsigned x, y, z;
+    } cluster_dim;
+  } value;
+} scree__cu_launch_attr;
+typedef struct scree__cu_launch_config {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, smem;
+  CUstream stream;
+  scree__cu_launch_attr *attrs;
+  unsigned nattrs;
+} scree__cu_launch_config;
+
 typedef int nvrtcResult;
 typedef struct _nvrtcProgram *nvrtcProgram;
 #define NVRTC_SUCCESS 0

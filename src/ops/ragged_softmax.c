@@ -59,10 +59,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
  * ENOUGH_CTAS CTAs, fewer lanes (down to 8, keeping 32 threads) and then
  * narrower vectors (keeping 32 bytes of each token row per CTA); the cache
  * as deep as the longest sequence needs, within 64 elements per thread. */
-static void default_config(const scree__target *t, const scree__variant *var,
-                           const void *args, scree__config *out) {
-  (void)t;
-  const scree_ragged_softmax_args *a = args;
+static void generic_default(const scree__variant *var, const scree_ragged_softmax_args *a,
+                            scree__config *out) {
   const int64_t cols = a && a->cols > 0 ? a->cols : 4096;
   const int64_t maxlen = a && a->max_seqlen > 0 ? a->max_seqlen : 1024;
   const int64_t batch = a && a->batch > 0 ? a->batch : 16;
@@ -88,6 +86,116 @@ static void default_config(const scree__target *t, const scree__variant *var,
   out->v[SCREE__RW_CACHE] = clampi(pow2_ceil(cdiv(maxlen, rows)), 1, clampi(64 / vec, 1, 16));
 }
 
+/* ---- the shared-memory implementation (kernels/ragged_softmax_smem.cu) --- */
+
+enum { S_TPR, S_ROWS, S_VEC, S_STOK, S_SPLIT, S_NFIELDS };
+
+static const scree__field smem_fields[S_NFIELDS] = {
+    {"tpr", "SCREE_TPR", 3, {2, 4, 8}},
+    {"rows", "SCREE_ROWS", 6, {16, 32, 64, 128, 256, 512}},
+    {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
+    {"stok", "SCREE_STOK", 6, {256, 512, 1024, 2048, 4096, 8192}},
+    {"split", "SCREE_SPLIT", 4, {1, 2, 4, 8}},
+};
+
+/* Bytes of one staged token (a CTA's column strip of x). */
+static size_t smem_token_bytes(const scree__config *c, const scree__variant *var) {
+  return (size_t)c->v[S_TPR] * (size_t)c->v[S_VEC] *
+         scree_dtype_size((scree_dtype)var->v[V_X]);
+}
+
+/* The largest stage: STOK tokens (the loader opts in to it; a launch
+ * takes what the call's longest sequence needs). */
+static size_t smem_bytes(const scree__config *c, const scree__variant *var) {
+  return (size_t)c->v[S_STOK] * smem_token_bytes(c, var);
+}
+
+/* The kernel's static reduction buffer: one (max, sum) per warp, lane and
+ * column, when there are several warps. */
+static size_t smem_red_bytes(const scree__config *c) {
+  const int warps = c->v[S_TPR] * c->v[S_ROWS] / 32;
+  const size_t lanes = (size_t)c->v[S_TPR] * (size_t)c->v[S_VEC] * 8;
+  return (warps > 1 ? (size_t)warps * lanes : 0) + (c->v[S_SPLIT] > 1 ? lanes : 0);
+}
+
+static int smem_threads(const scree__config *c) { return c->v[S_TPR] * c->v[S_ROWS]; }
+
+/* Mirrors the kernel's static_asserts, and the stage and the reduction
+ * buffer within what a CTA may opt in to on the target. */
+static int smem_check(const scree__config *c, const scree__variant *var,
+                      const scree__target *t, char *why, size_t n) {
+  if (!scree__rowwise_check_dtypes(var, 2, why, n)) return 0;
+  const int tpr = c->v[S_TPR], rows = c->v[S_ROWS], vec = c->v[S_VEC], stok = c->v[S_STOK];
+  if (tpr != 2 && tpr != 4 && tpr != 8) {
+    scree__set_why(why, n, "tpr=%d: must be 2, 4 or 8", tpr);
+    return 0;
+  }
+  if (rows < 16 || rows > 512 || (rows & (rows - 1))) {
+    scree__set_why(why, n, "rows=%d: must be a power of two in [16, 512]", rows);
+    return 0;
+  }
+  if (tpr * rows < 32 || tpr * rows > 1024) {
+    scree__set_why(why, n, "tpr*rows=%d: must be in [32, 1024]", tpr * rows);
+    return 0;
+  }
+  if (vec != 1 && vec != 2 && vec != 4 && vec != 8) {
+    scree__set_why(why, n, "vec=%d: must be 1, 2, 4 or 8", vec);
+    return 0;
+  }
+  if (stok < rows || stok > 8192 || (stok & (stok - 1))) {
+    scree__set_why(why, n, "stok=%d: must be a power of two in [rows=%d, 8192]", stok, rows);
+    return 0;
+  }
+  const int split = c->v[S_SPLIT];
+  if (split != 1 && split != 2 && split != 4 && split != 8) {
+    scree__set_why(why, n, "split=%d: must be 1, 2, 4 or 8", split);
+    return 0;
+  }
+  if (split > 1 && t->sm < 90) {
+    scree__set_why(why, n, "split=%d: thread block clusters need sm_90, not sm_%d", split, t->sm);
+    return 0;
+  }
+  const size_t need = smem_bytes(c, var) + smem_red_bytes(c);
+  if (need > (size_t)t->smem_optin) {
+    scree__set_why(why, n, "stok=%d tokens of %zu bytes: %zu bytes of shared memory, past the "
+                   "%d a CTA may use on sm_%d", stok, smem_token_bytes(c, var), need,
+                   t->smem_optin, t->sm);
+    return 0;
+  }
+  return 1;
+}
+
+/* The fastest of the H100 sweep on the long-sequence cases (bench/results/
+ * h100-rowwise-sweep-ragged_softmax.csv): 16-byte accesses, a strip of 32
+ * bytes (two lanes), 128 threads; the stage as long as the longest
+ * sequence (256 to 4096 tokens: 128 KiB at most, within sm_80's limit). */
+static void smem_default(const scree__variant *var, const scree_ragged_softmax_args *a,
+                         scree__config *out) {
+  const int es = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
+  const int64_t maxlen = a && a->max_seqlen > 0 ? a->max_seqlen : 1024;
+  memset(out, 0, sizeof *out);
+  out->impl = 1;
+  out->v[S_TPR] = 2;
+  out->v[S_ROWS] = 64;
+  out->v[S_VEC] = 16 / es;
+  out->v[S_STOK] = clampi(pow2_ceil(maxlen), 256, 4096);
+  out->v[S_SPLIT] = 1;
+}
+
+/* Sequences the register kernel holds whole (16 groups x 16 tokens) take
+ * it; longer ones the shared-memory stage. */
+#define GENERIC_MAX_TOKENS 256
+
+static void default_config(const scree__target *t, const scree__variant *var,
+                           const void *args, scree__config *out) {
+  (void)t;
+  const scree_ragged_softmax_args *a = args;
+  if (a && a->max_seqlen > GENERIC_MAX_TOKENS)
+    smem_default(var, a, out);
+  else
+    generic_default(var, a, out);
+}
+
 /* log2 of the widest vector (in elements, at most 8) that both pointers
  * and both row strides allow (trailing zero bits: no division). */
 static int vec_log2(const scree__variant *var, const scree_ragged_softmax_args *a) {
@@ -105,6 +213,12 @@ static int vec_log2(const scree__variant *var, const scree_ragged_softmax_args *
 static void adapt(scree__config *c, const scree__variant *var, const void *args) {
   const int widest = 1 << vec_log2(var, args);
   while (c->v[SCREE__RW_VEC] > widest) c->v[SCREE__RW_VEC] /= 2;
+}
+/* The same for the shared-memory implementation (a narrower strip, the
+ * same tokens). */
+static void smem_adapt(scree__config *c, const scree__variant *var, const void *args) {
+  const int widest = 1 << vec_log2(var, args);
+  while (c->v[S_VEC] > widest) c->v[S_VEC] /= 2;
 }
 
 static int adapt_class(const scree__variant *var, const void *args) {
@@ -129,6 +243,50 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
       k->fn[0], (unsigned)a->batch, (unsigned)cdiv(a->cols, span), 1,
       (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 1, 1, 0, stream, params, NULL);
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax)");
+  return SCREE_OK;
+}
+
+/* Grid (batch * split, column blocks of tpr * vec), block tpr * rows,
+ * clusters of split CTAs along x (cuLaunchKernelEx) when split > 1, and a
+ * stage of a CTA's part of the longest sequence (rounded up to the
+ * groups), at most stok. */
+static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
+                                const scree__config *c, const scree__variant *var,
+                                const void *args, CUstream stream) {
+  const scree_ragged_softmax_args *a = args;
+  if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
+  const int tpr = c->v[S_TPR], rows = c->v[S_ROWS], stok = c->v[S_STOK], split = c->v[S_SPLIT];
+  const int span = tpr * c->v[S_VEC];
+  /* Each CTA of a sequence's SPLIT takes about 1 / SPLIT of its tokens. */
+  const int64_t want = a->max_seqlen > 0 ? cdiv(cdiv(a->max_seqlen, split), rows) * rows : stok;
+  int stage = want < stok ? (int)want : stok;
+  const unsigned smem = (unsigned)((size_t)stage * smem_token_bytes(c, var));
+  uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
+  int cols = (int)a->cols;
+  long long xs = a->x_stride ? a->x_stride : a->cols;
+  long long ys = a->y_stride ? a->y_stride : a->cols;
+  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
+  float scale_log2 = (float)(s * 1.4426950408889634);
+  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &stage};
+  const unsigned gx = (unsigned)(a->batch * split), gy = (unsigned)cdiv(a->cols, span);
+  if (split == 1) {
+    const CUresult r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, 1, (unsigned)(tpr * rows), 1, 1,
+                                             smem, stream, params, NULL);
+    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax_smem)");
+    return SCREE_OK;
+  }
+  if (!ctx->cu->LaunchKernelEx)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "ragged_softmax split=%d needs cuLaunchKernelEx (thread block clusters), "
+                       "which this driver does not export", split);
+  scree__cu_launch_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.cluster_dim.x = (unsigned)split;
+  attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+  scree__cu_launch_config lc = {gx, gy, 1, (unsigned)(tpr * rows), 1, 1, smem, stream, &attr, 1};
+  const CUresult r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernelEx(ragged_softmax_smem)");
   return SCREE_OK;
 }
 
@@ -176,6 +334,24 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
     return 0;
   if (rows > longest) return 0;
   if (cache > 1 && (int64_t)rows * (cache / 2) >= longest) return 0;
+  return 1;
+}
+
+/* The same for the shared-memory implementation: a strip over twice the
+ * (pow2) row, token groups (or a cluster's CTAs) past the longest sequence,
+ * or a stage of which half would hold a CTA's part of the longest sequence
+ * (a launch sizes the stage to the call, so such a config runs as the one
+ * with half the stok). */
+static int smem_worth_timing(const scree__config *c, const scree__variant *var,
+                             const void *args) {
+  (void)var;
+  const scree_ragged_softmax_args *a = args;
+  const int rows = c->v[S_ROWS], stok = c->v[S_STOK], split = c->v[S_SPLIT];
+  const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
+  const int64_t per_cta = pow2_ceil(cdiv(longest, split)); /* tokens of one CTA */
+  if ((int64_t)c->v[S_TPR] * c->v[S_VEC] > 2 * (int64_t)pow2_ceil(a->cols)) return 0;
+  if ((int64_t)rows * split > longest) return 0; /* CTAs or groups with nothing to do */
+  if (stok / 2 >= per_cta && stok / 2 >= rows) return 0;
   return 1;
 }
 
@@ -345,6 +521,19 @@ static const scree__impl impls[] = {{
     .adapt = adapt,
     .worth_timing = worth_timing,
     .launch = launch,
+}, {
+    .name = "smem",
+    .source = "ragged_softmax_smem.cu",
+    .entries = {"scree_ragged_softmax_smem"},
+    .min_sm = 80,
+    .nfields = S_NFIELDS,
+    .fields = smem_fields,
+    .check = smem_check,
+    .smem = smem_bytes,
+    .threads = smem_threads,
+    .adapt = smem_adapt,
+    .worth_timing = smem_worth_timing,
+    .launch = smem_launch,
 }};
 
 static const scree__sfield shape[] = {
@@ -360,7 +549,7 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
 const scree__op scree__op_ragged_softmax = {
     .name = "ragged_softmax",
     .args_size = sizeof(scree_ragged_softmax_args),
-    .nimpls = 1,
+    .nimpls = 2,
     .impls = impls,
     .nvfields = 2,
     .vfields = vfields,

@@ -121,7 +121,7 @@ static int run_case(const int64_t *lens, int n, int64_t cols, int64_t xs, int64_
   int ran = 1;
   if (cfg) {
     scree__config c = *cfg;
-    op->impls[0].adapt(&c, &var, &a);
+    op->impls[c.impl].adapt(&c, &var, &a);
     scree__config_str(op, &c, cs, sizeof cs);
     scree__target t;
     scree__target_of(ctx, &t);
@@ -311,14 +311,22 @@ START_TEST(validate_cu_seqlens) {
 }
 END_TEST
 
-/* A fixed, diverse list of configs of the space (every field value, both
- * register paths, 1024 threads): each on a batch with a tail column
- * (cols % vec != 0, strides aligned), several column blocks and sequences
- * past its register cache; and on the harness's check batch. */
+/* A fixed, diverse list of configs of the space: of the register kernel
+ * (impl 0: every field value, both register paths, 1024 threads) and of the
+ * shared-memory one (impl 1: every tpr, vec, stok and split, 32 to 1024
+ * threads, 2-byte accesses without async copies, each fitting fp32 x;
+ * clusters, split > 1, where the device has them): each
+ * on a batch with a tail column (cols % vec != 0, strides aligned), several
+ * column blocks and sequences just off and past its register cache or
+ * stage (the rest streamed); and on the harness's check batch. */
 static const scree__config fixed[] = {
-    {0, {8, 4, 4, 2}},   {0, {8, 16, 8, 8}},  {0, {16, 16, 8, 4}}, {0, {32, 1, 8, 2}},
-    {0, {32, 16, 8, 1}}, {0, {8, 8, 2, 16}},  {0, {64, 8, 1, 16}}, {0, {128, 2, 4, 4}},
-    {0, {8, 4, 1, 1}},   {0, {16, 2, 4, 16}}, {0, {256, 4, 4, 4}}, {0, {1024, 1, 2, 8}},
+    {0, {8, 4, 4, 2}},      {0, {8, 16, 8, 8}},    {0, {16, 16, 8, 4}},   {0, {32, 1, 8, 2}},
+    {0, {32, 16, 8, 1}},    {0, {8, 8, 2, 16}},    {0, {64, 8, 1, 16}},   {0, {128, 2, 4, 4}},
+    {0, {8, 4, 1, 1}},      {0, {16, 2, 4, 16}},   {0, {256, 4, 4, 4}},   {0, {1024, 1, 2, 8}},
+    {1, {2, 16, 8, 256, 1}},   {1, {2, 128, 8, 1024, 1}}, {1, {4, 64, 4, 512, 1}},
+    {1, {8, 128, 1, 256, 1}},  {1, {2, 512, 2, 1024, 1}}, {1, {4, 32, 4, 2048, 1}},
+    {1, {2, 16, 1, 8192, 1}},  {1, {8, 64, 8, 512, 4}},   {1, {8, 32, 4, 256, 8}},
+    {1, {4, 128, 8, 1024, 2}}, {1, {2, 256, 2, 256, 4}},
 };
 
 /* A harness runner for one config, adapted to each call. */
@@ -329,7 +337,7 @@ typedef struct adapted {
 static scree_status run_adapted(void *user, scree_context *c, const void *args, CUstream s) {
   const adapted *u = user;
   scree__config a = *u->cfg;
-  op->impls[0].adapt(&a, u->var, args);
+  op->impls[a.impl].adapt(&a, u->var, args);
   return scree__run_exact(c, op, &a, u->var, args, s);
 }
 
@@ -366,16 +374,20 @@ START_TEST(fixed_configs) {
   int ran = 0;
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
     const scree__config *c = &fixed[i];
+    if (c->impl == 1 && c->v[4] > 1 && t.sm < 90) continue; /* no clusters before sm_90 */
     char why[256] = "";
     ck_assert_msg(scree__config_check(op, c, &var, &t, why, sizeof why), "fixed[%zu]: %s", i,
                   why);
     const int64_t span = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC];
-    const int64_t tile = (int64_t)c->v[SCREE__RW_ROWS] * c->v[SCREE__RW_CACHE];
+    /* Tokens held on chip: rows x cache registers, or the stage (stok). */
+    const int64_t tile = c->impl ? (int64_t)c->v[3] * c->v[4] /* stok x split */
+                                 : (int64_t)c->v[SCREE__RW_ROWS] * c->v[SCREE__RW_CACHE];
     const int64_t cols = 2 * span + 3, xs = (cols + 7) / 8 * 8;
     const int64_t lens[] = {0, 1, tile - 1 > 0 ? tile - 1 : 2, tile, tile + 1,
                             3 * tile + 2 * c->v[SCREE__RW_ROWS] + 1, 2};
     scree_ragged_softmax_args sh = {.cols = cols, .max_seqlen = lens[5]};
-    ck_assert_msg(op->impls[0].worth_timing(c, &var, &sh), "fixed[%zu] not worth timing", i);
+    ck_assert_msg(op->impls[c->impl].worth_timing(c, &var, &sh), "fixed[%zu] not worth timing",
+                  i);
     ran += run_case(lens, 7, cols, xs, xs + 8, d, 0, 0.f, 0, 0, c);
     if (scree_dtype_size(d.x) == scree_dtype_size(d.y)) /* in place where allowed */
       ran += run_case(lens, 7, cols, xs, xs, d, 1, 0.7f, 0, 0, c);

@@ -252,15 +252,58 @@ START_TEST(default_configs_are_valid) {
         o->default_config(&t, &var, &a, &c);
         ck_assert_msg(scree__config_check(o, &c, &var, &t, why, sizeof why), "shape %zu: %s", i,
                       why);
+        /* Sequences past the register kernel's 256 tokens take the stage. */
+        ck_assert_int_eq(c.impl, shapes[i][1] > 256 ? 1 : 0);
         if (i < 5) /* the bench shapes (the tuner times the default anyway) */
-          ck_assert_msg(o->impls[0].worth_timing(&c, &var, &a), "shape %zu: default pruned", i);
+          ck_assert_msg(o->impls[c.impl].worth_timing(&c, &var, &a), "shape %zu: default pruned",
+                        i);
         a.x = 0x10002; /* 2-byte aligned: vec 1 for 16-bit, none for fp32 */
-        o->impls[0].adapt(&c, &var, &a);
+        o->impls[c.impl].adapt(&c, &var, &a); /* vec is field 2 of both implementations */
         ck_assert(scree__config_check(o, &c, &var, &t, why, sizeof why));
         if (d) ck_assert_int_eq(c.v[SCREE__RW_VEC], 1);
         o->default_config(&t, &var, NULL, &c); /* shape-free */
         ck_assert(scree__config_check(o, &c, &var, &t, why, sizeof why));
       }
+}
+END_TEST
+
+/* The shared-memory implementation: its stage and reduction buffer must fit
+ * what a CTA may opt in to, and its fields mirror the kernel's asserts. */
+START_TEST(smem_check_limits) {
+  const scree__op *o = op();
+  const scree__variant var = var16();
+  char why[256];
+  for (int ar = 0; ar < 2; ar++) {
+    scree__target t;
+    ck_assert_int_eq(scree__target_for_arch(ar ? "sm_90" : "sm_80", &t), 0);
+    /* 2048 tokens of 64 bytes: 128 KiB, fits both; of 128 bytes, neither. */
+    const scree__config fits = {1, {4, 64, 8, 2048, 1}}, big = {1, {8, 64, 8, 2048, 1}};
+    ck_assert_msg(scree__config_check(o, &fits, &var, &t, why, sizeof why), "%s", why);
+    ck_assert(!scree__config_check(o, &big, &var, &t, why, sizeof why));
+    ck_assert_ptr_nonnull(strstr(why, "shared memory"));
+    /* Clusters (split > 1) only on sm_90. */
+    const scree__config cl = {1, {8, 64, 8, 512, 4}};
+    ck_assert_int_eq(scree__config_check(o, &cl, &var, &t, why, sizeof why), ar ? 1 : 0);
+    if (!ar) ck_assert_ptr_nonnull(strstr(why, "clusters"));
+    const scree__config bad[] = {{1, {16, 64, 8, 1024, 1}}, {1, {2, 8, 8, 1024, 1}},
+                                 {1, {8, 256, 8, 256, 1}},  {1, {2, 64, 8, 32, 1}},
+                                 {1, {2, 64, 8, 1024, 3}},  {1, {2, 64, 8, 1024, 16}}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+      ck_assert_msg(!scree__config_check(o, &bad[i], &var, &t, why, sizeof why), "bad[%zu]", i);
+  }
+  /* A stage twice the longest sequence is pruned (it would launch as the
+   * half one). */
+  scree_ragged_softmax_args a = {.batch = 4, .total = 4000, .max_seqlen = 1000, .cols = 4096};
+  const scree__config s1k = {1, {2, 128, 8, 1024, 1}}, s2k = {1, {2, 128, 8, 2048, 1}};
+  ck_assert(o->impls[1].worth_timing(&s1k, &var, &a));
+  ck_assert(!o->impls[1].worth_timing(&s2k, &var, &a));
+  /* A cluster of 4 holds about 250 tokens per CTA: a stage of 256 is
+   * enough, 512 is pruned; 8 CTAs of 128 groups leave CTAs idle. */
+  const scree__config c256 = {1, {8, 64, 8, 256, 4}}, c512 = {1, {8, 64, 8, 512, 4}};
+  const scree__config wide = {1, {2, 128, 8, 256, 8}};
+  ck_assert(o->impls[1].worth_timing(&c256, &var, &a));
+  ck_assert(!o->impls[1].worth_timing(&c512, &var, &a));
+  ck_assert(!o->impls[1].worth_timing(&wide, &var, &a));
 }
 END_TEST
 
@@ -362,6 +405,7 @@ int main(void) {
   tcase_add_test(hooks, problem_lengths_and_bytes);
   tcase_add_test(hooks, default_configs_are_valid);
   tcase_add_test(hooks, adapt_narrows_vec_only);
+  tcase_add_test(hooks, smem_check_limits);
   tcase_add_test(hooks, buckets_and_representatives);
   tcase_add_test(hooks, worth_timing_prunes_idle_configs);
   tcase_add_test(hooks, check_limits_1024_threads);

@@ -1,0 +1,264 @@
+/*
+ * ragged_softmax_smem.cu - softmax along the tokens of each sequence of a
+ * packed batch, per column (the function of ragged_softmax.cu), with the
+ * sequence's column strip staged in shared memory, so that sequences of up
+ * to `stage` tokens are read once from device memory and written once.
+ *
+ * The register-only kernel (ragged_softmax.cu) holds at most 16 token
+ * groups x 16 tokens of a strip in registers; a sequence of 1000 tokens
+ * there reads most of its tokens twice. Here a strip of SPAN = TPR * VEC
+ * columns (32 to 128 bytes wide) and up to STOK tokens goes to shared
+ * memory (STOK * SPAN elements of x: 64 KiB for 2048 tokens of 32 bytes),
+ * with every copy of the CTA in flight at once (cp.async, no registers
+ * held), and the softmax is computed from there.
+ *
+ * Thread mapping: one CTA per (sequence b = blockIdx.x, block of SPAN
+ * columns = blockIdx.y). Lane l = threadIdx.x % TPR owns the VEC
+ * contiguous columns blockIdx.y * SPAN + l * VEC + [0, VEC); group
+ * g = threadIdx.x / TPR owns tokens start + g + ROWS * k, k = 0, 1, ...
+ * (a warp reads 32 / TPR consecutive tokens' strips, contiguous in shared
+ * memory). Macros (the host sets them from the config):
+ *   SCREE_TPR    lanes across the columns: 2, 4 or 8
+ *   SCREE_ROWS   token groups: 16 ... 512 (TPR * ROWS threads, 32..1024)
+ *   SCREE_VEC    columns per lane, one access: 1, 2, 4 or 8
+ *   SCREE_STOK   most tokens staged per CTA (the dynamic shared memory is
+ *                sized by the launch: `stage` tokens, at most STOK)
+ *   SCREE_SPLIT  CTAs per sequence and strip: 1, or a thread block cluster
+ *                of 2, 4 or 8 (sm_90) whose CTA r takes token groups r,
+ *                r + SPLIT, ... and whose states merge through distributed
+ *                shared memory
+ *   SCREE_X_DTYPE, SCREE_Y_DTYPE   dtype codes (common.cuh)
+ *
+ * Passes. (1) Each thread issues the async copies of its staged tokens
+ * (k < stage / ROWS) into shared memory, slot (g + ROWS * k) * TPR + l.
+ * (2) While they land, tokens past the stage (a sequence longer than
+ * `stage`: the caller's max_seqlen said less, or the config's STOK is
+ * smaller) are streamed into the online state as in ragged_softmax.cu.
+ * (3) After its own copies complete (each thread reads back only what it
+ * copied: no barrier), the staged tokens' max, then their sum, merged into
+ * that state. (4) Across the groups of a warp by shuffles, then across
+ * warps through shared memory (one barrier), then (SPLIT > 1) across the
+ * cluster's CTAs (two cluster barriers). (5) Outputs: staged tokens from
+ * shared memory, streamed ones read again (last first).
+ *
+ * Why SPLIT: a CTA reads one strip of every token row it holds, one L2 line
+ * (or a 32-byte sector of one) per token. Strips of 32 bytes keep the whole
+ * sequence in one CTA but make four L2 requests per line: on the H100
+ * (ncu) the L2 ran at 81% of its peak with DRAM at 51%. A cluster holds a
+ * 128-byte strip of the same sequence in the same shared memory per CTA.
+ *
+ * Traffic: a sequence of up to `stage` tokens reads x once and writes y
+ * once; only the tokens past it are read twice.
+ *
+ * Columns, special values, in-place use, 64-bit offsets and what the host
+ * guarantees are as in ragged_softmax.cu; in addition the dynamic shared
+ * memory is stage * SPAN elements of x, stage a multiple of ROWS and at
+ * most STOK; gridDim.x = batch * SPLIT, in clusters of SPLIT along x.
+ * In place is safe without a barrier: every element is read
+ * and written by one thread, which reads it before writing it.
+ *
+ * Test alone: ctest -R ragged_softmax    Bench: build/bench/bench_ops --op ragged_softmax
+ */
+
+#include "ptx.cuh"
+#include "ragged_softmax.cuh"
+
+#define SCREE_THREADS (SCREE_TPR * SCREE_ROWS)
+#define SCREE_WARPS (SCREE_THREADS / 32)
+static_assert(SCREE_TPR == 2 || SCREE_TPR == 4 || SCREE_TPR == 8, "TPR must be 2, 4 or 8");
+static_assert((SCREE_ROWS & (SCREE_ROWS - 1)) == 0 && SCREE_ROWS >= 16 && SCREE_ROWS <= 512,
+              "ROWS must be a power of two in [16, 512]");
+static_assert(SCREE_THREADS >= 32 && SCREE_THREADS <= 1024, "TPR * ROWS must be in [32, 1024]");
+static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC == 8,
+              "VEC must be 1, 2, 4 or 8");
+static_assert((SCREE_STOK & (SCREE_STOK - 1)) == 0 && SCREE_STOK >= SCREE_ROWS &&
+                  SCREE_STOK <= 8192,
+              "STOK must be a power of two in [ROWS, 8192]");
+static_assert(SCREE_SPLIT == 1 || SCREE_SPLIT == 2 || SCREE_SPLIT == 4 || SCREE_SPLIT == 8,
+              "SPLIT must be 1, 2, 4 or 8");
+#if SCREE_SPLIT > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "SPLIT > 1 needs thread block clusters (sm_90)"
+#endif
+
+#if SCREE_SPLIT > 1
+/* Thread block clusters (sm_90): this CTA's rank, a shared address of
+ * another CTA of the cluster, a load from there, and the cluster barrier
+ * (release / acquire: shared-memory writes before it are seen after it). */
+__device__ __forceinline__ unsigned scree_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned scree_cluster_map(unsigned saddr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(saddr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ float2 scree_cluster_ld2(unsigned addr) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void scree_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+               ::: "memory");
+}
+#endif
+
+/* Slots between a thread's consecutive staged tokens. */
+#define SCREE_KSTRIDE (SCREE_ROWS * SCREE_TPR)
+
+extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
+scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int cols,
+                          long long x_stride, long long y_stride, float scale_log2, int stage) {
+  extern __shared__ __align__(16) unsigned char scree_stage_raw[];
+  /* The sequence, and this CTA's part of it: with SPLIT > 1, CTA r of the
+   * cluster takes token groups r, r + SPLIT, ... (ROWS tokens each). */
+  const int seq = (int)blockIdx.x / SCREE_SPLIT, part = (int)blockIdx.x % SCREE_SPLIT;
+  const int start = cu_seqlens[seq];
+  const int len = cu_seqlens[seq + 1] - start;
+  if (len <= 0) return; /* the whole cluster: no barrier is reached */
+
+  const int lane = threadIdx.x % SCREE_TPR, group = threadIdx.x / SCREE_TPR;
+  const int c0 = (int)blockIdx.y * SCREE_SPAN + lane * SCREE_VEC;
+  const int nc = cols - c0; /* columns of this lane inside the row (<= 0: idle) */
+  const bool active = nc > 0;
+  const int first = part * SCREE_ROWS + group; /* this thread's first token */
+  const int ntok = active && first < len ? (len - first - 1) / (SCREE_SPLIT * SCREE_ROWS) + 1 : 0;
+  const int ks = min(ntok, stage / SCREE_ROWS); /* staged tokens of this thread */
+  const xt *xg = x + ((long long)start + first) * x_stride + (active ? c0 : 0);
+  yt *yg = y + ((long long)start + first) * y_stride + (active ? c0 : 0);
+  const long long step = (long long)SCREE_SPLIT * SCREE_ROWS * x_stride,
+                  ystep = (long long)SCREE_SPLIT * SCREE_ROWS * y_stride;
+  const float sl = scale_log2;
+  /* This thread's staged token k is mine[k * KSTRIDE]. */
+  rv *mine = reinterpret_cast<rv *>(scree_stage_raw) + group * SCREE_TPR + lane;
+
+  /* (1) The staged tokens' copies, all issued before any is waited for. */
+  if constexpr (SCREE_VBYTES >= 4) {
+    const unsigned sa = scree_smem_u32(mine);
+    const int bytes = (nc < SCREE_VEC ? nc : SCREE_VEC) * (int)sizeof(xt);
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) {
+      const unsigned d = sa + (unsigned)(k * SCREE_KSTRIDE * SCREE_VBYTES);
+      if constexpr (SCREE_VBYTES == 32) { /* 8 fp32 columns: two 16-byte copies */
+        scree_cp_async16(d, xg + k * step, bytes < 16 ? bytes : 16);
+        scree_cp_async16(d + 16, xg + k * step + 4, bytes > 16 ? bytes - 16 : 0);
+      } else {
+        scree_cp_async<SCREE_VBYTES>(d, xg + k * step, bytes);
+      }
+    }
+    scree_cp_async_commit();
+  } else {
+    /* A 2-byte access (one 16-bit column per lane) has no async copy. */
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) mine[k * SCREE_KSTRIDE] = scree_rs_load(xg + k * step, nc);
+  }
+
+  /* (2) Tokens past the stage, streamed while the copies land. */
+  float m[SCREE_VEC], s[SCREE_VEC];
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) m[e] = SCREE_NEG_INF, s[e] = 0.f;
+  scree_rs_stream(xg, step, ks, ntok, nc, sl, m, s);
+
+  /* (3) The staged tokens: their max, then their sum, into the state. */
+  if constexpr (SCREE_VBYTES >= 4) scree_cp_async_wait<0>();
+  {
+    float sm[SCREE_VEC];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) sm[e] = SCREE_NEG_INF;
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) {
+      const rv r = mine[k * SCREE_KSTRIDE];
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) sm[e] = fmaxf(sm[e], scree_rs_elem(r, e) * sl);
+    }
+    float ms[SCREE_VEC];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float mm = fmaxf(m[e], sm[e]);
+      ms[e] = scree_rs_safe(mm);
+      if (m[e] != mm) s[e] *= scree_ex2(m[e] - ms[e]);
+      m[e] = mm;
+    }
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) {
+      const rv r = mine[k * SCREE_KSTRIDE];
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) s[e] += scree_ex2(scree_rs_elem(r, e) * sl - ms[e]);
+    }
+  }
+
+  /* (4) Across the token groups, per column. Idle threads hold {-inf, 0},
+   * which changes nothing. First the groups of a warp (lanes TPR apart). */
+#pragma unroll
+  for (int o = SCREE_TPR; o < 32; o <<= 1)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float om = __shfl_xor_sync(0xffffffffu, m[e], o);
+      const float os = __shfl_xor_sync(0xffffffffu, s[e], o);
+      scree_rs_merge(m[e], s[e], om, os);
+    }
+#if SCREE_WARPS > 1
+  {
+    /* Then the warps: each warp's first group leaves its state, and every
+     * thread merges those of its lane (reads that the groups of a warp
+     * share, one shared-memory wavefront each). */
+    __shared__ float2 red[SCREE_WARPS][SCREE_TPR][SCREE_VEC];
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 < SCREE_TPR)
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) red[warp][lane][e] = make_float2(m[e], s[e]);
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) m[e] = SCREE_NEG_INF, s[e] = 0.f;
+#pragma unroll 4
+    for (int w = 0; w < SCREE_WARPS; w++)
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) {
+        const float2 o = red[w][lane][e];
+        scree_rs_merge(m[e], s[e], o.x, o.y);
+      }
+  }
+#endif
+#if SCREE_SPLIT > 1
+  {
+    /* Then the CTAs of the cluster: each leaves its state (the first
+     * group's threads), and every thread merges those of its lane from
+     * every CTA's shared memory. The second barrier keeps each CTA's
+     * shared memory alive until every CTA has read it. */
+    __shared__ float2 mine_part[SCREE_TPR][SCREE_VEC];
+    if (threadIdx.x < SCREE_TPR)
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) mine_part[lane][e] = make_float2(m[e], s[e]);
+    scree_cluster_sync();
+    const unsigned local = scree_smem_u32(&mine_part[lane][0]);
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) m[e] = SCREE_NEG_INF, s[e] = 0.f;
+#pragma unroll
+    for (int q = 0; q < SCREE_SPLIT; q++) {
+      const unsigned remote = scree_cluster_map(local, (unsigned)q);
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) {
+        const float2 o = scree_cluster_ld2(remote + 8u * (unsigned)e);
+        scree_rs_merge(m[e], s[e], o.x, o.y);
+      }
+    }
+    scree_cluster_sync();
+  }
+#endif
+  if (!active) return; /* no barrier follows */
+
+  /* (5) The outputs: 2^(z - max) / sum. */
+  float inv[SCREE_VEC];
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) {
+    inv[e] = 1.f / s[e];
+    m[e] = scree_rs_safe(m[e]);
+  }
+#pragma unroll 4
+  for (int k = 0; k < ks; k++)
+    scree_rs_store(yg + k * ystep, scree_rs_out(mine[k * SCREE_KSTRIDE], sl, m, inv), nc);
+  scree_rs_stream_out(xg, yg, step, ystep, ks, ntok, nc, sl, m, inv);
+}
