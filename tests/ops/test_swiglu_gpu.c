@@ -252,11 +252,19 @@ START_TEST(every_listed_config) {
   const scree__variant var = {{d.x, d.y}};
   scree__config cfgs[256];
   const int n = configs_for(&var, cfgs, 256);
+  const int listed = n - (int)(sizeof spread / sizeof spread[0]); /* safelist lines first */
   scree__target t;
   scree__target_of(ctx, &t);
-  int ran = 0;
+  int ran = 0, skipped = 0;
   for (int i = 0; i < n; i++) {
     char why[256];
+    /* A "*" line need not fit every variant (the register estimate doubles
+     * for fp32): the tuner skips it there, and so does this test. The
+     * spread must fit. */
+    if (i < listed && !scree__config_check(op, &cfgs[i], &var, &t, NULL, 0)) {
+      skipped++;
+      continue;
+    }
     ck_assert_msg(scree__config_check(op, &cfgs[i], &var, &t, why, sizeof why), "%s", why);
     const scree__config *c = &cfgs[i];
     const int64_t cover = (int64_t)c->v[0] * c->v[2] * c->v[3];
@@ -270,8 +278,8 @@ START_TEST(every_listed_config) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k], d, c);
     ran++;
   }
-  printf("every_listed_config %s->%s: %d configs x 4 shapes passed\n", scree_dtype_name(d.x),
-         scree_dtype_name(d.y), ran);
+  printf("every_listed_config %s->%s: %d configs x 4 shapes passed, %d listed skipped (check)\n",
+         scree_dtype_name(d.x), scree_dtype_name(d.y), ran, skipped);
 }
 END_TEST
 
