@@ -120,15 +120,28 @@ const char *cli_value(int argc, char **argv, int *i, const char *name,
     fprintf(stderr, "scree-tune %s: %s needs a value\n", cmd, name);
     return NULL;
   }
+  if (!argv[*i + 1][0]) {
+    fprintf(stderr, "scree-tune %s: %s needs a non-empty value\n", cmd, name);
+    return NULL;
+  }
   return argv[++*i];
 }
 
 int cli_common_opt(cli_common *c, int argc, char **argv, int *i, const char *cmd) {
   static const char *const valued[] = {"--cache", "--arch", "--op"};
+  static const char *const what[] = {"a cache file path", "an architecture such as sm_90",
+                                     "an op name such as rmsnorm"};
   for (int k = 0; k < 3; k++)
     if (!strcmp(argv[*i], valued[k])) {
       if (*i + 1 >= argc) {
         fprintf(stderr, "scree-tune %s: %s needs a value\n", cmd, valued[k]);
+        return -1;
+      }
+      /* An empty filter would match every row: "clear --arch ''" must not
+       * empty the cache. */
+      if (!argv[*i + 1][0]) {
+        fprintf(stderr, "scree-tune %s: %s needs a non-empty value (%s)\n", cmd, valued[k],
+                what[k]);
         return -1;
       }
       const char *v = argv[++*i];

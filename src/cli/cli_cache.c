@@ -246,6 +246,10 @@ int cmd_export(int argc, char **argv) {
     if (r < 0) return CLI_USAGE;
     if (r) continue;
     if (argv[i][0] == '-' || out) return cli_unknown("export", argv[i]);
+    if (!argv[i][0]) {
+      fprintf(stderr, "scree-tune export: the output file name is empty (give OUT.db)\n");
+      return CLI_USAGE;
+    }
     out = argv[i];
   }
   if (!out) {
@@ -304,6 +308,10 @@ int cmd_merge(int argc, char **argv) {
     if (r < 0) return CLI_USAGE;
     if (r) continue;
     if (argv[i][0] == '-' || nsrc == 64) return cli_unknown(argv[0], argv[i]);
+    if (!argv[i][0]) {
+      fprintf(stderr, "scree-tune %s: a source cache name is empty (give SRC.db)\n", argv[0]);
+      return CLI_USAGE;
+    }
     srcs[nsrc++] = argv[i];
   }
   if (!nsrc) {

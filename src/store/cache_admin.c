@@ -17,7 +17,10 @@ scree_status scree__cache_merge(
   if (replaced) *replaced = 0;
   if (conflicts) *conflicts = 0;
   put_why(why, why_size, "%s", "");
-  if (!c || !src_path) return SCREE_ERROR_INVALID_ARGUMENT;
+  if (!c || !src_path || !*src_path) {
+    put_why(why, why_size, "merge: %s", !c ? "no destination cache" : "no source path given");
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
   hold(c);
   if (!check_writable(c, "merge")) {
     put_why(why, why_size, "%s", c->err);
@@ -146,7 +149,10 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
                                  int *exported, char *why, size_t why_size) {
   if (exported) *exported = 0;
   put_why(why, why_size, "%s", "");
-  if (!c || !dst_path || !*dst_path) return SCREE_ERROR_INVALID_ARGUMENT;
+  if (!c || !dst_path || !*dst_path) {
+    put_why(why, why_size, "export: %s", !c ? "no source cache" : "no output path given");
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
   /* Claim the name atomically: O_EXCL fails if anything is there. */
   int fd = open(dst_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {

@@ -161,6 +161,12 @@ START_TEST(export_then_merge_and_import) {
   snprintf(shipped, sizeof shipped, "%s/shipped.db", dir);
   ck_assert_int_eq(tune(out, sizeof out, "export '%s' --cache '%s' --arch sm_90", shipped, db), 0);
   ck_assert(strstr(out, "exported 3 winner(s)"));
+  /* An empty output name is a usage error with a message. */
+  ck_assert_int_eq(tune(out, sizeof out, "export '' --cache '%s'", db), 2);
+  ck_assert_msg(strstr(out, "output file name is empty"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "merge '' --cache '%s'", db), 2);
+  ck_assert_msg(strstr(out, "source cache name is empty"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket ''", db), 2);
   /* Exporting onto an existing file is refused. */
   ck_assert_int_eq(tune(out, sizeof out, "export '%s' --cache '%s'", shipped, db), 4);
   scree__cache *c;
@@ -197,6 +203,14 @@ END_TEST
 
 START_TEST(clear_with_filters) {
   ck_assert_int_eq(tune(out, sizeof out, "clear --cache '%s'", db), 2);
+  /* An empty filter is refused: it would match every row. */
+  ck_assert_int_eq(tune(out, sizeof out, "clear --cache '%s' --arch ''", db), 2);
+  ck_assert_msg(strstr(out, "--arch needs a non-empty value"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "clear --cache '%s' --op ''", db), 2);
+  ck_assert_msg(strstr(out, "--op needs a non-empty value"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "clear --cache ''  --all"), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", db), 0);
+  ck_assert(strstr(out, "4 winner(s)"));
   ck_assert_int_eq(tune(out, sizeof out, "clear --cache '%s' --arch sm_80", db), 0);
   ck_assert(strstr(out, "deleted 1 winner(s)"));
   ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", db), 0);

@@ -255,6 +255,10 @@ START_TEST(export_with_filters) {
   ck_assert_int_eq(scree__cache_export(c, pjoin(dir, "no/such/dir.db"), NULL,
                                        NULL, &n, why, sizeof why),
                    SCREE_ERROR_IO);
+  /* An empty output path says so. */
+  ck_assert_int_eq(scree__cache_export(c, "", NULL, NULL, &n, why, sizeof why),
+                   SCREE_ERROR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(why, "no output path"), "why: %s", why);
 
   char *d2 = pjoin(dir, "d2.db"), *d3 = pjoin(dir, "d3.db"),
        *d4 = pjoin(dir, "d4.db");
