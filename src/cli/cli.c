@@ -193,6 +193,15 @@ int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd
   return CLI_OK;
 }
 
+int cli_report_refused(scree__cache *cache, const char *cmd) {
+  char why[512];
+  const int n = scree__cache_refused(cache, why, sizeof why);
+  if (n)
+    fprintf(stderr, "scree-tune %s: warning: skipped %d row(s) of %s that failed their checks"
+                    " (first: %s)\n", cmd, n, scree__cache_path(cache), why);
+  return n;
+}
+
 void cli_progress_init(cli_progress *p, int quiet, const char *label) {
   p->enabled = !quiet && isatty(2);
   p->start = cli_now();

@@ -38,6 +38,10 @@ int cli_unknown(const char *cmd, const char *arg);
 int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
                         int readonly);
 
+/* Says on stderr how many rows of cache failed their checks and were
+ * skipped (none: says nothing); returns that number. */
+int cli_report_refused(scree__cache *cache, const char *cmd);
+
 /* A progress bar with ETA on stderr when it is a terminal and not --quiet. */
 typedef struct cli_progress {
   int enabled;

@@ -186,7 +186,9 @@ int cmd_list(int argc, char **argv) {
   if (rc) return rc;
   lctx l = {.c = &c};
   if (!cache) {
-    if (c.json) printf("{\"cache\": null, \"%s\": []}\n", misses ? "misses" : bad ? "bad" : "entries");
+    if (c.json)
+      printf("{\"cache\": null, \"%s\": [], \"skipped\": 0}\n",
+             misses ? "misses" : bad ? "bad" : "entries");
     return CLI_OK;
   }
   const char *what = misses ? "misses" : bad ? "bad" : "entries";
@@ -198,11 +200,12 @@ int cmd_list(int argc, char **argv) {
   scree_status st = misses ? scree__cache_foreach_miss(cache, c.arch, c.op, on_miss, &l)
                     : bad  ? scree__cache_foreach_bad(cache, c.arch, c.op, on_bad, &l)
                            : scree__cache_foreach_entry(cache, c.arch, c.op, 0, on_entry, &l);
+  const int skipped = cli_report_refused(cache, "list");
   if (c.json)
-    printf("\n]}\n");
+    printf("\n], \"skipped\": %d}\n", skipped);
   else if (!c.quiet)
-    printf("%d %s in %s\n", l.n, misses ? "miss(es)" : bad ? "bad config(s)" : "winner(s)",
-           scree__cache_path(cache));
+    printf("%d %s in %s%s\n", l.n, misses ? "miss(es)" : bad ? "bad config(s)" : "winner(s)",
+           scree__cache_path(cache), skipped ? " (rows skipped: see above)" : "");
   scree__cache_close(cache);
   return st ? CLI_CACHE : CLI_OK;
 }
@@ -230,7 +233,8 @@ int cmd_show(int argc, char **argv) {
   if (!cache) return CLI_FAIL;
   if (c.json) printf("{\"entries\": [");
   scree_status st = scree__cache_foreach_entry(cache, c.arch, c.op, 1, on_entry, &l);
-  if (c.json) printf("\n]}\n");
+  const int skipped = cli_report_refused(cache, "show");
+  if (c.json) printf("\n], \"skipped\": %d}\n", skipped);
   else if (!l.n)
     printf("no matching entry in %s\n", scree__cache_path(cache));
   scree__cache_close(cache);
@@ -517,6 +521,7 @@ int cmd_safelist(int argc, char **argv) {
   if (cache) {
     st = scree__cache_foreach_bad(cache, c.arch, c.op, learn_bad, &s);
     if (!st) st = scree__cache_foreach_entry(cache, c.arch, c.op, 0, learn_good, &s);
+    cli_report_refused(cache, "safelist export");
     scree__cache_close(cache);
   }
   if (!c.quiet && (s.skipped_stale || s.skipped_local))

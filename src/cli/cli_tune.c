@@ -539,8 +539,10 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       scree__cache_delete_miss(user, &t->miss_key);
     }
   }
+  const int skipped = cli_report_refused(user, "prewarm");
   if (c.json)
-    printf("\n], \"seconds\": %.3f, \"failures\": %d}\n", cli_now() - t0, failures);
+    printf("\n], \"seconds\": %.3f, \"failures\": %d, \"skipped\": %d}\n", cli_now() - t0,
+           failures, skipped);
   else if (!c.quiet)
     printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", tsp->n, cli_now() - t0, failures,
            scree__cache_path(user));
@@ -668,14 +670,16 @@ int cmd_verify(int argc, char **argv) {
   scree_context_device(ctx, &dev);
   if (c.json) printf("{\"arch\": \"%s\", \"entries\": [", dev.arch);
   scree_status st = scree__cache_foreach_entry(cache, c.arch, c.op, 1, on_entry, &v);
+  const int skipped = cli_report_refused(cache, "verify");
   if (c.json)
     printf("\n], \"checked\": %d, \"wrong\": %d, \"slower\": %d, \"stale\": %d, "
-           "\"other_arch\": %d}\n", v.checked, v.wrong, v.slower, v.stale, v.other_arch);
+           "\"other_arch\": %d, \"skipped\": %d}\n", v.checked, v.wrong, v.slower, v.stale,
+           v.other_arch, skipped);
   else
     printf("%d checked on %s: %d wrong, %d slower than recorded, %d stale, %d for other archs\n",
            v.checked, dev.arch, v.wrong, v.slower, v.stale, v.other_arch);
   scree_destroy(ctx);
   scree__cache_close(cache);
   if (st) return CLI_CACHE;
-  return v.wrong ? CLI_FAIL : CLI_OK;
+  return v.wrong || skipped ? CLI_FAIL : CLI_OK;
 }

@@ -35,6 +35,9 @@
 #define SCREE__CACHE_SCHEMA 1
 /* Busy timeout and write-retry budget, milliseconds. */
 #define SCREE__CACHE_BUSY_MS 10000
+/* The largest cubin a cache may hold, bytes: put refuses bigger ones and a
+ * read refuses the row (real cubins are tens to hundreds of KiB). */
+#define SCREE__CACHE_MAX_CUBIN (64 << 20)
 
 typedef struct scree__cache scree__cache;
 
@@ -100,24 +103,37 @@ int scree__cache_readonly(const scree__cache *c);
 /* Copies the reason of the handle's last failed call into buf ("" if
  * none). With several threads failing at once it holds one of them. */
 void scree__cache_last_error(scree__cache *c, char *buf, size_t size);
+/* Every row read from the file is checked before it is used (docs/cache.md,
+ * "Rows read from a file"): text fields fit their fixed fields with no NUL
+ * (key parts and configs: printable ASCII without blanks), numbers have
+ * their column's type and range, medians are finite and positive, causal is
+ * 0 or 1, a cubin is a blob of 1..SCREE__CACHE_MAX_CUBIN bytes. Iterations
+ * skip a row that fails, get returns SCREE_ERROR_CACHE for it; both count
+ * it here. Returns how many rows this handle refused since it was opened,
+ * with the first one's table, rowid and reason in why (may be NULL). */
+int scree__cache_refused(scree__cache *c, char *why, size_t why_size);
 /* Runs PRAGMA quick_check (full = 0) or integrity_check (full = 1): SCREE_OK
  * if the file is sound, else SCREE_ERROR_CACHE with the first problem in
  * why. Reads the whole file; meant for the CLI, not for every open. */
 scree_status scree__cache_check(scree__cache *c, int full, char *why,
                                 size_t why_size);
 
-/* Winner lookup by full key. SCREE_ERROR_NOT_FOUND if absent. Verifies the
- * cubin's sha256 against the stored cubin_hash and sets out->cubin_ok; a
- * mismatch still returns SCREE_OK, with cubin NULL and cubin_ok 0. On
- * SCREE_OK the caller frees with scree__centry_free. */
+/* Winner lookup by full key. SCREE_ERROR_NOT_FOUND if absent,
+ * SCREE_ERROR_CACHE if the row fails its checks (scree__cache_refused).
+ * Verifies the cubin's sha256 against the stored cubin_hash and sets
+ * out->cubin_ok; a mismatch still returns SCREE_OK, with cubin NULL and
+ * cubin_ok 0. On SCREE_OK the caller frees with scree__centry_free. */
 scree_status scree__cache_get(scree__cache *c, const scree__ckey *k,
                               scree__centry *out);
 /* Upsert that keeps the faster entry: if a row with the same key exists and
  * its median_us is <= e->median_us, the existing row stays (*replaced = 0);
- * otherwise e is written (*replaced = 1). replaced may be NULL. cubin_hash
- * is computed from the cubin bytes (the caller's is ignored). The cubin
- * must be non-empty and median_us finite and >= 0, else
- * SCREE_ERROR_INVALID_ARGUMENT. Atomic under concurrent writers from
+ * otherwise e is written (*replaced = 1); an existing row that fails the
+ * read checks is always replaced. replaced may be NULL. cubin_hash is
+ * computed from the cubin bytes (the caller's is ignored). e must pass the
+ * checks a read applies (a non-empty cubin of at most
+ * SCREE__CACHE_MAX_CUBIN bytes, median_us finite and > 0, key and config
+ * printable ASCII that fits), else SCREE_ERROR_INVALID_ARGUMENT with the
+ * reason in scree__cache_last_error. Atomic under concurrent writers from
  * several processes and threads. SCREE_ERROR_CACHE on a read-only cache. */
 scree_status scree__cache_put(scree__cache *c, const scree__centry *e,
                               int *replaced);
@@ -133,7 +149,9 @@ scree_status scree__cache_clear(scree__cache *c, const char *arch,
  * bucket (a compile failure); is_bad asks with a bucket and matches rows
  * whose bucket is equal or "*". Recording the same (identity, config,
  * compiler, bucket) again updates the reason and time. reason is free text:
- * "compile: ...", "wrong answer: ...", "timeout: ...". */
+ * "compile: ...", "wrong answer: ...", "timeout: ...", cut to 255 bytes.
+ * The key and config must pass the read checks (k->bucket may be "" for
+ * "*"), else SCREE_ERROR_INVALID_ARGUMENT. */
 scree_status scree__cache_record_bad(scree__cache *c, const scree__ckey *k,
                                      const char *config, int nvrtc_version,
                                      const char *reason);
@@ -155,7 +173,9 @@ typedef struct scree__cmiss {
   int64_t count, first_seen, last_seen;
 } scree__cmiss;
 /* Calls fn for each miss matching the filter, by count descending (then by
- * key). fn returning nonzero stops the iteration (still SCREE_OK). */
+ * key). fn returning nonzero stops the iteration (still SCREE_OK). Here and
+ * in the other foreach functions, rows that fail their checks are skipped
+ * and counted (scree__cache_refused). */
 scree_status scree__cache_foreach_miss(scree__cache *c, const char *arch,
                                        const char *op,
                                        int (*fn)(void *user,

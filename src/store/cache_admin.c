@@ -12,7 +12,7 @@ scree_status scree__cache_merge(
     void (*conflict_fn)(void *user, const scree__centry *mine,
                         const scree__centry *theirs),
     void *user, char *why, size_t why_size) {
-  int n_add = 0, n_rep = 0, n_conf = 0, n_skip = 0;
+  int n_add = 0, n_rep = 0, n_conf = 0, n_skip = 0, n_skip_bad = 0;
   if (added) *added = 0;
   if (replaced) *replaced = 0;
   if (conflicts) *conflicts = 0;
@@ -50,13 +50,22 @@ scree_status scree__cache_merge(
                           &s, NULL);
   while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     scree__centry theirs, mine;
-    row_to_entry(s, &theirs);
-    if ((st = load_cubin(s, 16, &theirs)) != SCREE_OK) goto fail;
+    char rwhy[256];
     rc = SQLITE_OK;
-    if (!theirs.cubin_ok || !entry_valid(&theirs)) {
+    if (row_to_entry(s, &theirs, rwhy, sizeof rwhy) == 0 &&
+        (st = load_cubin(s, 16, &theirs, rwhy, sizeof rwhy)) != SCREE_OK &&
+        st != SCREE_ERROR_PARSE)
+      goto fail;
+    if (st == SCREE_ERROR_PARSE || !theirs.cubin_ok) {
       n_skip++;
+      st = SCREE_OK;
       scree__centry_free(&theirs);
       continue;
+    }
+    if ((rc = drop_if_refused(c, &theirs.key)) != SQLITE_OK) {
+      scree__centry_free(&theirs);
+      st = status_of(rc);
+      goto fail;
     }
     st = get_locked(c, &theirs.key, &mine, 0);
     if (st == SCREE_ERROR_NOT_FOUND) {
@@ -102,8 +111,23 @@ scree_status scree__cache_merge(
   rc = sqlite3_prepare_v2(src->db, "SELECT " BCOLS " FROM bad_configs", -1,
                           &s, NULL);
   while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-    for (int i = 0; i < 10; i++) sqlite3_bind_value(bs, i + 1,
-                                                    sqlite3_column_value(s, i));
+    scree__cbad b;
+    char bwhy[256];
+    rc = SQLITE_OK;
+    if (row_to_bad(s, &b, bwhy, sizeof bwhy)) {
+      n_skip_bad++;
+      continue;
+    }
+    bind_field(bs, 1, b.key.op, sizeof b.key.op);
+    bind_field(bs, 2, b.key.dtype, sizeof b.key.dtype);
+    sqlite3_bind_int(bs, 3, b.key.causal);
+    bind_field(bs, 4, b.key.arch, sizeof b.key.arch);
+    bind_field(bs, 5, b.key.src_hash, sizeof b.key.src_hash);
+    bind_field(bs, 6, b.config, sizeof b.config);
+    sqlite3_bind_int(bs, 7, b.nvrtc_version);
+    bind_field(bs, 8, b.key.bucket, sizeof b.key.bucket);
+    bind_field(bs, 9, b.reason, sizeof b.reason);
+    sqlite3_bind_int64(bs, 10, b.when);
     rc = sqlite3_step(bs);
     done(bs);
     if (rc != SQLITE_DONE) {
@@ -127,10 +151,11 @@ scree_status scree__cache_merge(
   if (added) *added = n_add;
   if (replaced) *replaced = n_rep;
   if (conflicts) *conflicts = n_conf;
-  if (n_skip)
+  if (n_skip || n_skip_bad)
     put_why(why, why_size,
-            "skipped %d winner(s) of %s whose cubin failed its hash check",
-            n_skip, src_path);
+            "skipped %d winner(s) of %s that failed their checks or whose cubin failed its"
+            " hash check, and %d bad-config record(s) that failed their checks",
+            n_skip, src_path, n_skip_bad);
   st = SCREE_OK;
   goto out;
 fail:
@@ -195,10 +220,14 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
     bind_filter(s, 2, op);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
       scree__centry e;
-      row_to_entry(s, &e);
-      if ((st = load_cubin(s, 16, &e)) != SCREE_OK) break;
-      if (!e.cubin_ok || !entry_valid(&e)) {
+      char rwhy[256];
+      if (row_to_entry(s, &e, rwhy, sizeof rwhy) == 0 &&
+          (st = load_cubin(s, 16, &e, rwhy, sizeof rwhy)) != SCREE_OK &&
+          st != SCREE_ERROR_PARSE)
+        break;
+      if (st == SCREE_ERROR_PARSE || !e.cubin_ok) {
         n_skip++;
+        st = SCREE_OK;
         continue;
       }
       int w = write_winner(dst, &e, e.cubin_hash, NULL);

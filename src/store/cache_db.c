@@ -31,8 +31,10 @@ const char SCHEMA_SQL[] =
     " PRIMARY KEY(op, bucket, dtype, causal, arch));";
 
 const char *const STMT_SQL[ST_COUNT] = {
-    [ST_GET] = "SELECT " WCOLS ", cubin FROM winners WHERE " WKEY,
-    [ST_GET_META] = "SELECT " WCOLS ", length(cubin) FROM winners WHERE " WKEY,
+    [ST_GET] = "SELECT " WCOLS ", cubin, rowid FROM winners WHERE " WKEY,
+    [ST_GET_META] = "SELECT " WMETA " FROM winners WHERE " WKEY,
+    [ST_GET_ROWID] = "SELECT " WCOLS ", cubin, rowid FROM winners WHERE rowid = ?1",
+    [ST_DEL_ROWID] = "DELETE FROM winners WHERE rowid = ?1",
     /* Keep-the-faster upsert: an existing row is overwritten only by a
      * strictly faster one; sqlite3_changes() says whether it was. */
     [ST_PUT] = "INSERT INTO winners(" WCOLS ", cubin) VALUES(?1, ?2, ?3, ?4,"
@@ -77,6 +79,9 @@ const char *const PROBE_SQL[] = {
     "SELECT " BCOLS " FROM bad_configs LIMIT 0",
     "SELECT " MCOLS " FROM misses LIMIT 0",
     "SELECT key, value FROM meta LIMIT 0",
+    "SELECT rowid FROM winners LIMIT 0",
+    "SELECT rowid FROM bad_configs LIMIT 0",
+    "SELECT rowid FROM misses LIMIT 0",
 };
 
 const size_t SCREE__CACHE_NPROBE = sizeof PROBE_SQL / sizeof PROBE_SQL[0];

@@ -31,6 +31,9 @@
 #define WKEY                                                               \
   "op = ?1 AND bucket = ?2 AND dtype = ?3 AND causal = ?4 AND arch = ?5"   \
   " AND src_hash = ?6"
+/* Winner columns 0..15, then 16 length(cubin), 17 typeof(cubin), 18 rowid:
+ * what an iteration reads without loading cubins. */
+#define WMETA WCOLS ", length(cubin), typeof(cubin), rowid"
 #define WORDER " ORDER BY op, arch, bucket, dtype, causal, src_hash"
 #define FILTER " WHERE (?1 IS NULL OR arch = ?1) AND (?2 IS NULL OR op = ?2)"
 #define BCOLS                                                              \
@@ -42,6 +45,8 @@
 enum {
   ST_GET,
   ST_GET_META,
+  ST_GET_ROWID,
+  ST_DEL_ROWID,
   ST_PUT,
   ST_BAD_PUT,
   ST_BAD_MERGE,
@@ -67,7 +72,16 @@ struct scree__cache {
   pthread_mutex_t lock; /* recursive: guards db, st[] and err */
   sqlite3_stmt *st[ST_COUNT];
   char err[512];
+  int refused;              /* rows that failed their checks (cache_check.c) */
+  char refused_first[384];  /* the first one: "<table> row <rowid>: <why>" */
 };
+
+/* What a text field may hold (cache_check.c). */
+typedef enum {
+  TXT_KEY,  /* a key part or a config: 1..cap-1 bytes of printable ASCII, no blank */
+  TXT_FREE, /* free text (device name, reason): 0..cap-1 bytes, no NUL */
+  TXT_HEX64 /* a SHA-256: 64 lowercase hex digits */
+} cache_text;
 
 
 #define put_why scree__set_why
@@ -88,10 +102,41 @@ void copy_col(char *dst, size_t size, sqlite3_stmt *s, int col);
 void copy_str(char *dst, size_t size, const char *src);
 #define done scree__cache_done
 void done(sqlite3_stmt *s);
-#define entry_valid scree__cache_entry_valid
-int entry_valid(const scree__centry *e);
+#define text_ok scree__cache_text_ok
+/* 0 if the n bytes at p are fine for kind in a field of cap bytes; else -1
+ * with "<name> ..." in why. */
+int text_ok(const char *p, size_t n, size_t cap, cache_text kind, const char *name, char *why,
+            size_t why_size);
+#define key_ok scree__cache_key_ok
+/* 1 if k passes the read checks (bucket and src_hash only when asked), else
+ * 0 with the reason. */
+int key_ok(const scree__ckey *k, int with_bucket, int with_hash, char *why, size_t why_size);
+#define entry_ok scree__cache_entry_ok
+/* 1 if e may be written: everything a read checks, cubin size included. */
+int entry_ok(const scree__centry *e, char *why, size_t why_size);
+#define note_refused scree__cache_note_refused
+/* Counts a refused row (lock held). */
+void note_refused(scree__cache *c, const char *table, int64_t rowid, const char *why);
+#define row_cubin_size scree__cache_row_cubin_size
+/* Columns col (length(cubin)) and col + 1 (typeof(cubin)): 0 and the size
+ * if they describe a blob of 1..SCREE__CACHE_MAX_CUBIN bytes, else -1. */
+int row_cubin_size(sqlite3_stmt *s, int col, size_t *size, char *why, size_t why_size);
+#define row_to_miss scree__cache_row_to_miss
+/* MCOLS into m, checked: 0, or -1 with the reason. */
+int row_to_miss(sqlite3_stmt *s, scree__cmiss *m, char *why, size_t why_size);
+#define row_to_bad scree__cache_row_to_bad
+/* BCOLS into b, checked: 0, or -1 with the reason. */
+int row_to_bad(sqlite3_stmt *s, scree__cbad *b, char *why, size_t why_size);
 #define get_locked scree__cache_get_locked
 scree_status get_locked(scree__cache *c, const scree__ckey *k, scree__centry *out, int with_cubin);
+#define get_rowid_locked scree__cache_get_rowid_locked
+/* The winner with this rowid, cubin included, with the lock held:
+ * SCREE_ERROR_NOT_FOUND if gone, SCREE_ERROR_PARSE if refused (counted). */
+scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out);
+#define drop_if_refused scree__cache_drop_if_refused
+/* Inside a write transaction: deletes k's winner row if it fails the read
+ * checks, so that a valid entry can take its place. An SQLite code. */
+int drop_if_refused(scree__cache *c, const scree__ckey *k);
 #define grow scree__cache_grow
 int grow(void **p, size_t *cap, size_t n, size_t elem);
 #define is_busy scree__cache_is_busy
@@ -101,7 +146,11 @@ int is_corrupt(int rc);
 #define key_valid scree__cache_key_valid
 int key_valid(const scree__ckey *k);
 #define load_cubin scree__cache_load_cubin
-scree_status load_cubin(sqlite3_stmt *s, int col, scree__centry *e);
+/* Column col, the cubin: copied into e if its sha256 matches e->cubin_hash
+ * (cubin_ok 1), else left out (cubin_ok 0). SCREE_ERROR_PARSE with the
+ * reason if it is not a blob of 1..SCREE__CACHE_MAX_CUBIN bytes. */
+scree_status load_cubin(sqlite3_stmt *s, int col, scree__centry *e, char *why,
+                        size_t why_size);
 #define hold scree__cache_hold
 void hold(scree__cache *c);
 #define nap_ms scree__cache_nap_ms
@@ -115,7 +164,9 @@ open_result open_db(const char *path, int readonly, int wal, sqlite3 **out, scre
 #define prim scree__cache_prim
 int prim(int rc);
 #define row_to_entry scree__cache_row_to_entry
-void row_to_entry(sqlite3_stmt *s, scree__centry *e);
+/* Columns 0..15 of WCOLS into e (no cubin), checked: 0, or -1 with the
+ * reason (cache_check.c). */
+int row_to_entry(sqlite3_stmt *s, scree__centry *e, char *why, size_t why_size);
 #define set_err scree__cache_set_err
 void set_err(scree__cache *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define status_of scree__cache_status_of

@@ -7,12 +7,14 @@
 /* Iteration: rows are collected under the lock, callbacks run without it.   */
 /* ------------------------------------------------------------------------ */
 
-typedef void (*row_fn)(sqlite3_stmt *s, void *dst);
+/* Reads one row into dst: 0, or -1 with the reason the row is refused. */
+typedef int (*row_fn)(sqlite3_stmt *s, void *dst, char *why, size_t why_size);
 
-/* Runs a filtered SELECT and collects every row through fn into a malloc'd
- * array of elem-sized records. */
-static scree_status collect(scree__cache *c, const char *sql,
-                            const char *arch, const char *op, size_t elem,
+/* Runs a filtered SELECT whose column rowid_col is the rowid and collects
+ * every row that fn accepts into a malloc'd array of elem-sized records;
+ * the others are counted as refused. */
+static scree_status collect(scree__cache *c, const char *sql, const char *table,
+                            int rowid_col, const char *arch, const char *op, size_t elem,
                             row_fn fn, void **rows, size_t *nrows) {
   *rows = NULL;
   *nrows = 0;
@@ -29,7 +31,11 @@ static scree_status collect(scree__cache *c, const char *sql,
         st = SCREE_ERROR_OUT_OF_MEMORY;
         break;
       }
-      fn(s, (char *)*rows + *nrows * elem);
+      char why[256];
+      if (fn(s, (char *)*rows + *nrows * elem, why, sizeof why)) {
+        note_refused(c, table, sqlite3_column_int64(s, rowid_col), why);
+        continue;
+      }
       (*nrows)++;
     }
   }
@@ -47,39 +53,28 @@ static scree_status collect(scree__cache *c, const char *sql,
   return st;
 }
 
-static void miss_row(sqlite3_stmt *s, void *dst) {
-  scree__cmiss *m = dst;
-  memset(m, 0, sizeof *m);
-  copy_col(m->key.op, sizeof m->key.op, s, 0);
-  copy_col(m->key.bucket, sizeof m->key.bucket, s, 1);
-  copy_col(m->key.dtype, sizeof m->key.dtype, s, 2);
-  m->key.causal = sqlite3_column_int(s, 3);
-  copy_col(m->key.arch, sizeof m->key.arch, s, 4);
-  copy_col(m->example, sizeof m->example, s, 5);
-  m->count = sqlite3_column_int64(s, 6);
-  m->first_seen = sqlite3_column_int64(s, 7);
-  m->last_seen = sqlite3_column_int64(s, 8);
+static int miss_row(sqlite3_stmt *s, void *dst, char *why, size_t why_size) {
+  return row_to_miss(s, dst, why, why_size);
 }
 
-static void bad_row(sqlite3_stmt *s, void *dst) {
-  scree__cbad *b = dst;
-  memset(b, 0, sizeof *b);
-  copy_col(b->key.op, sizeof b->key.op, s, 0);
-  copy_col(b->key.dtype, sizeof b->key.dtype, s, 1);
-  b->key.causal = sqlite3_column_int(s, 2);
-  copy_col(b->key.arch, sizeof b->key.arch, s, 3);
-  copy_col(b->key.src_hash, sizeof b->key.src_hash, s, 4);
-  copy_col(b->config, sizeof b->config, s, 5);
-  b->nvrtc_version = sqlite3_column_int(s, 6);
-  copy_col(b->key.bucket, sizeof b->key.bucket, s, 7);
-  copy_col(b->reason, sizeof b->reason, s, 8);
-  b->when = sqlite3_column_int64(s, 9);
+static int bad_row(sqlite3_stmt *s, void *dst, char *why, size_t why_size) {
+  return row_to_bad(s, dst, why, why_size);
 }
 
-static void entry_meta_row(sqlite3_stmt *s, void *dst) {
-  scree__centry *e = dst;
-  row_to_entry(s, e);
-  e->cubin_size = (size_t)sqlite3_column_int64(s, 16);
+/* A winner without its cubin, and its rowid (with_cubin reads the row
+ * again by it). */
+typedef struct meta_row {
+  scree__centry e;
+  int64_t rowid;
+} meta_row;
+
+static int entry_meta_row(sqlite3_stmt *s, void *dst, char *why, size_t why_size) {
+  meta_row *m = dst;
+  if (row_to_entry(s, &m->e, why, why_size) ||
+      row_cubin_size(s, 16, &m->e.cubin_size, why, why_size))
+    return -1;
+  m->rowid = sqlite3_column_int64(s, 18);
+  return 0;
 }
 
 scree_status scree__cache_foreach_miss(scree__cache *c, const char *arch,
@@ -91,10 +86,10 @@ scree_status scree__cache_foreach_miss(scree__cache *c, const char *arch,
   void *rows;
   size_t n;
   scree_status st = collect(c,
-                            "SELECT " MCOLS " FROM misses" FILTER
+                            "SELECT " MCOLS ", rowid FROM misses" FILTER
                             " ORDER BY count DESC, op, arch, bucket, dtype,"
                             " causal",
-                            arch, op, sizeof(scree__cmiss), miss_row, &rows,
+                            "misses", 9, arch, op, sizeof(scree__cmiss), miss_row, &rows,
                             &n);
   for (size_t i = 0; st == SCREE_OK && i < n; i++)
     if (fn(user, (scree__cmiss *)rows + i)) break;
@@ -111,10 +106,11 @@ scree_status scree__cache_foreach_bad(scree__cache *c, const char *arch,
   void *rows;
   size_t n;
   scree_status st = collect(c,
-                            "SELECT " BCOLS " FROM bad_configs" FILTER
+                            "SELECT " BCOLS ", rowid FROM bad_configs" FILTER
                             " ORDER BY op, arch, dtype, causal, config,"
                             " bucket, src_hash, nvrtc_version",
-                            arch, op, sizeof(scree__cbad), bad_row, &rows, &n);
+                            "bad_configs", 10, arch, op, sizeof(scree__cbad), bad_row, &rows,
+                            &n);
   for (size_t i = 0; st == SCREE_OK && i < n; i++)
     if (fn(user, (scree__cbad *)rows + i)) break;
   free(rows);
@@ -129,23 +125,21 @@ scree_status scree__cache_foreach_entry(scree__cache *c, const char *arch,
   if (!c || !fn) return SCREE_ERROR_INVALID_ARGUMENT;
   void *rows;
   size_t n;
-  scree_status st = collect(c,
-                            "SELECT " WCOLS ", length(cubin) FROM winners"
-                            FILTER WORDER,
-                            arch, op, sizeof(scree__centry), entry_meta_row,
-                            &rows, &n);
+  scree_status st = collect(c, "SELECT " WMETA " FROM winners" FILTER WORDER, "winners", 18,
+                            arch, op, sizeof(meta_row), entry_meta_row, &rows, &n);
   for (size_t i = 0; st == SCREE_OK && i < n; i++) {
-    scree__centry *e = (scree__centry *)rows + i;
+    meta_row *m = (meta_row *)rows + i;
     if (!with_cubin) {
-      if (fn(user, e)) break;
+      if (fn(user, &m->e)) break;
       continue;
     }
-    /* The row may have changed or gone since it was listed. */
+    /* The row may have changed or gone since it was listed: read it again
+     * by its rowid (an upsert keeps it), checked as before. */
     scree__centry full;
     hold(c);
-    scree_status g = get_locked(c, &e->key, &full, 1);
+    scree_status g = get_rowid_locked(c, m->rowid, &full);
     release(c);
-    if (g == SCREE_ERROR_NOT_FOUND) continue;
+    if (g == SCREE_ERROR_NOT_FOUND || g == SCREE_ERROR_PARSE) continue;
     if (g != SCREE_OK) {
       st = g;
       break;
@@ -157,4 +151,3 @@ scree_status scree__cache_foreach_entry(scree__cache *c, const char *arch,
   free(rows);
   return st;
 }
-

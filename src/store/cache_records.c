@@ -23,44 +23,42 @@ static void bind_key(sqlite3_stmt *s, const scree__ckey *k) {
   bind_field(s, 6, k->src_hash, sizeof k->src_hash);
 }
 
-/* Columns 0..15 of WCOLS into e (no cubin). */
-void row_to_entry(sqlite3_stmt *s, scree__centry *e) {
-  memset(e, 0, sizeof *e);
-  copy_col(e->key.op, sizeof e->key.op, s, 0);
-  copy_col(e->key.bucket, sizeof e->key.bucket, s, 1);
-  copy_col(e->key.dtype, sizeof e->key.dtype, s, 2);
-  e->key.causal = sqlite3_column_int(s, 3);
-  copy_col(e->key.arch, sizeof e->key.arch, s, 4);
-  copy_col(e->key.src_hash, sizeof e->key.src_hash, s, 5);
-  copy_col(e->config, sizeof e->config, s, 6);
-  e->median_us = sqlite3_column_double(s, 7);
-  e->spread_us = sqlite3_column_double(s, 8);
-  copy_col(e->device_name, sizeof e->device_name, s, 9);
-  e->sm_count = sqlite3_column_int(s, 10);
-  e->driver_version = sqlite3_column_int(s, 11);
-  e->nvrtc_version = sqlite3_column_int(s, 12);
-  copy_col(e->scree_version, sizeof e->scree_version, s, 13);
-  e->created = sqlite3_column_int64(s, 14);
-  copy_col(e->cubin_hash, sizeof e->cubin_hash, s, 15);
-}
-
-/* Copies the cubin of column col if its sha256 matches e->cubin_hash. */
-scree_status load_cubin(sqlite3_stmt *s, int col, scree__centry *e) {
-  const void *b = sqlite3_column_blob(s, col);
-  int n = sqlite3_column_bytes(s, col);
+scree_status load_cubin(sqlite3_stmt *s, int col, scree__centry *e, char *why,
+                        size_t why_size) {
   e->cubin = NULL;
   e->cubin_size = 0;
   e->cubin_ok = 0;
-  if (!b || n <= 0) return SCREE_OK;
+  const int t = sqlite3_column_type(s, col);
+  const int n = t == SQLITE_BLOB ? sqlite3_column_bytes(s, col) : 0;
+  if (t != SQLITE_BLOB || n <= 0 || n > SCREE__CACHE_MAX_CUBIN) {
+    if (t != SQLITE_BLOB)
+      put_why(why, why_size, "cubin is %s, not a blob",
+              t == SQLITE_NULL ? "NULL" : t == SQLITE_TEXT ? "text" : "a number");
+    else
+      put_why(why, why_size, "cubin is %d bytes, outside [1, %d]", n, SCREE__CACHE_MAX_CUBIN);
+    return SCREE_ERROR_PARSE;
+  }
+  const void *b = sqlite3_column_blob(s, col);
+  if (!b) return SCREE_ERROR_OUT_OF_MEMORY;
   char h[65];
   scree__sha256_hex(b, (size_t)n, h);
+  e->cubin_size = (size_t)n;
   if (strcmp(h, e->cubin_hash) != 0) return SCREE_OK;
   e->cubin = malloc((size_t)n);
   if (!e->cubin) return SCREE_ERROR_OUT_OF_MEMORY;
   memcpy(e->cubin, b, (size_t)n);
-  e->cubin_size = (size_t)n;
   e->cubin_ok = 1;
   return SCREE_OK;
+}
+
+/* Checks a winner row that a statement stands on: its columns 0..15, then
+ * the cubin at col 16 (with_cubin) or its length and type at 16 and 17.
+ * SCREE_ERROR_PARSE (with the reason in why) if it fails. */
+static scree_status read_winner(sqlite3_stmt *s, int with_cubin, scree__centry *out,
+                                char *why, size_t why_size) {
+  if (row_to_entry(s, out, why, why_size)) return SCREE_ERROR_PARSE;
+  if (with_cubin) return load_cubin(s, 16, out, why, why_size);
+  return row_cubin_size(s, 16, &out->cubin_size, why, why_size) ? SCREE_ERROR_PARSE : SCREE_OK;
 }
 
 /* Lookup with the lock held. with_cubin = 0 leaves cubin NULL and puts the
@@ -74,12 +72,39 @@ scree_status get_locked(scree__cache *c, const scree__ckey *k,
   scree_status st;
   rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) {
-    row_to_entry(s, out);
-    if (with_cubin) {
-      st = load_cubin(s, 16, out);
-    } else {
-      out->cubin_size = (size_t)sqlite3_column_int64(s, 16);
-      st = SCREE_OK;
+    char why[256];
+    st = read_winner(s, with_cubin, out, why, sizeof why);
+    if (st == SCREE_ERROR_PARSE) {
+      const int64_t rowid = sqlite3_column_int64(s, with_cubin ? 17 : 18);
+      note_refused(c, "winners", rowid, why);
+      set_err(c, "%s: the row of %s %s was refused: %s", c->path, k->op, k->bucket, why);
+      scree__centry_free(out);
+      st = SCREE_ERROR_CACHE;
+    }
+  } else if (rc == SQLITE_DONE) {
+    st = SCREE_ERROR_NOT_FOUND;
+  } else {
+    set_err(c, "%s: lookup failed: %s", c->path, sqlite3_errmsg(c->db));
+    st = status_of(rc);
+  }
+  done(s);
+  return st;
+}
+
+scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out) {
+  memset(out, 0, sizeof *out);
+  int rc;
+  sqlite3_stmt *s = stmt(c, ST_GET_ROWID, &rc);
+  if (!s) return status_of(rc);
+  sqlite3_bind_int64(s, 1, rowid);
+  scree_status st;
+  rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    char why[256];
+    st = read_winner(s, 1, out, why, sizeof why);
+    if (st == SCREE_ERROR_PARSE) {
+      note_refused(c, "winners", rowid, why);
+      scree__centry_free(out);
     }
   } else if (rc == SQLITE_DONE) {
     st = SCREE_ERROR_NOT_FOUND;
@@ -136,20 +161,44 @@ int write_winner(scree__cache *c, const scree__centry *e,
   return rc;
 }
 
-int entry_valid(const scree__centry *e) {
-  return e && key_valid(&e->key) && e->cubin && e->cubin_size > 0 &&
-         e->cubin_size <= 0x7fffffff && isfinite(e->median_us) &&
-         e->median_us >= 0;
+int drop_if_refused(scree__cache *c, const scree__ckey *k) {
+  int rc;
+  sqlite3_stmt *s = stmt(c, ST_GET_META, &rc);
+  if (!s) return rc;
+  bind_key(s, k);
+  rc = sqlite3_step(s);
+  int64_t rowid = -1;
+  if (rc == SQLITE_ROW) {
+    scree__centry e;
+    char why[256];
+    if (read_winner(s, 0, &e, why, sizeof why) != SCREE_OK) rowid = sqlite3_column_int64(s, 18);
+    rc = SQLITE_OK;
+  } else if (rc == SQLITE_DONE) {
+    rc = SQLITE_OK;
+  } else {
+    set_err(c, "%s: lookup failed: %s", c->path, sqlite3_errmsg(c->db));
+  }
+  done(s);
+  if (rc != SQLITE_OK || rowid < 0) return rc;
+  if (!(s = stmt(c, ST_DEL_ROWID, &rc))) return rc;
+  sqlite3_bind_int64(s, 1, rowid);
+  rc = sqlite3_step(s);
+  if (rc == SQLITE_DONE)
+    rc = SQLITE_OK;
+  else
+    set_err(c, "%s: replacing a refused row: %s", c->path, sqlite3_errmsg(c->db));
+  done(s);
+  return rc;
 }
 
 scree_status scree__cache_put(scree__cache *c, const scree__centry *e,
                               int *replaced) {
   if (replaced) *replaced = 0;
   if (!c) return SCREE_ERROR_INVALID_ARGUMENT;
-  if (!entry_valid(e)) {
+  char why[256];
+  if (!entry_ok(e, why, sizeof why)) {
     hold(c);
-    set_err(c, "put: invalid entry (empty op/arch, causal not 0/1, no cubin"
-               " or a median that is negative or not finite)");
+    set_err(c, "put: invalid entry: %s", why);
     release(c);
     return SCREE_ERROR_INVALID_ARGUMENT;
   }
@@ -162,7 +211,8 @@ scree_status scree__cache_put(scree__cache *c, const scree__centry *e,
     st = SCREE_ERROR_CACHE;
   } else if ((rc = txn_begin(c)) != SQLITE_OK) {
     st = status_of(rc);
-  } else if ((rc = write_winner(c, e, hash, &changed)) != SQLITE_OK) {
+  } else if ((rc = drop_if_refused(c, &e->key)) != SQLITE_OK ||
+             (rc = write_winner(c, e, hash, &changed)) != SQLITE_OK) {
     txn_rollback(c);
     st = status_of(rc);
   } else if ((rc = txn_commit(c)) != SQLITE_OK) {
@@ -252,11 +302,36 @@ static void bind_bad(sqlite3_stmt *s, const scree__ckey *k,
   bind_field(s, 8, k->bucket[0] ? k->bucket : "*", sizeof k->bucket);
 }
 
+/* The first bytes of reason that fit a reason field (255), cut before a
+ * UTF-8 continuation byte rather than inside a character. */
+static int reason_len(const char *reason) {
+  size_t n = strnlen(reason, 256);
+  if (n > 255) {
+    n = 255;
+    while (n && ((unsigned char)reason[n] & 0xc0) == 0x80) n--;
+  }
+  return (int)n;
+}
+
 scree_status scree__cache_record_bad(scree__cache *c, const scree__ckey *k,
                                      const char *config, int nvrtc_version,
                                      const char *reason) {
-  if (!c || !key_valid(k) || !config || !*config)
+  if (!c) return SCREE_ERROR_INVALID_ARGUMENT;
+  char why[256] = "no key or no config";
+  scree__ckey kk;
+  int ok = k && config;
+  if (ok) {
+    kk = *k; /* "" is the "*" bucket */
+    if (!kk.bucket[0]) snprintf(kk.bucket, sizeof kk.bucket, "*");
+    ok = key_ok(&kk, 1, 1, why, sizeof why) &&
+         !text_ok(config, strlen(config), 128, TXT_KEY, "config", why, sizeof why);
+  }
+  if (!ok) {
+    hold(c);
+    set_err(c, "record_bad: %s", why);
+    release(c);
     return SCREE_ERROR_INVALID_ARGUMENT;
+  }
   hold(c);
   scree_status st;
   int rc;
@@ -267,7 +342,8 @@ scree_status scree__cache_record_bad(scree__cache *c, const scree__ckey *k,
     st = status_of(rc);
   } else {
     bind_bad(s, k, config, nvrtc_version);
-    sqlite3_bind_text(s, 9, reason ? reason : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 9, reason ? reason : "", reason ? reason_len(reason) : 0,
+                      SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 10, now_s());
     st = write_one(c, s, NULL);
     done(s);
@@ -311,7 +387,14 @@ static void bind_miss_key(sqlite3_stmt *s, const scree__ckey *k) {
 
 scree_status scree__cache_record_miss(scree__cache *c, const scree__ckey *k,
                                       const char *example) {
-  if (!c || !key_valid(k)) return SCREE_ERROR_INVALID_ARGUMENT;
+  if (!c) return SCREE_ERROR_INVALID_ARGUMENT;
+  char why[256];
+  if (!key_ok(k, 1, 0, why, sizeof why)) {
+    hold(c);
+    set_err(c, "record_miss: %s", why);
+    release(c);
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
   hold(c);
   scree_status st;
   int rc;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -56,6 +57,38 @@ static void put(const char *arch, const char *bucket, const char *config, double
 }
 
 static const char *F16 = "x=fp16,w=fp16,y=fp16";
+
+/* Runs SQL on a cache file directly, as anyone with the file can. */
+static void sql(const char *path, const char *text) {
+  sqlite3 *h = NULL;
+  ck_assert_int_eq(sqlite3_open(path, &h), SQLITE_OK);
+  char *err = NULL;
+  ck_assert_msg(sqlite3_exec(h, text, NULL, NULL, &err) == SQLITE_OK, "%s: %s", text,
+                err ? err : "?");
+  sqlite3_free(err);
+  sqlite3_close(h);
+}
+
+/* Copies the winner of bucket `from` into a new row with the columns given
+ * as SQL expressions over the old ones (NULL: as it was). */
+static void copy_row(const char *path, const char *from, const char *op, const char *bucket,
+                     const char *causal, const char *median) {
+  char q[2048];
+  snprintf(q, sizeof q,
+           "INSERT INTO winners SELECT %s, %s, dtype, %s, arch, src_hash, config, %s,"
+           " spread_us, device_name, sm_count, driver_version, nvrtc_version, scree_version,"
+           " created, cubin_hash, cubin FROM winners WHERE bucket = '%s' AND arch = 'sm_90'",
+           op ? op : "op", bucket ? bucket : "bucket", causal ? causal : "causal",
+           median ? median : "median_us", from);
+  sql(path, q);
+}
+
+/* Counts the lines of text that contain needle. */
+static int count_of(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)); p++) n++;
+  return n;
+}
 
 static void setup(void) {
   snprintf(dir, sizeof dir, "/tmp/scree-cli-XXXXXX");
@@ -295,6 +328,41 @@ START_TEST(reading_commands_do_not_touch_the_file) {
 }
 END_TEST
 
+/* Rows that fail their checks are skipped and counted by every reading
+ * command alike: list never shows a row that show cannot find. */
+START_TEST(rows_that_fail_their_checks) {
+  char long_bucket[200];
+  snprintf(long_bucket, sizeof long_bucket, "bucket || '%0100d'", 0);
+  copy_row(db, "rows<=1024,cols=4096", NULL, long_bucket, NULL, NULL);
+  copy_row(db, "rows<=1024,cols=4096", NULL, "'rows<=2,cols=4096'", "'yes'", NULL);
+  copy_row(db, "rows<=1024,cols=4096", NULL, "'rows<=4,cols=4096'", NULL, "'fast'");
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", db), 0);
+  ck_assert_msg(strstr(out, "4 winner(s)"), "%s", out);
+  ck_assert_msg(strstr(out, "warning: skipped 3 row(s)"), "%s", out);
+  ck_assert_msg(strstr(out, "bucket is 120 bytes, longer than 95"), "%s", out);
+  ck_assert(!strstr(out, "rows<=2,cols=4096"));
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s' --json", db), 0);
+  ck_assert_msg(strstr(out, "\"skipped\": 3"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s'", db), 0);
+  ck_assert_int_eq(count_of(out, "  config "), 4);
+  ck_assert_msg(strstr(out, "warning: skipped 3 row(s)"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket 'rows<=2,cols=4096'", db),
+                   1);
+  ck_assert(strstr(out, "no matching entry"));
+  /* A good import of a refused key replaces the row (it was 'fast'). */
+  char other[400], saved[400];
+  snprintf(other, sizeof other, "%s/other.db", dir);
+  snprintf(saved, sizeof saved, "%s", db);
+  snprintf(db, sizeof db, "%s", other);
+  put("sm_90", "rows<=4,cols=4096", "tpr=64,rows=2,vec=8,cache=8", 99.0, F16);
+  snprintf(db, sizeof db, "%s", saved);
+  ck_assert_int_eq(tune(out, sizeof out, "merge '%s' --cache '%s'", other, db), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket 'rows<=4,cols=4096'", db),
+                   0);
+  ck_assert_msg(strstr(out, "99.000 us median"), "%s", out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -309,6 +377,7 @@ int main(void) {
   tcase_add_test(tc, gpu_commands_without_gpu);
   tcase_add_test(tc, unwritable_cache_location);
   tcase_add_test(tc, reading_commands_do_not_touch_the_file);
+  tcase_add_test(tc, rows_that_fail_their_checks);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

@@ -209,6 +209,43 @@ static void db_text(const char *path, const char *sql, char *buf,
   sqlite3_close(db);
 }
 
+/* A scree cache whose tables have the right columns but no types and no
+ * constraints, as anyone can write one: every row read from it must be
+ * checked. Holds no rows. */
+static void loose_cache(const char *path) {
+  scree__cache *c = open_rw(path);
+  scree__cache_close(c);
+  db_exec(path,
+          "DROP TABLE winners; DROP TABLE bad_configs; DROP TABLE misses;"
+          "CREATE TABLE winners(op, bucket, dtype, causal, arch, src_hash, config,"
+          " median_us, spread_us, device_name, sm_count, driver_version, nvrtc_version,"
+          " scree_version, created, cubin_hash, cubin);"
+          "CREATE TABLE bad_configs(op, dtype, causal, arch, src_hash, config,"
+          " nvrtc_version, bucket, reason, created);"
+          "CREATE TABLE misses(op, bucket, dtype, causal, arch, example, count,"
+          " first_seen, last_seen);");
+}
+
+/* Inserts a winner row into a loose cache: each argument is an SQL
+ * expression, NULL for the value a good row has (cubin X'01' with its
+ * hash). */
+static void loose_winner(const char *path, const char *op, const char *bucket,
+                         const char *dtype, const char *causal,
+                         const char *config, const char *median,
+                         const char *device, const char *cubin) {
+  char sql[4096];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO winners VALUES(%s, %s, %s, %s, 'sm_90', '%s', %s, %s,"
+           " 0.5, %s, 132, 13000, 13000, '0.1.0', 1700000000,"
+           " '4bf5122f344554c53bde2ebb8cd2b7e3d1600ad631c385a5d7cce23c7785459a', %s)",
+           op ? op : "'rmsnorm'", bucket ? bucket : "'rows<=1024,cols=4096'",
+           dtype ? dtype : "'x=fp16,w=fp16,y=fp16'", causal ? causal : "0", g_src,
+           config ? config : "'tpr=128,rows=1,vec=8,cache=4'",
+           median ? median : "10.0", device ? device : "'NVIDIA H100'",
+           cubin ? cubin : "X'01'");
+  db_exec(path, sql);
+}
+
 /* Flips byte `at` of the first winner's cubin in place (same length). */
 static void flip_cubin_byte(const char *path, const scree__ckey *k, int at) {
   sqlite3 *db = NULL;

@@ -145,6 +145,74 @@ START_TEST(put_keeps_the_faster) {
 }
 END_TEST
 
+/* put writes only what a read accepts, and replaces a row a read refuses
+ * whatever its median. */
+START_TEST(put_checks_what_it_writes) {
+  char *path = pjoin(tdir(), "tune.db");
+  scree__cache *c = open_rw(path);
+  scree__ckey k = keyi(0);
+  char err[512];
+  static const struct {
+    const char *what;
+    double median;
+    const char *config;
+  } bad[] = {
+      {"median_us is 0", 0, "cfg=A"},
+      {"median_us is -1", -1, "cfg=A"},
+      {"median_us is inf", INFINITY, "cfg=A"},
+      {"median_us is nan", NAN, "cfg=A"},
+      {"config is empty", 1, ""},
+      {"config holds byte 0x20", 1, "tpr=1 rows=2"},
+      {"config holds byte 0x1b", 1, "tpr=1\x1b[2J"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    scree__centry e = entry(&k, bad[i].config, bad[i].median, 1, 64);
+    ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_ERROR_INVALID_ARGUMENT);
+    scree__cache_last_error(c, err, sizeof err);
+    ck_assert_msg(strstr(err, bad[i].what), "%s: %s", bad[i].what, err);
+    scree__centry_free(&e);
+  }
+  scree__centry e = entry(&k, "cfg=A", 1, 1, 64);
+  memset(e.key.bucket, 'b', sizeof e.key.bucket); /* not terminated: never cut */
+  ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_ERROR_INVALID_ARGUMENT);
+  scree__cache_last_error(c, err, sizeof err);
+  ck_assert_msg(strstr(err, "bucket is 96 bytes, longer than 95"), "%s", err);
+  e.key = k;
+  e.cubin_size = SCREE__CACHE_MAX_CUBIN + 1; /* not read: refused on its size */
+  ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_ERROR_INVALID_ARGUMENT);
+  e.cubin_size = 64;
+  snprintf(e.key.src_hash, sizeof e.key.src_hash, "%s", "not a hash");
+  ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_ERROR_INVALID_ARGUMENT);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM winners"), 0);
+  /* A bad record's config and a miss's key are checked too; a long reason
+   * is cut to the field. */
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=1 rows=2", 13000, "x"),
+                   SCREE_ERROR_INVALID_ARGUMENT);
+  char reason[600];
+  memset(reason, 'r', sizeof reason);
+  reason[sizeof reason - 1] = 0;
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, "cfg=A", 13000, reason), SCREE_OK);
+  ck_assert_int_eq(db_int(path, "SELECT length(reason) FROM bad_configs"), 255);
+  scree__ckey m = k;
+  m.op[0] = 0;
+  ck_assert_int_eq(scree__cache_record_miss(c, &m, "rows=1"), SCREE_ERROR_INVALID_ARGUMENT);
+
+  /* A row that a read refuses (here a NULL median, as a hand edit or
+   * another program can leave) is replaced by a slower good entry. */
+  put_ok(c, &k, "cfg=A", 10, 1, 1);
+  db_exec(path, "UPDATE winners SET median_us = 'fast'");
+  scree__centry g;
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_ERROR_CACHE);
+  put_ok(c, &k, "cfg=B", 50, 2, 1);
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
+  ck_assert_str_eq(g.config, "cfg=B");
+  scree__centry_free(&g);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM winners"), 1);
+  scree__centry_free(&e);
+  scree__cache_close(c);
+}
+END_TEST
+
 START_TEST(cubin_hash_mismatch_detected) {
   char *dir = tdir();
   char *up = pjoin(dir, "user.db"), *sp = pjoin(dir, "shipped.db");
@@ -663,6 +731,7 @@ int main(void) {
   tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
   tcase_add_test(tc, put_get_roundtrip);
   tcase_add_test(tc, put_keeps_the_faster);
+  tcase_add_test(tc, put_checks_what_it_writes);
   tcase_add_test(tc, cubin_hash_mismatch_detected);
   tcase_add_test(tc, bad_configs);
   tcase_add_test(tc, misses);
