@@ -264,15 +264,17 @@ int cmd_export(int argc, char **argv) {
   int rc = cli_open_user_cache(&c, &cache, "export", 1);
   if (rc) return rc;
   if (!cache) return CLI_CACHE;
-  int n = 0;
+  int n = 0, skipped = 0;
   char why[1024] = "";
-  scree_status st = scree__cache_export(cache, out, c.arch, c.op, &n, why, sizeof why);
+  scree_status st = scree__cache_export(cache, out, c.arch, c.op, &n, &skipped, why, sizeof why);
   scree__cache_close(cache);
   if (st) {
     fprintf(stderr, "scree-tune export: %s\n", why);
     return CLI_CACHE;
   }
-  if (!c.quiet) printf("exported %d winner(s) to %s\n", n, out);
+  /* Rows left out are said even with --quiet: the shipped file lacks them. */
+  if (skipped) fprintf(stderr, "scree-tune export: warning: %s\n", why);
+  if (!c.quiet) printf("exported %d winner(s) to %s, %d skipped\n", n, out, skipped);
   return CLI_OK;
 }
 
@@ -326,26 +328,29 @@ int cmd_merge(int argc, char **argv) {
   int rc = cli_open_user_cache(&c, &cache, argv[0], 0);
   if (rc) return rc;
   mctx m = {.c = &c, .first = 1};
-  int ta = 0, tr = 0, tc = 0;
+  int ta = 0, tr = 0, tc = 0, ts = 0;
   if (c.json) printf("{\"conflicts\": [");
   for (int s = 0; s < nsrc && !rc; s++) {
-    int added = 0, replaced = 0, conflicts = 0;
+    scree__merge_counts n;
     char why[1024] = "";
     m.src = srcs[s];
-    scree_status st = scree__cache_merge(cache, srcs[s], &added, &replaced, &conflicts,
-                                         on_conflict, &m, why, sizeof why);
+    scree_status st = scree__cache_merge(cache, srcs[s], &n, on_conflict, &m, why, sizeof why);
     if (st) {
       fprintf(stderr, "scree-tune %s: %s: %s\n", argv[0], srcs[s], why);
       rc = CLI_CACHE;
       break;
     }
-    ta += added, tr += replaced, tc += conflicts;
+    const int skipped = n.skipped_hash + n.skipped_invalid;
+    ta += n.added, tr += n.replaced, tc += n.conflicts, ts += skipped;
+    /* Rows left out are said even with --quiet, as conflicts are. */
+    if (skipped) fprintf(stderr, "scree-tune %s: warning: %s\n", argv[0], why);
     if (!c.json && !c.quiet)
-      printf("%s: %d added, %d replaced by faster entries, %d conflict(s)\n", srcs[s], added,
-             replaced, conflicts);
+      printf("%s: %d added, %d replaced by faster entries, %d conflict(s), %d skipped\n",
+             srcs[s], n.added, n.replaced, n.conflicts, skipped);
   }
   if (c.json)
-    printf("\n], \"added\": %d, \"replaced\": %d, \"conflict_count\": %d}\n", ta, tr, tc);
+    printf("\n], \"added\": %d, \"replaced\": %d, \"conflict_count\": %d, \"skipped\": %d}\n",
+           ta, tr, tc, ts);
   scree__cache_close(cache);
   return rc;
 }

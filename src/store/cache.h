@@ -212,17 +212,40 @@ scree_status scree__cache_foreach_bad(scree__cache *c, const char *arch,
                                                 const scree__cbad *b),
                                       void *user);
 
+/* 1 if e is what this build would write for its op: the op is registered,
+ * dtype is its canonical variant text and causal that variant's flag, the
+ * bucket and config are in the op's canonical form, the arch is
+ * sm_<number>[letter] and the config passes the op's check for the variant
+ * on that arch. Else 0 with the reason. Merge and export require it of
+ * every row, on top of the read checks. */
+int scree__centry_check(const scree__centry *e, char *why, size_t why_size);
+/* The same for a bad-config record: op, variant, causal, arch, a bucket in
+ * canonical form or "*", a config in canonical form (not checked against
+ * the op's constraints: it is a config that failed). */
+int scree__cbad_check(const scree__cbad *b, char *why, size_t why_size);
+
+/* What a merge did: winners added, replaced (the source was faster) and in
+ * conflict (present in both with different configs, whichever won); source
+ * rows left out: winners whose cubin failed its hash check, winners and
+ * bad-config records that failed their checks. */
+typedef struct scree__merge_counts {
+  int added, replaced, conflicts;
+  int skipped_hash, skipped_invalid;
+} scree__merge_counts;
+
 /* Merges every winner of the cache file at src_path (opened read-only)
- * into c with the keep-the-faster rule, in one transaction. *added = keys
- * new to c, *replaced = keys where src was faster, *conflicts = keys present
- * in both with different configs (whichever won); any of them may be NULL.
+ * into c with the keep-the-faster rule, in one transaction. Each source
+ * row must pass the read checks and scree__centry_check (bad configs:
+ * scree__cbad_check) and its cubin its hash check; the others are left out
+ * and counted, and why then names how many and the first one's reason
+ * (the merge still succeeds). A cubin is read only after its row passed
+ * and its size is known to be at most SCREE__CACHE_MAX_CUBIN, and is
+ * written without further copies. counts (may be NULL) says what happened.
  * conflict_fn (may be NULL) is called for each conflict with both entries
  * (metadata only: their cubins are not loaded). Bad rows are merged too
- * (union; c's row wins where both have one). src winners whose cubin fails
- * its hash check are not merged; why says how many were skipped. */
+ * (union; c's row wins where both have one). */
 scree_status scree__cache_merge(
-    scree__cache *c, const char *src_path, int *added, int *replaced,
-    int *conflicts,
+    scree__cache *c, const char *src_path, scree__merge_counts *counts,
     void (*conflict_fn)(void *user, const scree__centry *mine,
                         const scree__centry *theirs),
     void *user, char *why, size_t why_size);
@@ -230,11 +253,14 @@ scree_status scree__cache_merge(
  * standalone cache file dst_path, in rollback-journal mode so that it can be
  * shipped and opened read-only from a read-only directory. dst_path must not
  * exist (SCREE_ERROR_IO otherwise) and its directory must. *exported (may be
- * NULL) = rows written. Rows whose cubin fails its hash check are left out
- * (why says how many). On failure dst_path is removed. */
+ * NULL) = rows written. Rows that fail the read checks or
+ * scree__centry_check, or whose cubin fails its hash check, are left out:
+ * *skipped (may be NULL) counts them and why names the first. On failure
+ * dst_path is removed. */
 scree_status scree__cache_export(scree__cache *c, const char *dst_path,
                                  const char *arch, const char *op,
-                                 int *exported, char *why, size_t why_size);
+                                 int *exported, int *skipped, char *why,
+                                 size_t why_size);
 
 /* ------------------------------------------------------------------------ */
 /* Layering: one read-write user cache over read-only shipped caches.        */

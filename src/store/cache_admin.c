@@ -3,19 +3,87 @@
 #include "store/cache_internal.h"
 
 /* ------------------------------------------------------------------------ */
+/* Reading rows that leave their file                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Source rows left out, and the first one's reason. */
+typedef struct skips {
+  int hash, invalid;
+  char first[384];
+} skips;
+
+static void skip(skips *k, int hash, const char *table, int64_t rowid, const char *why) {
+  if (!k->hash && !k->invalid)
+    snprintf(k->first, sizeof k->first, "%s row %lld: %s", table, (long long)rowid, why);
+  if (hash)
+    k->hash++;
+  else
+    k->invalid++;
+}
+
+/* Reads the winner a WMETA statement stands on, checked as a row that
+ * leaves its file must be, and its cubin through cs (SELECT cubin ... WHERE
+ * rowid = ?1 on the same database), only once the row has passed and the
+ * cubin's size is known to be bounded. On SCREE_OK, e->cubin points into
+ * cs's row (valid until cs is reset: not to be freed) and *ok says whether
+ * the row passed (else it is counted in k). */
+static scree_status read_leaving(sqlite3_stmt *s, sqlite3_stmt *cs, scree__centry *e,
+                                 skips *k, int *ok) {
+  char why[256];
+  const int64_t rowid = sqlite3_column_int64(s, 18);
+  *ok = 0;
+  if (row_to_entry(s, e, why, sizeof why) ||
+      row_cubin_size(s, 16, &e->cubin_size, why, sizeof why) ||
+      !scree__centry_check(e, why, sizeof why)) {
+    skip(k, 0, "winners", rowid, why);
+    return SCREE_OK;
+  }
+  sqlite3_reset(cs);
+  sqlite3_bind_int64(cs, 1, rowid);
+  const int rc = sqlite3_step(cs);
+  if (rc == SQLITE_DONE) return SCREE_OK; /* gone meanwhile (a writable source) */
+  if (rc != SQLITE_ROW) return status_of(rc);
+  const void *b = sqlite3_column_blob(cs, 0);
+  const int n = sqlite3_column_bytes(cs, 0);
+  if (sqlite3_column_type(cs, 0) != SQLITE_BLOB || !b || (size_t)n != e->cubin_size) {
+    if (sqlite3_errcode(sqlite3_db_handle(cs)) == SQLITE_NOMEM) return SCREE_ERROR_OUT_OF_MEMORY;
+    skip(k, 0, "winners", rowid, "the cubin changed while it was read");
+    return SCREE_OK;
+  }
+  char h[65];
+  scree__sha256_hex(b, (size_t)n, h);
+  if (strcmp(h, e->cubin_hash)) {
+    skip(k, 1, "winners", rowid, "the cubin fails its hash check");
+    return SCREE_OK;
+  }
+  e->cubin = (void *)b;
+  e->cubin_ok = 1;
+  *ok = 1;
+  return SCREE_OK;
+}
+
+/* "skipped 3 row(s) of SRC: 1 winner(s) whose cubin failed its hash check,
+ * 2 that failed their checks (first: ...)". */
+static void describe_skips(const skips *k, const char *src, char *why, size_t why_size) {
+  if (!k->hash && !k->invalid) return;
+  put_why(why, why_size,
+          "skipped %d row(s) of %s: %d winner(s) whose cubin failed its hash check, %d"
+          " row(s) that failed their checks (first: %s)",
+          k->hash + k->invalid, src, k->hash, k->invalid, k->first);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Merge and export                                                          */
 /* ------------------------------------------------------------------------ */
 
 scree_status scree__cache_merge(
-    scree__cache *c, const char *src_path, int *added, int *replaced,
-    int *conflicts,
+    scree__cache *c, const char *src_path, scree__merge_counts *counts,
     void (*conflict_fn)(void *user, const scree__centry *mine,
                         const scree__centry *theirs),
     void *user, char *why, size_t why_size) {
-  int n_add = 0, n_rep = 0, n_conf = 0, n_skip = 0, n_skip_bad = 0;
-  if (added) *added = 0;
-  if (replaced) *replaced = 0;
-  if (conflicts) *conflicts = 0;
+  scree__merge_counts n = {0};
+  skips k = {0};
+  if (counts) *counts = n;
   put_why(why, why_size, "%s", "");
   if (!c || !src_path || !*src_path) {
     put_why(why, why_size, "merge: %s", !c ? "no destination cache" : "no source path given");
@@ -38,56 +106,48 @@ scree_status scree__cache_merge(
   }
 
   hold(c);
-  sqlite3_stmt *s = NULL, *bs = NULL;
+  sqlite3_stmt *s = NULL, *cs = NULL, *bs = NULL;
   int rc = txn_begin(c);
   if (rc != SQLITE_OK) {
     st = status_of(rc);
     put_why(why, why_size, "%s", c->err);
     goto out;
   }
-  rc = sqlite3_prepare_v2(src->db,
-                          "SELECT " WCOLS ", cubin FROM winners" WORDER, -1,
-                          &s, NULL);
+  if ((rc = sqlite3_prepare_v2(src->db, "SELECT cubin FROM winners WHERE rowid = ?1", -1, &cs,
+                               NULL)) == SQLITE_OK)
+    rc = sqlite3_prepare_v2(src->db, "SELECT " WMETA " FROM winners" WORDER, -1, &s, NULL);
   while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     scree__centry theirs, mine;
-    char rwhy[256];
+    int ok;
     rc = SQLITE_OK;
-    if (row_to_entry(s, &theirs, rwhy, sizeof rwhy) == 0 &&
-        (st = load_cubin(s, 16, &theirs, rwhy, sizeof rwhy)) != SCREE_OK &&
-        st != SCREE_ERROR_PARSE)
+    if ((st = read_leaving(s, cs, &theirs, &k, &ok)) != SCREE_OK) {
+      set_err(c, "reading %s: %s", src_path, sqlite3_errmsg(src->db));
       goto fail;
-    if (st == SCREE_ERROR_PARSE || !theirs.cubin_ok) {
-      n_skip++;
-      st = SCREE_OK;
-      scree__centry_free(&theirs);
-      continue;
     }
+    if (!ok) continue;
     if ((rc = drop_if_refused(c, &theirs.key)) != SQLITE_OK) {
-      scree__centry_free(&theirs);
       st = status_of(rc);
       goto fail;
     }
     st = get_locked(c, &theirs.key, &mine, 0);
     if (st == SCREE_ERROR_NOT_FOUND) {
       rc = write_winner(c, &theirs, theirs.cubin_hash, NULL);
-      n_add++;
+      n.added++;
     } else if (st == SCREE_OK) {
       int changed = 0;
       if (theirs.median_us < mine.median_us) {
         rc = write_winner(c, &theirs, theirs.cubin_hash, &changed);
-        n_rep += changed;
+        n.replaced += changed;
       }
       if (strcmp(mine.config, theirs.config) != 0) {
-        n_conf++;
+        n.conflicts++;
         if (conflict_fn) {
           scree__centry t = theirs;
           t.cubin = NULL;
-          t.cubin_size = theirs.cubin_size;
           conflict_fn(user, &mine, &t);
         }
       }
     }
-    scree__centry_free(&theirs);
     if (st != SCREE_OK && st != SCREE_ERROR_NOT_FOUND) goto fail;
     st = SCREE_OK;
     if (rc != SQLITE_OK) {
@@ -108,14 +168,13 @@ scree_status scree__cache_merge(
     st = status_of(rc);
     goto fail;
   }
-  rc = sqlite3_prepare_v2(src->db, "SELECT " BCOLS " FROM bad_configs", -1,
-                          &s, NULL);
+  rc = sqlite3_prepare_v2(src->db, "SELECT " BCOLS ", rowid FROM bad_configs", -1, &s, NULL);
   while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     scree__cbad b;
     char bwhy[256];
     rc = SQLITE_OK;
-    if (row_to_bad(s, &b, bwhy, sizeof bwhy)) {
-      n_skip_bad++;
+    if (row_to_bad(s, &b, bwhy, sizeof bwhy) || !scree__cbad_check(&b, bwhy, sizeof bwhy)) {
+      skip(&k, 0, "bad_configs", sqlite3_column_int64(s, 10), bwhy);
       continue;
     }
     bind_field(bs, 1, b.key.op, sizeof b.key.op);
@@ -148,14 +207,10 @@ scree_status scree__cache_merge(
     put_why(why, why_size, "%s", c->err);
     goto out;
   }
-  if (added) *added = n_add;
-  if (replaced) *replaced = n_rep;
-  if (conflicts) *conflicts = n_conf;
-  if (n_skip || n_skip_bad)
-    put_why(why, why_size,
-            "skipped %d winner(s) of %s that failed their checks or whose cubin failed its"
-            " hash check, and %d bad-config record(s) that failed their checks",
-            n_skip, src_path, n_skip_bad);
+  n.skipped_hash = k.hash;
+  n.skipped_invalid = k.invalid;
+  if (counts) *counts = n;
+  describe_skips(&k, src_path, why, why_size);
   st = SCREE_OK;
   goto out;
 fail:
@@ -164,6 +219,7 @@ fail:
   if (st == SCREE_OK) st = SCREE_ERROR_CACHE;
 out:
   sqlite3_finalize(s);
+  sqlite3_finalize(cs);
   release(c);
   scree__cache_close(src);
   return st;
@@ -171,8 +227,10 @@ out:
 
 scree_status scree__cache_export(scree__cache *c, const char *dst_path,
                                  const char *arch, const char *op,
-                                 int *exported, char *why, size_t why_size) {
+                                 int *exported, int *skipped, char *why,
+                                 size_t why_size) {
   if (exported) *exported = 0;
+  if (skipped) *skipped = 0;
   put_why(why, why_size, "%s", "");
   if (!c || !dst_path || !*dst_path) {
     put_why(why, why_size, "export: %s", !c ? "no source cache" : "no output path given");
@@ -201,17 +259,18 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
     return st;
   }
 
-  int n = 0, n_skip = 0;
+  int n = 0;
+  skips k = {0};
   hold(c);
-  sqlite3_stmt *s = NULL;
+  sqlite3_stmt *s = NULL, *cs = NULL;
   int rc = txn_begin(dst);
   if (rc != SQLITE_OK) {
     put_why(why, why_size, "export: %s", dst->err);
     st = status_of(rc);
-  } else if ((rc = sqlite3_prepare_v2(c->db,
-                                      "SELECT " WCOLS ", cubin FROM winners"
-                                      FILTER WORDER,
-                                      -1, &s, NULL)) != SQLITE_OK) {
+  } else if ((rc = sqlite3_prepare_v2(c->db, "SELECT cubin FROM winners WHERE rowid = ?1", -1,
+                                      &cs, NULL)) != SQLITE_OK ||
+             (rc = sqlite3_prepare_v2(c->db, "SELECT " WMETA " FROM winners" FILTER WORDER, -1,
+                                      &s, NULL)) != SQLITE_OK) {
     put_why(why, why_size, "export: reading %s: %s", c->path,
             sqlite3_errmsg(c->db));
     st = status_of(rc);
@@ -220,18 +279,13 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
     bind_filter(s, 2, op);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
       scree__centry e;
-      char rwhy[256];
-      if (row_to_entry(s, &e, rwhy, sizeof rwhy) == 0 &&
-          (st = load_cubin(s, 16, &e, rwhy, sizeof rwhy)) != SCREE_OK &&
-          st != SCREE_ERROR_PARSE)
+      int ok;
+      if ((st = read_leaving(s, cs, &e, &k, &ok)) != SCREE_OK) {
+        put_why(why, why_size, "export: reading %s: %s", c->path, sqlite3_errmsg(c->db));
         break;
-      if (st == SCREE_ERROR_PARSE || !e.cubin_ok) {
-        n_skip++;
-        st = SCREE_OK;
-        continue;
       }
+      if (!ok) continue;
       int w = write_winner(dst, &e, e.cubin_hash, NULL);
-      scree__centry_free(&e);
       if (w != SQLITE_OK) {
         rc = w;
         put_why(why, why_size, "export: %s", dst->err);
@@ -251,6 +305,7 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
     }
   }
   sqlite3_finalize(s);
+  sqlite3_finalize(cs);
   release(c);
   txn_rollback(dst);
   scree__cache_close(dst);
@@ -259,10 +314,7 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
     return st;
   }
   if (exported) *exported = n;
-  if (n_skip)
-    put_why(why, why_size,
-            "left out %d winner(s) whose cubin failed its hash check",
-            n_skip);
+  if (skipped) *skipped = k.hash + k.invalid;
+  describe_skips(&k, c->path, why, why_size);
   return SCREE_OK;
 }
-

@@ -6,6 +6,8 @@
 
 #include <limits.h>
 
+#include "ops/op.h"
+
 /* ------------------------------------------------------------------------ */
 /* Values                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -299,4 +301,111 @@ int scree__cache_refused(scree__cache *c, char *why, size_t why_size) {
   if (why && why_size) copy_str(why, why_size, c->refused_first);
   release(c);
   return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rows that cross machines: what this build would write                     */
+/* ------------------------------------------------------------------------ */
+
+/* "sm_" and two or three digits (no leading 0), optionally a lowercase
+ * feature letter: the archs caches are keyed by. */
+static int arch_ok(const char *a) {
+  if (strncmp(a, "sm_", 3) || a[3] < '1' || a[3] > '9') return 0;
+  int nd = 0;
+  while (a[3 + nd] >= '0' && a[3 + nd] <= '9') nd++;
+  const char *rest = a + 3 + nd;
+  return nd >= 2 && nd <= 3 && (!*rest || (*rest >= 'a' && *rest <= 'z' && !rest[1]));
+}
+
+/* The op, variant and arch a key names, checked: the op is in this build,
+ * the dtype its canonical variant text, causal the variant's flag, the
+ * arch a valid name. */
+static const scree__op *key_for_op(const scree__ckey *k, scree__variant *var, scree__target *t,
+                                   char *why, size_t why_size) {
+  const scree__op *op = scree__op_find(k->op);
+  char w[256], canon[128];
+  if (!op) {
+    put_why(why, why_size, "op %s is not in this build", k->op);
+    return NULL;
+  }
+  if (scree__variant_parse(op, k->dtype, var, w, sizeof w)) {
+    put_why(why, why_size, "dtype: %s", w);
+    return NULL;
+  }
+  scree__variant_str(op, var, canon, sizeof canon);
+  if (strcmp(canon, k->dtype)) {
+    put_why(why, why_size, "dtype %s is not in canonical form (%s)", k->dtype, canon);
+    return NULL;
+  }
+  if (scree__variant_causal(op, var) != k->causal) {
+    put_why(why, why_size, "causal is %d but the variant says %d", k->causal,
+            scree__variant_causal(op, var));
+    return NULL;
+  }
+  if (!arch_ok(k->arch) || scree__target_for_arch(k->arch, t)) {
+    put_why(why, why_size, "arch %s is not sm_<number> with an optional feature letter",
+            k->arch);
+    return NULL;
+  }
+  return op;
+}
+
+/* A bucket in the op's canonical form ("*" too when star is 1). */
+static int bucket_for_op(const scree__op *op, const char *bucket, int star, char *why,
+                         size_t why_size) {
+  if (star && !strcmp(bucket, "*")) return 1;
+  scree__bucket b;
+  char w[256], canon[128];
+  if (scree__bucket_parse(op, bucket, &b, w, sizeof w)) {
+    put_why(why, why_size, "bucket: %s", w);
+    return 0;
+  }
+  scree__bucket_str(op, &b, canon, sizeof canon);
+  if (strcmp(canon, bucket)) {
+    put_why(why, why_size, "bucket %s is not in canonical form (%s)", bucket, canon);
+    return 0;
+  }
+  return 1;
+}
+
+/* A config in the op's canonical form, parsed into cfg. */
+static int config_for_op(const scree__op *op, const char *config, scree__config *cfg, char *why,
+                         size_t why_size) {
+  char w[256], canon[128];
+  if (scree__config_parse(op, config, cfg, w, sizeof w)) {
+    put_why(why, why_size, "config %s: %s", config, w);
+    return 0;
+  }
+  scree__config_str(op, cfg, canon, sizeof canon);
+  if (strcmp(canon, config)) {
+    put_why(why, why_size, "config %s is not in canonical form (%s)", config, canon);
+    return 0;
+  }
+  return 1;
+}
+
+int scree__centry_check(const scree__centry *e, char *why, size_t why_size) {
+  scree__variant var;
+  scree__target t;
+  scree__config cfg;
+  char w[256];
+  const scree__op *op = key_for_op(&e->key, &var, &t, why, why_size);
+  if (!op || !bucket_for_op(op, e->key.bucket, 0, why, why_size) ||
+      !config_for_op(op, e->config, &cfg, why, why_size))
+    return 0;
+  if (!scree__config_check(op, &cfg, &var, &t, w, sizeof w)) {
+    put_why(why, why_size, "config %s fails %s's check for %s on %s: %s", e->config, op->name,
+            e->key.dtype, e->key.arch, w);
+    return 0;
+  }
+  return 1;
+}
+
+int scree__cbad_check(const scree__cbad *b, char *why, size_t why_size) {
+  scree__variant var;
+  scree__target t;
+  scree__config cfg;
+  const scree__op *op = key_for_op(&b->key, &var, &t, why, why_size);
+  return op && bucket_for_op(op, b->key.bucket, 1, why, why_size) &&
+         config_for_op(op, b->config, &cfg, why, why_size);
 }

@@ -148,8 +148,8 @@ int write_winner(scree__cache *c, const scree__centry *e,
     sqlite3_bind_text(s, 14, SCREE_VERSION_STRING, -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 15, e->created ? e->created : now_s());
   sqlite3_bind_text(s, 16, hash, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_blob64(s, 17, e->cubin, (sqlite3_uint64)e->cubin_size,
-                      SQLITE_TRANSIENT);
+  /* Not copied: the bytes outlive the statement's step (done() unbinds). */
+  sqlite3_bind_blob64(s, 17, e->cubin, (sqlite3_uint64)e->cubin_size, SQLITE_STATIC);
   rc = sqlite3_step(s);
   if (rc == SQLITE_DONE) {
     rc = SQLITE_OK;

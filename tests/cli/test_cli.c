@@ -194,6 +194,7 @@ START_TEST(export_then_merge_and_import) {
   snprintf(shipped, sizeof shipped, "%s/shipped.db", dir);
   ck_assert_int_eq(tune(out, sizeof out, "export '%s' --cache '%s' --arch sm_90", shipped, db), 0);
   ck_assert(strstr(out, "exported 3 winner(s)"));
+  ck_assert(strstr(out, ", 0 skipped"));
   /* An empty output name is a usage error with a message. */
   ck_assert_int_eq(tune(out, sizeof out, "export '' --cache '%s'", db), 2);
   ck_assert_msg(strstr(out, "output file name is empty"), "%s", out);
@@ -222,7 +223,8 @@ START_TEST(export_then_merge_and_import) {
   put("sm_90", "rows<=2,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 4.5, F16);
   snprintf(db, sizeof db, "%s", saved);
   ck_assert_int_eq(tune(out, sizeof out, "merge '%s' --cache '%s'", other, db), 0);
-  ck_assert_msg(strstr(out, "1 added, 1 replaced by faster entries, 2 conflict(s)"), "%s", out);
+  ck_assert_msg(strstr(out, "1 added, 1 replaced by faster entries, 2 conflict(s), 0 skipped"),
+                "%s", out);
   ck_assert(strstr(out, "kept theirs"));
   ck_assert(strstr(out, "kept mine"));
   ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket 'rows<=16384,cols=4096' --arch sm_90", db), 0);
@@ -363,6 +365,41 @@ START_TEST(rows_that_fail_their_checks) {
 }
 END_TEST
 
+/* import refuses rows it cannot check, never cuts two long keys into one,
+ * and says what it left out, hash mismatches included; export too. */
+START_TEST(import_and_export_report_skipped_rows) {
+  char src[400], saved[400], shipped[400];
+  snprintf(src, sizeof src, "%s/src.db", dir);
+  snprintf(saved, sizeof saved, "%s", db);
+  snprintf(db, sizeof db, "%s", src);
+  put("sm_90", "rows<=8,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 5.0, F16);
+  put("sm_90", "rows<=16,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 5.0, F16);
+  put("sm_90", "rows<=32,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 5.0, F16);
+  snprintf(db, sizeof db, "%s", saved);
+  /* Two buckets that differ past the 95th byte, and a damaged cubin. */
+  sql(src, "UPDATE winners SET bucket = 'rows<=8,cols=4096' || printf('%0100d', rowid)"
+           " WHERE bucket != 'rows<=32,cols=4096';"
+           "UPDATE winners SET cubin = CAST('\177ELF synthetic cubiN' || X'00' AS BLOB)"
+           " WHERE bucket = 'rows<=32,cols=4096'");
+  ck_assert_int_eq(tune(out, sizeof out, "import '%s' --cache '%s'", src, db), 0);
+  ck_assert_msg(strstr(out, ": 0 added, 0 replaced by faster entries, 0 conflict(s), 3 skipped"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "warning: skipped 3 row(s)") &&
+                    strstr(out, "1 winner(s) whose cubin failed its hash check") &&
+                    strstr(out, "2 row(s) that failed their checks"),
+                "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "import '%s' --cache '%s' --json --quiet", src, db), 0);
+  ck_assert_msg(strstr(out, "\"skipped\": 3}"), "%s", out);
+  ck_assert_msg(strstr(out, "warning: skipped 3 row(s)"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", db), 0);
+  ck_assert_msg(strstr(out, "4 winner(s)"), "%s", out);
+  /* export from the damaged file says what it left out. */
+  snprintf(shipped, sizeof shipped, "%s/shipped.db", dir);
+  ck_assert_int_eq(tune(out, sizeof out, "export '%s' --cache '%s' --quiet", shipped, src), 0);
+  ck_assert_msg(strstr(out, "warning: skipped 3 row(s)"), "%s", out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -378,6 +415,7 @@ int main(void) {
   tcase_add_test(tc, unwritable_cache_location);
   tcase_add_test(tc, reading_commands_do_not_touch_the_file);
   tcase_add_test(tc, rows_that_fail_their_checks);
+  tcase_add_test(tc, import_and_export_report_skipped_rows);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

@@ -97,11 +97,20 @@ static scree__ckey key(const char *op, const char *bucket, const char *dtype,
   return k;
 }
 
+/* Key i (any i >= 0, each different): RMSNorm's bucket of 2^(10 + i % 16)
+ * rows of 4096 + i / 16 columns on sm_90, a key this build writes, so
+ * merge and export take it. */
 static scree__ckey keyi(int i) {
   char b[64];
-  snprintf(b, sizeof b, "rows=%d,cols=4096", 1024 * (i + 1));
+  snprintf(b, sizeof b, "rows<=%ld,cols=%d", 1024L << (i % 16), 4096 + i / 16);
   return key("rmsnorm", b, "x=fp16,w=fp16,y=fp16", 0, "sm_90");
 }
+
+/* Configs of RMSNorm (and softmax) that pass its check for fp16 on sm_80
+ * and sm_90, for tests that merge or export. */
+static const char *const CFG[] = {"tpr=128,rows=1,vec=8,cache=4", "tpr=256,rows=1,vec=8,cache=2",
+                                  "tpr=64,rows=2,vec=8,cache=8", "tpr=512,rows=1,vec=8,cache=1",
+                                  "tpr=32,rows=8,vec=2,cache=2", "tpr=16,rows=8,vec=8,cache=1"};
 
 static void fill_bytes(uint8_t *p, size_t n, uint32_t seed) {
   uint32_t s = seed * 2654435761u + 1;
@@ -343,23 +352,25 @@ static int count_bad_cb(void *user, const scree__cbad *b) {
 }
 
 static const char *const OPS[] = {"rmsnorm", "softmax"};
+static const char *const OP_DTYPES[] = {"x=fp16,w=fp16,y=fp16", "x=fp16,y=fp16"};
 static const char *const ARCHS[] = {"sm_80", "sm_90"};
 
-/* 2 ops x 2 archs x 3 buckets, plus a miss and a bad config per op/arch. */
+/* 2 ops x 2 archs x 3 buckets (rows<=1024, 2048, 4096 of 4096 columns,
+ * config CFG[0]), plus a miss and a bad config per op/arch. */
 static void populate12(scree__cache *c) {
   int seed = 1;
   for (int o = 0; o < 2; o++)
     for (int a = 0; a < 2; a++) {
       for (int b = 0; b < 3; b++) {
         char bucket[32];
-        snprintf(bucket, sizeof bucket, "rows=%d", 1 << (10 + b));
-        scree__ckey k = key(OPS[o], bucket, "x=fp16", 0, ARCHS[a]);
-        put_ok(c, &k, "tpr=128", 10 + seed, (uint32_t)seed, 1);
+        snprintf(bucket, sizeof bucket, "rows<=%d,cols=4096", 1 << (10 + b));
+        scree__ckey k = key(OPS[o], bucket, OP_DTYPES[o], 0, ARCHS[a]);
+        put_ok(c, &k, CFG[0], 10 + seed, (uint32_t)seed, 1);
         seed++;
       }
-      scree__ckey k = key(OPS[o], "rows=77", "x=fp16", 0, ARCHS[a]);
-      ck_assert_int_eq(scree__cache_record_miss(c, &k, "rows=77"), SCREE_OK);
-      ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=1024", 12080,
+      scree__ckey k = key(OPS[o], "rows<=128,cols=4096", OP_DTYPES[o], 0, ARCHS[a]);
+      ck_assert_int_eq(scree__cache_record_miss(c, &k, "rows=77,cols=4096"), SCREE_OK);
+      ck_assert_int_eq(scree__cache_record_bad(c, &k, "tpr=1024,rows=1,vec=8,cache=8", 12080,
                                                "compile: too big"),
                        SCREE_OK);
     }

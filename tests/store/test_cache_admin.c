@@ -66,62 +66,65 @@ START_TEST(merge_semantics) {
   char *mp = pjoin(dir, "mine.db"), *tp = pjoin(dir, "theirs.db");
   scree__ckey A = keyi(0), B = keyi(1), C = keyi(2), D = keyi(3), E = keyi(4),
               F = keyi(5);
-  scree__ckey bad = key("rmsnorm", "*", "x=fp16", 0, "sm_90");
-  scree__ckey bad2 = key("rmsnorm", "rows=9", "x=fp16", 0, "sm_90");
+  const char *F16 = "x=fp16,w=fp16,y=fp16";
+  const char *T1024 = "tpr=1024,rows=1,vec=8,cache=8", *T512 = "tpr=512,rows=1,vec=8,cache=2";
+  scree__ckey bad = key("rmsnorm", "*", F16, 0, "sm_90");
+  scree__ckey bad2 = key("rmsnorm", "rows<=16,cols=4096", F16, 0, "sm_90");
 
   scree__cache *t = open_rw(tp);
-  put_ok(t, &A, "Y", 5, 21, 1);  /* faster, other config: replaced+conflict */
-  put_ok(t, &B, "Z", 20, 22, 1); /* slower, other config: conflict */
-  put_ok(t, &C, "X", 5, 23, 1);  /* faster, same config: replaced */
-  put_ok(t, &D, "W", 7, 24, 1);  /* new: added */
-  put_ok(t, &E, "W", 9, 25, 1);  /* new: added */
-  put_ok(t, &F, "V", 1, 26, 1);  /* new but its cubin is damaged: skipped */
-  ck_assert_int_eq(scree__cache_record_bad(t, &bad, "tpr=1024", 12080,
+  put_ok(t, &A, CFG[1], 5, 21, 1);  /* faster, other config: replaced+conflict */
+  put_ok(t, &B, CFG[2], 20, 22, 1); /* slower, other config: conflict */
+  put_ok(t, &C, CFG[0], 5, 23, 1);  /* faster, same config: replaced */
+  put_ok(t, &D, CFG[3], 7, 24, 1);  /* new: added */
+  put_ok(t, &E, CFG[3], 9, 25, 1);  /* new: added */
+  put_ok(t, &F, CFG[4], 1, 26, 1);  /* new but its cubin is damaged: skipped */
+  ck_assert_int_eq(scree__cache_record_bad(t, &bad, T1024, 12080,
                                            "compile: theirs"),
                    SCREE_OK);
-  ck_assert_int_eq(scree__cache_record_bad(t, &bad2, "tpr=512", 12080,
+  ck_assert_int_eq(scree__cache_record_bad(t, &bad2, T512, 12080,
                                            "wrong answer: theirs"),
                    SCREE_OK);
   scree__cache_close(t);
   flip_cubin_byte(tp, &F, 7);
 
   scree__cache *c = open_rw(mp);
-  put_ok(c, &A, "X", 10, 1, 1);
-  put_ok(c, &B, "X", 10, 2, 1);
-  put_ok(c, &C, "X", 10, 3, 1);
-  ck_assert_int_eq(scree__cache_record_bad(c, &bad, "tpr=1024", 12080,
+  put_ok(c, &A, CFG[0], 10, 1, 1);
+  put_ok(c, &B, CFG[0], 10, 2, 1);
+  put_ok(c, &C, CFG[0], 10, 3, 1);
+  ck_assert_int_eq(scree__cache_record_bad(c, &bad, T1024, 12080,
                                            "compile: mine"),
                    SCREE_OK);
 
   conflict_log log;
   memset(&log, 0, sizeof log);
-  int added = -1, replaced = -1, conflicts = -1;
+  scree__merge_counts n;
   char why[512];
-  ck_assert_int_eq(scree__cache_merge(c, tp, &added, &replaced, &conflicts,
-                                      on_conflict, &log, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, tp, &n, on_conflict, &log, why, sizeof why),
                    SCREE_OK);
-  ck_assert_int_eq(added, 2);
-  ck_assert_int_eq(replaced, 2);
-  ck_assert_int_eq(conflicts, 2);
-  ck_assert_msg(strstr(why, "skipped 1"), "why: %s", why);
+  ck_assert_int_eq(n.added, 2);
+  ck_assert_int_eq(n.replaced, 2);
+  ck_assert_int_eq(n.conflicts, 2);
+  ck_assert_int_eq(n.skipped_hash, 1);
+  ck_assert_int_eq(n.skipped_invalid, 0);
+  ck_assert_msg(strstr(why, "skipped 1 row(s)") && strstr(why, "hash check"), "why: %s", why);
   ck_assert_int_eq(log.n, 2);
   for (int i = 0; i < 2; i++) {
     if (!strcmp(log.bucket[i], A.bucket)) {
-      ck_assert_str_eq(log.mine[i], "X");
-      ck_assert_str_eq(log.theirs[i], "Y");
+      ck_assert_str_eq(log.mine[i], CFG[0]);
+      ck_assert_str_eq(log.theirs[i], CFG[1]);
       ck_assert_double_eq(log.mine_us[i], 10);
       ck_assert_double_eq(log.theirs_us[i], 5);
     } else {
       ck_assert_str_eq(log.bucket[i], B.bucket);
-      ck_assert_str_eq(log.mine[i], "X");
-      ck_assert_str_eq(log.theirs[i], "Z");
+      ck_assert_str_eq(log.mine[i], CFG[0]);
+      ck_assert_str_eq(log.theirs[i], CFG[2]);
       ck_assert_double_eq(log.theirs_us[i], 20);
     }
   }
 
   scree__centry g, want = entry(&A, "", 0, 21, 512 + 21 % 700);
   ck_assert_int_eq(scree__cache_get(c, &A, &g), SCREE_OK);
-  ck_assert_str_eq(g.config, "Y");
+  ck_assert_str_eq(g.config, CFG[1]);
   ck_assert_double_eq(g.median_us, 5);
   ck_assert_int_eq(g.cubin_ok, 1);
   ck_assert_uint_eq(g.cubin_size, want.cubin_size);
@@ -130,15 +133,15 @@ START_TEST(merge_semantics) {
   scree__centry_free(&g);
   scree__centry_free(&want);
   ck_assert_int_eq(scree__cache_get(c, &B, &g), SCREE_OK);
-  ck_assert_str_eq(g.config, "X");
+  ck_assert_str_eq(g.config, CFG[0]);
   ck_assert_double_eq(g.median_us, 10);
   scree__centry_free(&g);
   ck_assert_int_eq(scree__cache_get(c, &C, &g), SCREE_OK);
-  ck_assert_str_eq(g.config, "X");
+  ck_assert_str_eq(g.config, CFG[0]);
   ck_assert_double_eq(g.median_us, 5);
   scree__centry_free(&g);
   ck_assert_int_eq(scree__cache_get(c, &D, &g), SCREE_OK);
-  ck_assert_str_eq(g.config, "W");
+  ck_assert_str_eq(g.config, CFG[3]);
   ck_assert_int_eq(g.cubin_ok, 1);
   scree__centry_free(&g);
   ck_assert_int_eq(scree__cache_get(c, &E, &g), SCREE_OK);
@@ -148,12 +151,12 @@ START_TEST(merge_semantics) {
 
   /* Bad rows: union, mine kept where both had one. */
   char reason[128];
-  ck_assert_int_eq(scree__cache_is_bad(c, &bad2, "tpr=512", 12080, reason,
+  ck_assert_int_eq(scree__cache_is_bad(c, &bad2, T512, 12080, reason,
                                        sizeof reason),
                    1);
   ck_assert_str_eq(reason, "wrong answer: theirs");
-  scree__ckey any = key("rmsnorm", "rows=5", "x=fp16", 0, "sm_90");
-  ck_assert_int_eq(scree__cache_is_bad(c, &any, "tpr=1024", 12080, reason,
+  scree__ckey any = key("rmsnorm", "rows<=8,cols=4096", F16, 0, "sm_90");
+  ck_assert_int_eq(scree__cache_is_bad(c, &any, T1024, 12080, reason,
                                        sizeof reason),
                    1);
   ck_assert_str_eq(reason, "compile: mine");
@@ -163,40 +166,170 @@ START_TEST(merge_semantics) {
 
   /* Merging again: only B still conflicts; nothing new, nothing faster. */
   memset(&log, 0, sizeof log);
-  ck_assert_int_eq(scree__cache_merge(c, tp, &added, &replaced, &conflicts,
-                                      on_conflict, &log, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, tp, &n, on_conflict, &log, why, sizeof why),
                    SCREE_OK);
-  ck_assert_int_eq(added, 0);
-  ck_assert_int_eq(replaced, 0);
-  ck_assert_int_eq(conflicts, 1);
+  ck_assert_int_eq(n.added, 0);
+  ck_assert_int_eq(n.replaced, 0);
+  ck_assert_int_eq(n.conflicts, 1);
   ck_assert_int_eq(log.n, 1);
   ck_assert_str_eq(log.bucket[0], B.bucket);
   /* NULL counters and callback are fine. */
   ck_assert_int_eq(
-      scree__cache_merge(c, tp, NULL, NULL, NULL, NULL, NULL, NULL, 0),
+      scree__cache_merge(c, tp, NULL, NULL, NULL, NULL, 0),
       SCREE_OK);
 
   /* Sources that cannot be merged. */
   char *missing = pjoin(dir, "missing.db");
-  ck_assert_int_eq(scree__cache_merge(c, missing, &added, &replaced,
-                                      &conflicts, NULL, NULL, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, missing, &n, NULL, NULL, why, sizeof why),
                    SCREE_ERROR_CACHE);
   ck_assert_msg(strstr(why, missing), "why: %s", why);
   ck_assert(!exists(missing));
   char *v2 = pjoin(dir, "v2.db");
   scree__cache *x = open_rw(v2);
-  put_ok(x, &D, "Q", 0.1, 5, 1);
+  put_ok(x, &D, CFG[5], 0.1, 5, 1);
   scree__cache_close(x);
   db_exec(v2, "PRAGMA user_version = 2");
-  ck_assert_int_eq(scree__cache_merge(c, v2, &added, &replaced, &conflicts,
-                                      NULL, NULL, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, v2, &n, NULL, NULL, why, sizeof why),
                    SCREE_ERROR_CACHE);
   ck_assert_msg(strstr(why, "version 2"), "why: %s", why);
-  ck_assert_int_eq(added + replaced + conflicts, 0);
+  ck_assert_int_eq(n.added + n.replaced + n.conflicts, 0);
   ck_assert_int_eq(scree__cache_get(c, &D, &g), SCREE_OK);
-  ck_assert_str_eq(g.config, "W");
+  ck_assert_str_eq(g.config, CFG[3]);
   scree__centry_free(&g);
   scree__cache_close(c);
+}
+END_TEST
+
+/* Every source row must be one this build would write: nothing is cut to
+ * fit a field (two long keys never collapse into one), read as 0 or taken
+ * on trust; what is left out is counted and the first reason given. */
+START_TEST(merge_refuses_what_it_cannot_check) {
+  char *dir = tdir();
+  char *sp = pjoin(dir, "theirs.db"), *mp = pjoin(dir, "mine.db");
+  loose_cache(sp);
+  char longa[256], longb[256], longop[128], longcfg[256], longdev[300];
+  snprintf(longa, sizeof longa, "'rows<=1024,cols=4096' || '%0100d'", 1);
+  snprintf(longb, sizeof longb, "'rows<=1024,cols=4096' || '%0100d'", 2);
+  snprintf(longop, sizeof longop, "'rmsnorm%040d'", 0);
+  snprintf(longcfg, sizeof longcfg, "'tpr=128,rows=1,vec=8,cache=4%0120d'", 0);
+  snprintf(longdev, sizeof longdev, "'%0200d'", 0);
+  const char *b2 = "'rows<=2048,cols=4096'";
+  loose_winner(sp, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL); /* the good one */
+  loose_winner(sp, NULL, longa, NULL, NULL, NULL, NULL, NULL, NULL);
+  loose_winner(sp, NULL, longb, NULL, NULL, NULL, NULL, NULL, NULL);
+  loose_winner(sp, longop, b2, NULL, NULL, NULL, NULL, NULL, NULL);
+  loose_winner(sp, NULL, b2, "CAST(X'783d667031362c773d667031362c793d66703136007a' AS TEXT)",
+               NULL, NULL, NULL, NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, longcfg, NULL, NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, NULL, NULL, longdev, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, NULL, "'abc'", NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, NULL, "NULL", NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, NULL, "'NaN'", NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, NULL, "9e999", NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, "NULL", NULL, NULL, NULL);
+  loose_winner(sp, "'frobnicate'", b2, NULL, NULL, NULL, NULL, NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, NULL, "'tpr=16,rows=1,vec=8,cache=4'", NULL, NULL, NULL);
+  loose_winner(sp, NULL, b2, "'w=fp16,x=fp16,y=fp16'", NULL, NULL, NULL, NULL, NULL);
+  loose_winner(sp, NULL, b2, NULL, "1", NULL, NULL, NULL, NULL);
+  loose_winner(sp, NULL, "'rows<=2000,cols=4096'", NULL, NULL, NULL, NULL, NULL, NULL);
+  loose_winner(sp, NULL, "'rows=2048,cols=4096'", NULL, NULL, NULL, NULL, NULL, NULL);
+  const int nbad = 17;
+  char sql[1024];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO bad_configs VALUES('rmsnorm', 'x=fp16,w=fp16,y=fp16', 0, 'sm_90', '%s',"
+           " 'tpr=1024,rows=1,vec=8,cache=8', 13000, '*', 'compile: too big', 5);"
+           "INSERT INTO bad_configs VALUES('rmsnorm', 'x=fp16,w=fp16,y=fp16', 0, 'sm_90', '%s',"
+           " 'tpr=1024,rows=1,vec=8,cache=2', 13000, 'rows=5', 'compile: too big', 5);"
+           "INSERT INTO bad_configs VALUES('rmsnorm', 'x=fp16,w=fp16,y=fp16', 0, 'sm_90', '%s',"
+           " 'tpr=512,rows=1,vec=8,cache=2', 13000, '*', zeroblob(1000), 5);",
+           g_src, g_src, g_src);
+  db_exec(sp, sql);
+
+  scree__cache *c = open_rw(mp);
+  scree__ckey k2 = key("rmsnorm", "rows<=2048,cols=4096", "x=fp16,w=fp16,y=fp16", 0, "sm_90");
+  put_ok(c, &k2, CFG[1], 10, 1, 1);
+  scree__merge_counts n;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_merge(c, sp, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(n.added, 1);
+  ck_assert_int_eq(n.replaced, 0);
+  ck_assert_int_eq(n.conflicts, 0);
+  ck_assert_int_eq(n.skipped_hash, 0);
+  ck_assert_int_eq(n.skipped_invalid, nbad + 2);
+  ck_assert_msg(strstr(why, "19 row(s) that failed their checks (first: winners row "), "why: %s",
+                why);
+  ck_assert_int_eq(count_entries(c, NULL, NULL), 2);
+  /* The good entry of mine stands: no median was read as 0. */
+  scree__centry g;
+  ck_assert_int_eq(scree__cache_get(c, &k2, &g), SCREE_OK);
+  ck_assert_str_eq(g.config, CFG[1]);
+  ck_assert_double_eq(g.median_us, 10);
+  scree__centry_free(&g);
+  int nb = 0;
+  scree__cache_foreach_bad(c, NULL, NULL, count_bad_cb, &nb);
+  ck_assert_int_eq(nb, 1);
+  scree__cache_close(c);
+  ck_assert_int_eq(db_int(mp, "SELECT count(*) FROM winners WHERE length(bucket) > 95"), 0);
+
+  /* The reasons, one row at a time. */
+  static const struct {
+    int row;
+    const char *want;
+  } reasons[] = {
+      {4, "op is 47 bytes, longer than 31"},
+      {5, "dtype holds a NUL byte"},
+      {6, "config is 148 bytes, longer than 127"},
+      {7, "device_name is 200 bytes, longer than 127"},
+      {8, "median_us is text, not a number"},
+      {9, "median_us is NULL, not a number"},
+      {10, "median_us is text, not a number"},
+      {11, "median_us is inf"},
+      {12, "config is NULL, not text"},
+      {13, "op frobnicate is not in this build"},
+      {14, "fails rmsnorm's check for x=fp16,w=fp16,y=fp16 on sm_90"},
+      {15, "dtype"},
+      {16, "causal is 1 but the variant says 0"},
+      {17, "bucket"},
+      {18, "bucket"},
+  };
+  for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "one-%zu.db", i);
+    char *one = pjoin(dir, name);
+    snprintf(name, sizeof name, "dst-%zu.db", i);
+    char *dst = pjoin(dir, name);
+    loose_cache(one);
+    snprintf(sql, sizeof sql,
+             "ATTACH '%s' AS src; INSERT INTO winners SELECT * FROM src.winners WHERE rowid = %d",
+             sp, reasons[i].row);
+    db_exec(one, sql);
+    c = open_rw(dst);
+    ck_assert_int_eq(scree__cache_merge(c, one, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+    ck_assert_int_eq(n.skipped_invalid, 1);
+    ck_assert_msg(strstr(why, reasons[i].want), "row %d: why: %s", reasons[i].row, why);
+    ck_assert_int_eq(count_entries(c, NULL, NULL), 0);
+    scree__cache_close(c);
+  }
+}
+END_TEST
+
+/* Export leaves out what merge would refuse, and says so. */
+START_TEST(export_refuses_what_it_cannot_check) {
+  char *dir = tdir();
+  char *path = pjoin(dir, "tune.db"), *out = pjoin(dir, "out.db");
+  scree__cache *c = open_rw(path);
+  scree__ckey k = keyi(0), odd = key("frobnicate", "n=1", "t=1", 0, "sm_90");
+  put_ok(c, &k, CFG[0], 10, 1, 1);
+  put_ok(c, &odd, "x=1", 10, 2, 1); /* a row of an op this build does not know */
+  int n = -1, skipped = -1;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_export(c, out, NULL, NULL, &n, &skipped, why, sizeof why),
+                   SCREE_OK);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(skipped, 1);
+  ck_assert_msg(strstr(why, "op frobnicate is not in this build"), "why: %s", why);
+  scree__cache_close(c);
+  ck_assert_int_eq(db_int(out, "SELECT count(*) FROM winners"), 1);
 }
 END_TEST
 
@@ -216,7 +349,7 @@ static int export_cb(void *user, const scree__centry *e) {
   ck_assert_uint_eq(e->cubin_size, want.cubin_size);
   ck_assert_int_eq(memcmp(e->cubin, want.cubin, want.cubin_size), 0);
   scree__centry_free(&want);
-  ck_assert_str_eq(e->config, "tpr=128");
+  ck_assert_str_eq(e->config, CFG[0]);
   ck_assert_str_eq(e->device_name, "NVIDIA H100 80GB HBM3");
   ck_assert_int_eq(e->created, 1700000000);
   x->n++;
@@ -232,20 +365,20 @@ START_TEST(export_with_filters) {
   int n = -1;
   char *d1 = pjoin(dir, "d1.db");
   ck_assert_int_eq(
-      scree__cache_export(c, d1, "sm_90", "rmsnorm", &n, why, sizeof why),
+      scree__cache_export(c, d1, "sm_90", "rmsnorm", &n, NULL, why, sizeof why),
       SCREE_OK);
   ck_assert_int_eq(n, 3);
   ck_assert_str_eq(why, "");
   /* The destination must be new. */
   ck_assert_int_eq(
-      scree__cache_export(c, d1, NULL, NULL, &n, why, sizeof why),
+      scree__cache_export(c, d1, NULL, NULL, &n, NULL, why, sizeof why),
       SCREE_ERROR_IO);
   ck_assert_int_eq(n, 0);
   ck_assert_msg(strstr(why, "exists"), "why: %s", why);
   char *junk = pjoin(dir, "junk");
   write_all(junk, "keep me", 7);
   ck_assert_int_eq(
-      scree__cache_export(c, junk, NULL, NULL, &n, why, sizeof why),
+      scree__cache_export(c, junk, NULL, NULL, &n, NULL, why, sizeof why),
       SCREE_ERROR_IO);
   size_t jn;
   char *jb = read_all(junk, &jn);
@@ -253,23 +386,23 @@ START_TEST(export_with_filters) {
   ck_assert_int_eq(memcmp(jb, "keep me", 7), 0);
   free(jb);
   ck_assert_int_eq(scree__cache_export(c, pjoin(dir, "no/such/dir.db"), NULL,
-                                       NULL, &n, why, sizeof why),
+                                       NULL, &n, NULL, why, sizeof why),
                    SCREE_ERROR_IO);
   /* An empty output path says so. */
-  ck_assert_int_eq(scree__cache_export(c, "", NULL, NULL, &n, why, sizeof why),
+  ck_assert_int_eq(scree__cache_export(c, "", NULL, NULL, &n, NULL, why, sizeof why),
                    SCREE_ERROR_INVALID_ARGUMENT);
   ck_assert_msg(strstr(why, "no output path"), "why: %s", why);
 
   char *d2 = pjoin(dir, "d2.db"), *d3 = pjoin(dir, "d3.db"),
        *d4 = pjoin(dir, "d4.db");
-  ck_assert_int_eq(scree__cache_export(c, d2, NULL, NULL, &n, why, sizeof why),
+  ck_assert_int_eq(scree__cache_export(c, d2, NULL, NULL, &n, NULL, why, sizeof why),
                    SCREE_OK);
   ck_assert_int_eq(n, 12);
   ck_assert_int_eq(
-      scree__cache_export(c, d3, "", "softmax", &n, why, sizeof why), SCREE_OK);
+      scree__cache_export(c, d3, "", "softmax", &n, NULL, why, sizeof why), SCREE_OK);
   ck_assert_int_eq(n, 6);
   ck_assert_int_eq(
-      scree__cache_export(c, d4, "sm_70", NULL, &n, why, sizeof why),
+      scree__cache_export(c, d4, "sm_70", NULL, &n, NULL, why, sizeof why),
       SCREE_OK);
   ck_assert_int_eq(n, 0);
   scree__cache_close(c);
@@ -304,15 +437,15 @@ START_TEST(export_with_filters) {
   scree__cache_close(e);
 
   /* A winner with a damaged cubin is left out of an export. */
-  scree__ckey k = key("rmsnorm", "rows=1024", "x=fp16", 0, "sm_90");
+  scree__ckey k = key("rmsnorm", "rows<=1024,cols=4096", OP_DTYPES[0], 0, "sm_90");
   flip_cubin_byte(path, &k, 0);
   c = open_rw(path);
   char *d5 = pjoin(dir, "d5.db");
   ck_assert_int_eq(
-      scree__cache_export(c, d5, "sm_90", "rmsnorm", &n, why, sizeof why),
+      scree__cache_export(c, d5, "sm_90", "rmsnorm", &n, NULL, why, sizeof why),
       SCREE_OK);
   ck_assert_int_eq(n, 2);
-  ck_assert_msg(strstr(why, "left out 1"), "why: %s", why);
+  ck_assert_msg(strstr(why, "skipped 1 row(s)") && strstr(why, "hash check"), "why: %s", why);
   scree__cache_close(c);
 }
 END_TEST
@@ -330,7 +463,7 @@ START_TEST(exported_cache_opens_readonly_anywhere) {
   char why[512];
   int n = 0;
   ck_assert_int_eq(
-      scree__cache_export(c, exp, "sm_90", NULL, &n, why, sizeof why),
+      scree__cache_export(c, exp, "sm_90", NULL, &n, NULL, why, sizeof why),
       SCREE_OK);
   ck_assert_int_eq(n, 6);
   scree__cache_close(c);
@@ -352,6 +485,8 @@ int main(void) {
   tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
   tcase_add_test(tc, clear_with_filters);
   tcase_add_test(tc, merge_semantics);
+  tcase_add_test(tc, merge_refuses_what_it_cannot_check);
+  tcase_add_test(tc, export_refuses_what_it_cannot_check);
   tcase_add_test(tc, export_with_filters);
   tcase_add_test(tc, exported_cache_opens_readonly_anywhere);
   suite_add_tcase(s, tc);

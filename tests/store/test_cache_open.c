@@ -226,7 +226,7 @@ START_TEST(readonly_is_never_written) {
 
   c = open_ro(path);
   ck_assert_int_eq(scree__cache_readonly(c), 1);
-  scree__ckey k = key("rmsnorm", "rows=1024", "x=fp16", 0, "sm_90");
+  scree__ckey k = key("rmsnorm", "rows<=1024,cols=4096", OP_DTYPES[0], 0, "sm_90");
   scree__centry g;
   ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
   ck_assert_int_eq(g.cubin_ok, 1);
@@ -238,7 +238,7 @@ START_TEST(readonly_is_never_written) {
   char err[512];
   scree__cache_last_error(c, err, sizeof err);
   ck_assert_msg(strstr(err, "read-only"), "err: %s", err);
-  scree__ckey mk = key("rmsnorm", "rows=77", "x=fp16", 0, "sm_90");
+  scree__ckey mk = key("rmsnorm", "rows<=128,cols=4096", OP_DTYPES[0], 0, "sm_90");
   ck_assert_int_eq(scree__cache_record_miss(c, &k, "x"), SCREE_ERROR_CACHE);
   ck_assert_int_eq(scree__cache_delete_miss(c, &mk), SCREE_ERROR_CACHE);
   ck_assert_int_eq(scree__cache_record_bad(c, &k, "cfg", 1, "r"),
@@ -247,11 +247,11 @@ START_TEST(readonly_is_never_written) {
   ck_assert_int_eq(scree__cache_clear(c, NULL, NULL, &del), SCREE_ERROR_CACHE);
   ck_assert_int_eq(del, 0);
   char why[512];
-  ck_assert_int_eq(scree__cache_merge(c, path, NULL, NULL, NULL, NULL, NULL,
-                                      why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, path, NULL, NULL, NULL, why, sizeof why),
                    SCREE_ERROR_CACHE);
   /* Reading still works. */
-  ck_assert_int_eq(scree__cache_is_bad(c, &mk, "tpr=1024", 12080, NULL, 0), 1);
+  ck_assert_int_eq(scree__cache_is_bad(c, &mk, "tpr=1024,rows=1,vec=8,cache=8", 12080, NULL, 0),
+                   1);
   ck_assert_int_eq(count_entries(c, NULL, NULL), 12);
   int nm = 0;
   ck_assert_int_eq(scree__cache_foreach_miss(c, NULL, NULL, count_miss_cb, &nm),
@@ -260,7 +260,7 @@ START_TEST(readonly_is_never_written) {
   char *exp = pjoin(dir, "exported.db");
   int nexp = 0;
   ck_assert_int_eq(
-      scree__cache_export(c, exp, NULL, NULL, &nexp, why, sizeof why),
+      scree__cache_export(c, exp, NULL, NULL, &nexp, NULL, why, sizeof why),
       SCREE_OK);
   ck_assert_int_eq(nexp, 12);
   ck_assert_int_eq(scree__cache_check(c, 0, why, sizeof why), SCREE_OK);
