@@ -193,6 +193,15 @@ int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd
   return CLI_OK;
 }
 
+int cli_cache_failed(scree__cache *cache, scree_status st, const char *cmd) {
+  if (st == SCREE_OK) return CLI_OK;
+  char why[512];
+  scree__cache_last_error(cache, why, sizeof why);
+  fprintf(stderr, "scree-tune %s: %s: %s\n", cmd, scree_status_name(st),
+          why[0] ? why : scree_status_str(st));
+  return CLI_CACHE;
+}
+
 int cli_report_refused(scree__cache *cache, const char *cmd) {
   char why[512];
   const int n = scree__cache_refused(cache, why, sizeof why);

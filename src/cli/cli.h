@@ -38,6 +38,9 @@ int cli_unknown(const char *cmd, const char *arg);
 int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
                         int readonly);
 
+/* Says on stderr why the last call on cache failed (st, its status) and
+ * returns CLI_CACHE; CLI_OK when st is SCREE_OK. */
+int cli_cache_failed(scree__cache *cache, scree_status st, const char *cmd);
 /* Says on stderr how many rows of cache failed their checks and were
  * skipped (none: says nothing); returns that number. */
 int cli_report_refused(scree__cache *cache, const char *cmd);

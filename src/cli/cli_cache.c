@@ -206,8 +206,9 @@ int cmd_list(int argc, char **argv) {
   else if (!c.quiet)
     printf("%d %s in %s%s\n", l.n, misses ? "miss(es)" : bad ? "bad config(s)" : "winner(s)",
            scree__cache_path(cache), skipped ? " (rows skipped: see above)" : "");
+  rc = cli_cache_failed(cache, st, "list");
   scree__cache_close(cache);
-  return st ? CLI_CACHE : CLI_OK;
+  return rc;
 }
 
 int cmd_show(int argc, char **argv) {
@@ -237,8 +238,9 @@ int cmd_show(int argc, char **argv) {
   if (c.json) printf("\n], \"skipped\": %d}\n", skipped);
   else if (!l.n)
     printf("no matching entry in %s\n", scree__cache_path(cache));
+  rc = cli_cache_failed(cache, st, "show");
   scree__cache_close(cache);
-  if (st) return CLI_CACHE;
+  if (rc) return rc;
   return l.n ? CLI_OK : CLI_FAIL;
 }
 
@@ -377,8 +379,9 @@ int cmd_clear(int argc, char **argv) {
   int n = 0;
   scree_status st = scree__cache_clear(cache, c.arch, c.op, &n);
   if (!st && !c.quiet) printf("deleted %d winner(s) from %s\n", n, scree__cache_path(cache));
+  rc = cli_cache_failed(cache, st, "clear");
   scree__cache_close(cache);
-  return st ? CLI_CACHE : CLI_OK;
+  return rc;
 }
 
 /* ---- safelist export --------------------------------------------------- */
@@ -527,6 +530,7 @@ int cmd_safelist(int argc, char **argv) {
     st = scree__cache_foreach_bad(cache, c.arch, c.op, learn_bad, &s);
     if (!st) st = scree__cache_foreach_entry(cache, c.arch, c.op, 0, learn_good, &s);
     cli_report_refused(cache, "safelist export");
+    cli_cache_failed(cache, st, "safelist export");
     scree__cache_close(cache);
   }
   if (!c.quiet && (s.skipped_stale || s.skipped_local))

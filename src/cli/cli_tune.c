@@ -464,7 +464,12 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   if (from_misses) {
     miss_ctx mc = {.ts = tsp, .arch = dev.arch};
     const int before = tsp->n;
-    scree__cache_foreach_miss(user, dev.arch, c.op, on_miss, &mc);
+    const scree_status mst = scree__cache_foreach_miss(user, dev.arch, c.op, on_miss, &mc);
+    if (mst) {
+      rc = cli_cache_failed(user, mst, "prewarm");
+      scree_destroy(ctx);
+      return rc;
+    }
     if (!c.quiet && !c.json)
       printf("%d recorded miss(es) for %s\n", tsp->n - before, dev.arch);
   }
@@ -679,7 +684,8 @@ int cmd_verify(int argc, char **argv) {
     printf("%d checked on %s: %d wrong, %d slower than recorded, %d stale, %d for other archs\n",
            v.checked, dev.arch, v.wrong, v.slower, v.stale, v.other_arch);
   scree_destroy(ctx);
+  rc = cli_cache_failed(cache, st, "verify");
   scree__cache_close(cache);
-  if (st) return CLI_CACHE;
+  if (rc) return rc;
   return v.wrong || skipped ? CLI_FAIL : CLI_OK;
 }

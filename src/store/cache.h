@@ -22,6 +22,11 @@
  * Callbacks (foreach_*) run without the handle's lock held and may call back
  * into the same cache; merge's conflict_fn runs inside merge's write
  * transaction and must not write to the cache it was given.
+ *
+ * Bounds: a cache file is untrusted input (docs/security.md). No value over
+ * SCREE__CACHE_MAX_VALUE bytes is ever read, no cubin over
+ * SCREE__CACHE_MAX_CUBIN is loaded (its size is read first), and a foreach
+ * holds at most SCREE__CACHE_MAX_ROWS rows.
  */
 #ifndef SCREE_CACHE_H
 #define SCREE_CACHE_H
@@ -38,6 +43,13 @@
 /* The largest cubin a cache may hold, bytes: put refuses bigger ones and a
  * read refuses the row (real cubins are tens to hundreds of KiB). */
 #define SCREE__CACHE_MAX_CUBIN (64 << 20)
+/* The longest value (text or blob) SQLite may hand out of a cache file,
+ * bytes (SQLITE_LIMIT_LENGTH on every handle): reading a longer one fails
+ * with "string or blob too big" instead of allocating it. */
+#define SCREE__CACHE_MAX_VALUE (SCREE__CACHE_MAX_CUBIN + 65536)
+/* The most rows one foreach call collects (they are held in memory so that
+ * callbacks run without the lock); more fail with SCREE_ERROR_CACHE. */
+#define SCREE__CACHE_MAX_ROWS 100000
 
 typedef struct scree__cache scree__cache;
 

@@ -31,7 +31,6 @@ const char SCHEMA_SQL[] =
     " PRIMARY KEY(op, bucket, dtype, causal, arch));";
 
 const char *const STMT_SQL[ST_COUNT] = {
-    [ST_GET] = "SELECT " WCOLS ", cubin, rowid FROM winners WHERE " WKEY,
     [ST_GET_META] = "SELECT " WMETA " FROM winners WHERE " WKEY,
     [ST_GET_ROWID] = "SELECT " WCOLS ", cubin, rowid FROM winners WHERE rowid = ?1",
     [ST_DEL_ROWID] = "DELETE FROM winners WHERE rowid = ?1",

@@ -43,7 +43,6 @@
   "op, bucket, dtype, causal, arch, example, count, first_seen, last_seen"
 
 enum {
-  ST_GET,
   ST_GET_META,
   ST_GET_ROWID,
   ST_DEL_ROWID,
@@ -131,8 +130,10 @@ int row_to_bad(sqlite3_stmt *s, scree__cbad *b, char *why, size_t why_size);
 scree_status get_locked(scree__cache *c, const scree__ckey *k, scree__centry *out, int with_cubin);
 #define get_rowid_locked scree__cache_get_rowid_locked
 /* The winner with this rowid, cubin included, with the lock held:
- * SCREE_ERROR_NOT_FOUND if gone, SCREE_ERROR_PARSE if refused (counted). */
-scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out);
+ * SCREE_ERROR_NOT_FOUND if gone, SCREE_ERROR_PARSE if refused (counted,
+ * the reason in why). */
+scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out, char *why,
+                              size_t why_size);
 #define drop_if_refused scree__cache_drop_if_refused
 /* Inside a write transaction: deletes k's winner row if it fails the read
  * checks, so that a valid entry can take its place. An SQLite code. */

@@ -27,6 +27,12 @@ static scree_status collect(scree__cache *c, const char *sql, const char *table,
     bind_filter(s, 1, arch);
     bind_filter(s, 2, op);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+      if (*nrows == SCREE__CACHE_MAX_ROWS) {
+        set_err(c, "%s: more than %d rows in %s; not reading them all", c->path,
+                SCREE__CACHE_MAX_ROWS, table);
+        st = SCREE_ERROR_CACHE;
+        break;
+      }
       if (grow(rows, &cap, *nrows, elem) != 0) {
         st = SCREE_ERROR_OUT_OF_MEMORY;
         break;
@@ -136,8 +142,9 @@ scree_status scree__cache_foreach_entry(scree__cache *c, const char *arch,
     /* The row may have changed or gone since it was listed: read it again
      * by its rowid (an upsert keeps it), checked as before. */
     scree__centry full;
+    char why[256];
     hold(c);
-    scree_status g = get_rowid_locked(c, m->rowid, &full);
+    scree_status g = get_rowid_locked(c, m->rowid, &full, why, sizeof why);
     release(c);
     if (g == SCREE_ERROR_NOT_FOUND || g == SCREE_ERROR_PARSE) continue;
     if (g != SCREE_OK) {

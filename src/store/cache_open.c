@@ -143,6 +143,8 @@ open_result open_db(const char *path, int readonly, int wal,
   }
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, SCREE__CACHE_BUSY_MS);
+  /* No value longer than this is ever materialised from the file. */
+  sqlite3_limit(db, SQLITE_LIMIT_LENGTH, SCREE__CACHE_MAX_VALUE);
   if (!readonly && sqlite3_db_readonly(db, "main") == 1) {
     put_why(why, why_size, "%s is not writable", path);
     goto fail;

@@ -66,21 +66,17 @@ static scree_status read_winner(sqlite3_stmt *s, int with_cubin, scree__centry *
 scree_status get_locked(scree__cache *c, const scree__ckey *k,
                                scree__centry *out, int with_cubin) {
   int rc;
-  sqlite3_stmt *s = stmt(c, with_cubin ? ST_GET : ST_GET_META, &rc);
+  sqlite3_stmt *s = stmt(c, ST_GET_META, &rc);
   if (!s) return status_of(rc);
   bind_key(s, k);
   scree_status st;
+  int64_t rowid = -1;
+  char why[256];
   rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) {
-    char why[256];
-    st = read_winner(s, with_cubin, out, why, sizeof why);
-    if (st == SCREE_ERROR_PARSE) {
-      const int64_t rowid = sqlite3_column_int64(s, with_cubin ? 17 : 18);
-      note_refused(c, "winners", rowid, why);
-      set_err(c, "%s: the row of %s %s was refused: %s", c->path, k->op, k->bucket, why);
-      scree__centry_free(out);
-      st = SCREE_ERROR_CACHE;
-    }
+    rowid = sqlite3_column_int64(s, 18);
+    st = read_winner(s, 0, out, why, sizeof why);
+    if (st == SCREE_ERROR_PARSE) note_refused(c, "winners", rowid, why);
   } else if (rc == SQLITE_DONE) {
     st = SCREE_ERROR_NOT_FOUND;
   } else {
@@ -88,10 +84,21 @@ scree_status get_locked(scree__cache *c, const scree__ckey *k,
     st = status_of(rc);
   }
   done(s);
+  /* The cubin only once the row passed and its size is known to be
+   * bounded; the row is read again by its rowid (an upsert keeps it). */
+  if (st == SCREE_OK && with_cubin) {
+    st = get_rowid_locked(c, rowid, out, why, sizeof why);
+  }
+  if (st == SCREE_ERROR_PARSE) {
+    set_err(c, "%s: the row of %s %s was refused: %s", c->path, k->op, k->bucket, why);
+    st = SCREE_ERROR_CACHE;
+  }
+  if (st != SCREE_OK) memset(out, 0, sizeof *out);
   return st;
 }
 
-scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out) {
+scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out, char *why,
+                              size_t why_size) {
   memset(out, 0, sizeof *out);
   int rc;
   sqlite3_stmt *s = stmt(c, ST_GET_ROWID, &rc);
@@ -100,8 +107,7 @@ scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out
   scree_status st;
   rc = sqlite3_step(s);
   if (rc == SQLITE_ROW) {
-    char why[256];
-    st = read_winner(s, 1, out, why, sizeof why);
+    st = read_winner(s, 1, out, why, why_size);
     if (st == SCREE_ERROR_PARSE) {
       note_refused(c, "winners", rowid, why);
       scree__centry_free(out);

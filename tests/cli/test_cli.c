@@ -400,6 +400,16 @@ START_TEST(import_and_export_report_skipped_rows) {
 }
 END_TEST
 
+/* A cache too large to read is an error that says why, not a silent 4. */
+START_TEST(too_many_rows_is_an_error_with_a_reason) {
+  sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i <= 100000)"
+          " INSERT INTO misses SELECT 'rmsnorm', 'rows<=' || i, 'x=fp16', 0, 'sm_90', '', 1,"
+          " 1, 1 FROM n");
+  ck_assert_int_eq(tune(out, sizeof out, "list --misses --cache '%s'", db), 4);
+  ck_assert_msg(strstr(out, "more than 100000 rows in misses"), "%s", out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -416,6 +426,7 @@ int main(void) {
   tcase_add_test(tc, reading_commands_do_not_touch_the_file);
   tcase_add_test(tc, rows_that_fail_their_checks);
   tcase_add_test(tc, import_and_export_report_skipped_rows);
+  tcase_add_test(tc, too_many_rows_is_an_error_with_a_reason);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

@@ -333,6 +333,95 @@ START_TEST(export_refuses_what_it_cannot_check) {
 }
 END_TEST
 
+/* Runs SQL on path in a child process, so that what SQLite allocates for
+ * it does not count in this process's peak memory. */
+static void db_exec_apart(const char *path, const char *sql) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (!pid) {
+    sqlite3 *db = NULL;
+    int ok = sqlite3_open(path, &db) == SQLITE_OK &&
+             sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
+    sqlite3_close(db);
+    _exit(ok ? 0 : 1);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static long peak_kib(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+/* Sizes read from a file are bounded before anything is allocated: an
+ * oversized cubin is refused on its length alone, a value past
+ * SCREE__CACHE_MAX_VALUE is never materialised, and a foreach holds at
+ * most SCREE__CACHE_MAX_ROWS rows. */
+START_TEST(sizes_from_a_file_are_bounded) {
+  char *dir = tdir();
+  char *sp = pjoin(dir, "big.db"), *mp = pjoin(dir, "mine.db"), *tp = pjoin(dir, "text.db");
+  loose_cache(sp);
+  char sql[512];
+  snprintf(sql, sizeof sql, "INSERT INTO winners SELECT * FROM (SELECT 'rmsnorm',"
+           " 'rows<=1024,cols=4096', 'x=fp16,w=fp16,y=fp16', 0, 'sm_90', '%s',"
+           " 'tpr=128,rows=1,vec=8,cache=4', 10.0, 0.5, 'gpu', 132, 13000, 13000, '0.1.0', 1,"
+           " 'ab', zeroblob(%d))", g_src, 80 << 20);
+  db_exec_apart(sp, sql);
+  const long before = peak_kib();
+  scree__cache *c = open_rw(mp);
+  scree__merge_counts n;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_merge(c, sp, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(n.skipped_invalid, 1);
+  ck_assert_msg(strstr(why, "cubin is 83886080 bytes, outside [1, 67108864]"), "why: %s", why);
+  scree__cache_close(c);
+  c = open_ro(sp);
+  scree__ckey k = key("rmsnorm", "rows<=1024,cols=4096", "x=fp16,w=fp16,y=fp16", 0, "sm_90");
+  scree__centry g;
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_ERROR_CACHE);
+  ck_assert_int_eq(count_entries(c, NULL, NULL), 0);
+  int nshow = 0;
+  ck_assert_int_eq(scree__cache_foreach_entry(c, NULL, NULL, 1, count_entries_cb, &nshow),
+                   SCREE_OK);
+  ck_assert_int_eq(nshow, 0);
+  ck_assert_int_eq(scree__cache_refused(c, NULL, 0), 3);
+  scree__cache_close(c);
+  ck_assert_msg(peak_kib() - before < 32 * 1024, "peak grew by %ld KiB", peak_kib() - before);
+
+  /* A key string past the value bound fails the merge; nothing is merged. */
+  loose_cache(tp);
+  snprintf(sql, sizeof sql, "INSERT INTO winners SELECT 'rmsnorm', 'b' || zeroblob(%d),"
+           " 'x=fp16,w=fp16,y=fp16', 0, 'sm_90', '%s', 'tpr=128,rows=1,vec=8,cache=4', 10.0,"
+           " 0.5, 'gpu', 132, 13000, 13000, '0.1.0', 1, 'ab', X'01'", 70 << 20, g_src);
+  db_exec_apart(tp, sql);
+  db_exec_apart(tp, "UPDATE winners SET bucket = CAST(bucket AS TEXT)");
+  c = open_rw(mp);
+  ck_assert_int_eq(scree__cache_merge(c, tp, &n, NULL, NULL, why, sizeof why),
+                   SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, "too big"), "why: %s", why);
+  ck_assert_int_eq(count_entries(c, NULL, NULL), 0);
+  ck_assert_msg(peak_kib() - before < 32 * 1024, "peak grew by %ld KiB", peak_kib() - before);
+
+  /* A foreach holds at most SCREE__CACHE_MAX_ROWS rows. */
+  snprintf(sql, sizeof sql,
+           "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i <= %d)"
+           " INSERT INTO misses SELECT 'rmsnorm', 'rows<=' || i, 'x=fp16', 0, 'sm_90', '', 1,"
+           " 1, 1 FROM n", SCREE__CACHE_MAX_ROWS);
+  db_exec(mp, sql);
+  int nm = 0;
+  ck_assert_int_eq(scree__cache_foreach_miss(c, NULL, NULL, count_miss_cb, &nm),
+                   SCREE_ERROR_CACHE);
+  ck_assert_int_eq(nm, 0);
+  char err[512];
+  scree__cache_last_error(c, err, sizeof err);
+  ck_assert_msg(strstr(err, "more than 100000 rows in misses"), "err: %s", err);
+  scree__cache_close(c);
+}
+END_TEST
+
 typedef struct export_check {
   int n;
   const char *arch, *op;
@@ -487,6 +576,7 @@ int main(void) {
   tcase_add_test(tc, merge_semantics);
   tcase_add_test(tc, merge_refuses_what_it_cannot_check);
   tcase_add_test(tc, export_refuses_what_it_cannot_check);
+  tcase_add_test(tc, sizes_from_a_file_are_bounded);
   tcase_add_test(tc, export_with_filters);
   tcase_add_test(tc, exported_cache_opens_readonly_anywhere);
   suite_add_tcase(s, tc);
