@@ -74,6 +74,20 @@ struct scree_context {
 /* snprintf into an optional reason buffer (why may be NULL). */
 void scree__set_why(char *why, size_t why_size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The code point of the well-formed UTF-8 character at p (at most n
+ * bytes) in *cp and its length in bytes, or 0 if the bytes at p are not
+ * one (a stray or truncated byte, an overlong form, a surrogate). */
+int scree__utf8_char(const char *p, size_t n, unsigned *cp);
+/* 1 if code point cp must not reach a terminal or a line-based file as it
+ * is: C0 and C1 controls, DEL, the line and paragraph separators and the
+ * bidirectional formatting controls. */
+int scree__unsafe_char(unsigned cp);
+/* Copies text that came from a file (a cache, a safelist) into dst (size
+ * bytes, terminated when size > 0) with every unsafe character (above) and
+ * every byte that is not well-formed UTF-8 written as \xNN, one per byte;
+ * the rest passes. The copy is cut, if it must be, between whole
+ * characters and escapes. Returns dst. */
+char *scree__escape_text(char *dst, size_t size, const char *src);
 /* A file embedded at build time (cmake/embed_kernels.cmake). */
 typedef struct scree__embedded {
   const char *name;

@@ -17,6 +17,62 @@ void scree__set_why(char *why, size_t why_size, const char *fmt, ...) {
   va_end(ap);
 }
 
+int scree__utf8_char(const char *p, size_t n, unsigned *cp) {
+  const unsigned char *u = (const unsigned char *)p;
+  if (!n) return 0;
+  if (u[0] < 0x80) {
+    *cp = u[0];
+    return 1;
+  }
+  const int len = u[0] >= 0xc2 && u[0] <= 0xdf ? 2
+                  : u[0] >= 0xe0 && u[0] <= 0xef ? 3
+                  : u[0] >= 0xf0 && u[0] <= 0xf4 ? 4
+                                                 : 0;
+  if (!len || (size_t)len > n) return 0;
+  unsigned c = u[0] & (0x7f >> len);
+  for (int i = 1; i < len; i++) {
+    if ((u[i] & 0xc0) != 0x80) return 0;
+    c = c << 6 | (u[i] & 0x3f);
+  }
+  /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
+  if ((len == 3 && c < 0x800) || (len == 4 && (c < 0x10000 || c > 0x10ffff)) ||
+      (c >= 0xd800 && c <= 0xdfff))
+    return 0;
+  *cp = c;
+  return len;
+}
+
+int scree__unsafe_char(unsigned cp) {
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+         (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200e ||
+         cp == 0x200f || cp == 0x061c;
+}
+
+char *scree__escape_text(char *dst, size_t size, const char *src) {
+  if (!size) return dst;
+  size_t o = 0;
+  const size_t n = src ? strlen(src) : 0;
+  for (size_t i = 0; i < n;) {
+    unsigned cp;
+    const int len = scree__utf8_char(src + i, n - i, &cp);
+    if (len && !scree__unsafe_char(cp)) {
+      if (o + (size_t)len >= size) break;
+      memcpy(dst + o, src + i, (size_t)len);
+      o += (size_t)len;
+      i += (size_t)len;
+      continue;
+    }
+    /* One \xNN per byte of the character (or the one bad byte). */
+    const int nb = len ? len : 1;
+    if (o + 4 * (size_t)nb >= size) break;
+    for (int b = 0; b < nb; b++, o += 4)
+      snprintf(dst + o, 5, "\\x%02x", (unsigned char)src[i + (size_t)b]);
+    i += (size_t)nb;
+  }
+  dst[o] = 0;
+  return dst;
+}
+
 char *scree__embedded_text(const scree__embedded *table, size_t count,
                            const char *name) {
   for (size_t i = 0; i < count; i++) {

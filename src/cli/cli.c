@@ -3,6 +3,7 @@
  * See docs/cli.md. */
 #include "cli/cli.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -198,7 +199,7 @@ int cli_cache_failed(scree__cache *cache, scree_status st, const char *cmd) {
   char why[512];
   scree__cache_last_error(cache, why, sizeof why);
   fprintf(stderr, "scree-tune %s: %s: %s\n", cmd, scree_status_name(st),
-          why[0] ? why : scree_status_str(st));
+          why[0] ? cli_esc(why) : scree_status_str(st));
   return CLI_CACHE;
 }
 
@@ -207,7 +208,7 @@ int cli_report_refused(scree__cache *cache, const char *cmd) {
   const int n = scree__cache_refused(cache, why, sizeof why);
   if (n)
     fprintf(stderr, "scree-tune %s: warning: skipped %d row(s) of %s that failed their checks"
-                    " (first: %s)\n", cmd, n, scree__cache_path(cache), why);
+                    " (first: %s)\n", cmd, n, scree__cache_path(cache), cli_esc(why));
   return n;
 }
 
@@ -237,16 +238,40 @@ void cli_progress_done(cli_progress *p) {
 
 void cli_json_str(FILE *f, const char *s) {
   fputc('"', f);
-  for (; *s; s++) {
-    const unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
+  const size_t n = strlen(s);
+  for (size_t i = 0; i < n;) {
+    unsigned cp;
+    const int len = scree__utf8_char(s + i, n - i, &cp);
+    if (!len) {
+      fputs("\\ufffd", f);
+      i++;
+    } else if (cp == '"' || cp == '\\') {
+      fprintf(f, "\\%c", (char)cp);
+      i++;
+    } else if (scree__unsafe_char(cp)) {
+      fprintf(f, "\\u%04x", cp);
+      i += (size_t)len;
+    } else {
+      fwrite(s + i, 1, (size_t)len, f);
+      i += (size_t)len;
+    }
   }
   fputc('"', f);
+}
+
+void cli_json_num(FILE *f, const char *fmt, double v) {
+  if (isfinite(v))
+    fprintf(f, fmt, v);
+  else
+    fputs("null", f);
+}
+
+const char *cli_esc(const char *s) {
+  static char bufs[8][1100];
+  static int next;
+  char *b = bufs[next];
+  next = (next + 1) % 8;
+  return scree__escape_text(b, sizeof bufs[0], s ? s : "");
 }
 
 int cli_parse_dtype(const char *s, scree_dtype *out) {

@@ -55,8 +55,18 @@ void cli_progress_init(cli_progress *p, int quiet, const char *label);
 void cli_progress_update(void *p, int done, int total, const char *stage);
 void cli_progress_done(cli_progress *p);
 
-/* Prints a string as a JSON string literal. */
+/* Prints a string as a JSON string literal: quotes, backslashes, controls
+ * and the characters scree__unsafe_char names as \uXXXX escapes, bytes that
+ * are not well-formed UTF-8 as \ufffd, so that the output is valid JSON and
+ * safe to show. */
 void cli_json_str(FILE *f, const char *s);
+/* Prints a number with printf format fmt, or null when it is not finite:
+ * JSON has no inf or nan. */
+void cli_json_num(FILE *f, const char *fmt, double v);
+/* Text from a cache (buckets, device names, reasons) made safe for a
+ * terminal (scree__escape_text). The result lives in one of 8 static
+ * buffers, reused in turn: use it before the 9th call. */
+const char *cli_esc(const char *s);
 double cli_now(void);
 /* "312.5 TFLOP/s" when flops > 0, else "2950 GB/s". */
 void cli_rate(char *buf, size_t size, double flops, double bytes, double us);

@@ -76,6 +76,8 @@ static void json_key(const scree__ckey *k) {
   cli_json_str(stdout, k->src_hash);
 }
 
+/* Text from the cache goes through cli_esc before it reaches the terminal,
+ * and through cli_json_str / cli_json_num into JSON. */
 static int on_entry(void *user, const scree__centry *e) {
   lctx *l = user;
   if (l->bucket && strcmp(l->bucket, e->key.bucket)) return 0;
@@ -86,35 +88,41 @@ static int on_entry(void *user, const scree__centry *e) {
     json_key(&e->key);
     printf(", \"config\": ");
     cli_json_str(stdout, e->config);
-    printf(", \"median_us\": %.3f, \"spread_us\": %.3f, \"device\": ", e->median_us,
-           e->spread_us);
+    printf(", \"median_us\": ");
+    cli_json_num(stdout, "%.3f", e->median_us);
+    printf(", \"spread_us\": ");
+    cli_json_num(stdout, "%.3f", e->spread_us);
+    printf(", \"device\": ");
     cli_json_str(stdout, e->device_name);
     printf(", \"sm_count\": %d, \"driver_version\": %d, \"nvrtc_version\": %d, "
            "\"scree_version\": ", e->sm_count, e->driver_version, e->nvrtc_version);
     cli_json_str(stdout, e->scree_version);
-    printf(", \"created\": %lld, \"cubin_size\": %zu, \"cubin_sha256\": \"%s\"",
-           (long long)e->created, e->cubin_size, e->cubin_hash);
+    printf(", \"created\": %lld, \"cubin_size\": %zu, \"cubin_sha256\": ",
+           (long long)e->created, e->cubin_size);
+    cli_json_str(stdout, e->cubin_hash);
     if (l->show) printf(", \"cubin_ok\": %s", e->cubin_ok ? "true" : "false");
     printf("}");
   } else if (l->show) {
-    printf("%s %s %s%s on %s\n", e->key.op, e->key.bucket, e->key.dtype,
-           e->key.causal ? " causal" : "", e->key.arch);
-    printf("  config        %s\n", e->config);
+    printf("%s %s %s%s on %s\n", cli_esc(e->key.op), cli_esc(e->key.bucket),
+           cli_esc(e->key.dtype), e->key.causal ? " causal" : "", cli_esc(e->key.arch));
+    printf("  config        %s\n", cli_esc(e->config));
     printf("  time          %.3f us median, %.3f us interquartile spread\n", e->median_us,
            e->spread_us);
-    printf("  device        %s, %d SMs, driver %d, NVRTC %d.%d\n", e->device_name,
+    printf("  device        %s, %d SMs, driver %d, NVRTC %d.%d\n", cli_esc(e->device_name),
            e->sm_count, e->driver_version, e->nvrtc_version / 1000,
            (e->nvrtc_version % 1000) / 10);
-    printf("  tuned         by scree %s, %s ago\n", e->scree_version, age(e->created, a, sizeof a));
-    printf("  kernel source sha256 %s\n", e->key.src_hash);
-    printf("  cubin         %zu bytes, sha256 %s (%s)\n\n", e->cubin_size, e->cubin_hash,
+    printf("  tuned         by scree %s, %s ago\n", cli_esc(e->scree_version),
+           age(e->created, a, sizeof a));
+    printf("  kernel source sha256 %s\n", cli_esc(e->key.src_hash));
+    printf("  cubin         %zu bytes, sha256 %s (%s)\n\n", e->cubin_size, cli_esc(e->cubin_hash),
            e->cubin_ok ? "matches" : "MISMATCH: will not be loaded");
   } else {
     if (!l->n)
       printf("%-8s %-6s %-24s %-20s %-32s %9s %-22s %5s\n", "op", "arch", "bucket", "dtype",
              "config", "us", "device", "age");
-    printf("%-8s %-6s %-24s %-20s %-32s %9.2f %-22.22s %5s\n", e->key.op, e->key.arch,
-           e->key.bucket, e->key.dtype, e->config, e->median_us, e->device_name,
+    printf("%-8s %-6s %-24s %-20s %-32s %9.2f %-22.22s %5s\n", cli_esc(e->key.op),
+           cli_esc(e->key.arch), cli_esc(e->key.bucket), cli_esc(e->key.dtype),
+           cli_esc(e->config), e->median_us, cli_esc(e->device_name),
            age(e->created, a, sizeof a));
   }
   l->n++;
@@ -135,8 +143,9 @@ static int on_miss(void *user, const scree__cmiss *m) {
     if (!l->n)
       printf("%-8s %-6s %-24s %-20s %8s %6s\n", "op", "arch", "bucket", "dtype", "count",
              "last");
-    printf("%-8s %-6s %-24s %-20s %8lld %6s\n", m->key.op, m->key.arch, m->key.bucket,
-           m->key.dtype, (long long)m->count, age(m->last_seen, a, sizeof a));
+    printf("%-8s %-6s %-24s %-20s %8lld %6s\n", cli_esc(m->key.op), cli_esc(m->key.arch),
+           cli_esc(m->key.bucket), cli_esc(m->key.dtype), (long long)m->count,
+           age(m->last_seen, a, sizeof a));
   }
   l->n++;
   return 0;
@@ -156,8 +165,9 @@ static int on_bad(void *user, const scree__cbad *b) {
     if (!l->n)
       printf("%-8s %-6s %-24s %-20s %-32s %s\n", "op", "arch", "bucket", "dtype", "config",
              "reason");
-    printf("%-8s %-6s %-24s %-20s %-32s %s\n", b->key.op, b->key.arch, b->key.bucket,
-           b->key.dtype, b->config, b->reason);
+    printf("%-8s %-6s %-24s %-20s %-32s %s\n", cli_esc(b->key.op), cli_esc(b->key.arch),
+           cli_esc(b->key.bucket), cli_esc(b->key.dtype), cli_esc(b->config),
+           cli_esc(b->reason));
   }
   l->n++;
   return 0;
@@ -271,11 +281,11 @@ int cmd_export(int argc, char **argv) {
   scree_status st = scree__cache_export(cache, out, c.arch, c.op, &n, &skipped, why, sizeof why);
   scree__cache_close(cache);
   if (st) {
-    fprintf(stderr, "scree-tune export: %s\n", why);
+    fprintf(stderr, "scree-tune export: %s\n", cli_esc(why));
     return CLI_CACHE;
   }
   /* Rows left out are said even with --quiet: the shipped file lacks them. */
-  if (skipped) fprintf(stderr, "scree-tune export: warning: %s\n", why);
+  if (skipped) fprintf(stderr, "scree-tune export: warning: %s\n", cli_esc(why));
   if (!c.quiet) printf("exported %d winner(s) to %s, %d skipped\n", n, out, skipped);
   return CLI_OK;
 }
@@ -295,15 +305,20 @@ static void on_conflict(void *user, const scree__centry *mine, const scree__cent
     json_key(&mine->key);
     printf(", \"mine\": ");
     cli_json_str(stdout, mine->config);
-    printf(", \"mine_us\": %.3f, \"theirs\": ", mine->median_us);
+    printf(", \"mine_us\": ");
+    cli_json_num(stdout, "%.3f", mine->median_us);
+    printf(", \"theirs\": ");
     cli_json_str(stdout, theirs->config);
-    printf(", \"theirs_us\": %.3f}", theirs->median_us);
+    printf(", \"theirs_us\": ");
+    cli_json_num(stdout, "%.3f", theirs->median_us);
+    printf("}");
     m->first = 0;
   } else {
     printf("conflict %s %s %s %s: mine %s (%.2f us, %s) vs theirs %s (%.2f us, %s): kept %s\n",
-           mine->key.op, mine->key.arch, mine->key.bucket, mine->key.dtype, mine->config,
-           mine->median_us, mine->device_name, theirs->config, theirs->median_us,
-           theirs->device_name, theirs->median_us < mine->median_us ? "theirs" : "mine");
+           cli_esc(mine->key.op), cli_esc(mine->key.arch), cli_esc(mine->key.bucket),
+           cli_esc(mine->key.dtype), cli_esc(mine->config), mine->median_us,
+           cli_esc(mine->device_name), cli_esc(theirs->config), theirs->median_us,
+           cli_esc(theirs->device_name), theirs->median_us < mine->median_us ? "theirs" : "mine");
   }
 }
 
@@ -338,14 +353,14 @@ int cmd_merge(int argc, char **argv) {
     m.src = srcs[s];
     scree_status st = scree__cache_merge(cache, srcs[s], &n, on_conflict, &m, why, sizeof why);
     if (st) {
-      fprintf(stderr, "scree-tune %s: %s: %s\n", argv[0], srcs[s], why);
+      fprintf(stderr, "scree-tune %s: %s: %s\n", argv[0], srcs[s], cli_esc(why));
       rc = CLI_CACHE;
       break;
     }
     const int skipped = n.skipped_hash + n.skipped_invalid;
     ta += n.added, tr += n.replaced, tc += n.conflicts, ts += skipped;
     /* Rows left out are said even with --quiet, as conflicts are. */
-    if (skipped) fprintf(stderr, "scree-tune %s: warning: %s\n", argv[0], why);
+    if (skipped) fprintf(stderr, "scree-tune %s: warning: %s\n", argv[0], cli_esc(why));
     if (!c.json && !c.quiet)
       printf("%s: %d added, %d replaced by faster entries, %d conflict(s), %d skipped\n",
              srcs[s], n.added, n.replaced, n.conflicts, skipped);

@@ -296,7 +296,7 @@ static int on_miss(void *user, const scree__cmiss *m) {
   if (!op || scree__variant_parse(op, m->key.dtype, &var, NULL, 0) ||
       scree__bucket_parse(op, m->key.bucket, &bucket, NULL, 0)) {
     fprintf(stderr, "scree-tune prewarm: skipping unreadable miss %s %s %s\n",
-            m->key.op, m->key.bucket, m->key.dtype);
+            cli_esc(m->key.op), cli_esc(m->key.bucket), cli_esc(m->key.dtype));
     mc->bad++;
     return 0;
   }
@@ -489,7 +489,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       const int ok = e.cubin_ok;
       if (ok && !c.quiet && !c.json)
         printf("%-9s %-24s %-20s %-32s %9.2f %12s %9s %6s %5s %6s\n", key.op, key.bucket,
-               key.dtype, e.config, e.median_us, "", "cached", "", "", "");
+               key.dtype, cli_esc(e.config), e.median_us, "", "cached", "", "", "");
       scree__centry_free(&e);
       if (ok) {
         if (t->from_miss) scree__cache_delete_miss(user, &t->miss_key);
@@ -520,17 +520,26 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       cli_json_str(stdout, key.dtype);
       printf(", \"status\": \"%s\", \"config\": ", scree_status_name(st));
       cli_json_str(stdout, cs);
-      printf(", \"median_us\": %.3f, \"spread_us\": %.3f, \"default_us\": %.3f, "
-             "\"candidates\": %d, \"timed\": %d, \"failed\": %d, \"known_bad\": %d, \"seconds\": %.3f, "
-             "\"flops\": %.6g, \"bytes\": %.6g, \"problem\": ",
-             res.median_us, res.spread_us, res.default_us, res.candidates, res.timed,
-             res.failed, res.known_bad, res.seconds, res.flops, res.bytes);
+      printf(", \"median_us\": ");
+      cli_json_num(stdout, "%.3f", res.median_us);
+      printf(", \"spread_us\": ");
+      cli_json_num(stdout, "%.3f", res.spread_us);
+      printf(", \"default_us\": ");
+      cli_json_num(stdout, "%.3f", res.default_us);
+      printf(", \"candidates\": %d, \"timed\": %d, \"failed\": %d, \"known_bad\": %d, "
+             "\"seconds\": ", res.candidates, res.timed, res.failed, res.known_bad);
+      cli_json_num(stdout, "%.3f", res.seconds);
+      printf(", \"flops\": ");
+      cli_json_num(stdout, "%.6g", res.flops);
+      printf(", \"bytes\": ");
+      cli_json_num(stdout, "%.6g", res.bytes);
+      printf(", \"problem\": ");
       cli_json_str(stdout, res.problem);
       printf("}");
       first = 0;
     } else if (st != SCREE_OK) {
       printf("%-9s %-24s %-20s FAILED: %s\n", key.op, key.bucket, key.dtype,
-             scree_last_error(ctx));
+             cli_esc(scree_last_error(ctx)));
     } else if (!c.quiet) {
       printf("%-9s %-24s %-20s %-32s %9.2f %12s %9.2f %5.2fx %5d %6.2f\n", key.op, key.bucket,
              key.dtype, cs, res.median_us, rate, res.default_us,
@@ -629,7 +638,10 @@ static int on_entry(void *user, const scree__centry *e) {
     cli_json_str(stdout, e->config);
     printf(", \"verdict\": ");
     cli_json_str(stdout, verdict);
-    printf(", \"recorded_us\": %.3f, \"now_us\": %.3f", e->median_us, now_us);
+    printf(", \"recorded_us\": ");
+    cli_json_num(stdout, "%.3f", e->median_us);
+    printf(", \"now_us\": ");
+    cli_json_num(stdout, "%.3f", now_us);
     if (!strcmp(verdict, "WRONG")) {
       printf(", \"detail\": ");
       cli_json_str(stdout, scree_last_error(ctx));
@@ -637,10 +649,10 @@ static int on_entry(void *user, const scree__centry *e) {
     printf("}");
     v->first = 0;
   } else if (!v->c->quiet || strcmp(verdict, "ok")) {
-    printf("%-8s %-24s %-20s %-32s %-8s", e->key.op, e->key.bucket, e->key.dtype, e->config,
-           verdict);
+    printf("%-8s %-24s %-20s %-32s %-8s", cli_esc(e->key.op), cli_esc(e->key.bucket),
+           cli_esc(e->key.dtype), cli_esc(e->config), verdict);
     if (v->retime && now_us > 0) printf(" recorded %.2f us, now %.2f us", e->median_us, now_us);
-    if (!strcmp(verdict, "WRONG")) printf(" (%s)", scree_last_error(ctx));
+    if (!strcmp(verdict, "WRONG")) printf(" (%s)", cli_esc(scree_last_error(ctx)));
     printf("\n");
   }
   return 0;

@@ -400,6 +400,64 @@ START_TEST(import_and_export_report_skipped_rows) {
 }
 END_TEST
 
+/* 1 if out holds a byte that could drive a terminal (a control other than
+ * newline, DEL, a C1 byte or a stray UTF-8 byte). */
+static int has_raw_control(const char *text) {
+  for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+    if ((*p < 0x20 && *p != '\n') || *p == 0x7f || *p >= 0x80) return 1;
+  return 0;
+}
+
+/* Text from a cache reaches the terminal escaped, and JSON stays JSON: no
+ * raw controls, no inf or nan. */
+START_TEST(text_from_a_cache_is_escaped) {
+  /* ANSI colour and an OSC 52 clipboard write in device names, a newline
+   * and a raw C1 CSI byte in a reason. */
+  sql(db, "UPDATE winners SET device_name = 'GPU' || char(27) || '[2J' || char(27) ||"
+          " ']52;c;ZWNobyBwd25lZA==' || char(7) WHERE bucket = 'rows<=1024,cols=4096';"
+          "UPDATE bad_configs SET reason = 'load: x' || char(10) || 'fake line' ||"
+          " CAST(X'9b' AS TEXT) || '31m' WHERE config = 'tpr=1024,rows=1,vec=8,cache=8';"
+          "UPDATE misses SET example = 'rows=5' || char(27) || '[1m';"
+          "UPDATE winners SET spread_us = 9e999 WHERE bucket = 'rows<=64,cols=100'");
+  static const char *const cmds[] = {"list", "list --bad", "list --misses", "show",
+                                     "list --json", "list --bad --json", "list --misses --json",
+                                     "show --json"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    ck_assert_int_eq(tune(out, sizeof out, "%s --cache '%s'", cmds[i], db), 0);
+    ck_assert_msg(!has_raw_control(out), "%s: %s", cmds[i], out);
+    ck_assert_msg(!strstr(out, "\": inf") && !strstr(out, "\": -inf") &&
+                      !strstr(out, "\": nan") && !strstr(out, "\": -nan"),
+                  "%s: %s", cmds[i], out);
+  }
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", db), 0);
+  ck_assert_msg(strstr(out, "GPU\\x1b[2J\\x1b]52;c;"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --bad --cache '%s'", db), 0);
+  ck_assert_msg(strstr(out, "load: x\\x0afake line\\x9b31m"), "%s", out);
+  ck_assert(!strstr(out, "\nfake line"));
+  ck_assert_int_eq(tune(out, sizeof out, "list --json --cache '%s'", db), 0);
+  ck_assert_msg(strstr(out, "\"device\": \"GPU\\u001b[2J\\u001b]52;c;ZWNobyBwd25lZA==\\u0007\""),
+                "%s", out);
+  ck_assert_msg(strstr(out, "\"skipped\": 1"), "%s", out); /* the infinite spread */
+  ck_assert_int_eq(tune(out, sizeof out, "list --bad --json --cache '%s'", db), 0);
+  ck_assert_msg(strstr(out, "\\u000afake line\\ufffd31m"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --misses --json --cache '%s'", db), 0);
+  ck_assert_msg(strstr(out, "\"example\": \"rows=5\\u001b[1m\""), "%s", out);
+
+  /* A merge conflict line names the other machine's device, escaped. */
+  char other[400], saved[400];
+  snprintf(other, sizeof other, "%s/other.db", dir);
+  snprintf(saved, sizeof saved, "%s", db);
+  snprintf(db, sizeof db, "%s", other);
+  put("sm_90", "rows<=16384,cols=4096", "tpr=64,rows=2,vec=8,cache=8", 60.0, F16);
+  snprintf(db, sizeof db, "%s", saved);
+  sql(other, "UPDATE winners SET device_name = 'evil' || char(27) || ']0;owned' || char(7)");
+  ck_assert_int_eq(tune(out, sizeof out, "merge '%s' --cache '%s'", other, db), 0);
+  ck_assert_msg(strstr(out, "theirs tpr=64,rows=2,vec=8,cache=8 (60.00 us, evil\\x1b]0;owned\\x07)"),
+                "%s", out);
+  ck_assert(!has_raw_control(out));
+}
+END_TEST
+
 /* A cache too large to read is an error that says why, not a silent 4. */
 START_TEST(too_many_rows_is_an_error_with_a_reason) {
   sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i <= 100000)"
@@ -427,6 +485,7 @@ int main(void) {
   tcase_add_test(tc, rows_that_fail_their_checks);
   tcase_add_test(tc, import_and_export_report_skipped_rows);
   tcase_add_test(tc, too_many_rows_is_an_error_with_a_reason);
+  tcase_add_test(tc, text_from_a_cache_is_escaped);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
