@@ -3,6 +3,7 @@
  * See docs/cli.md. */
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,6 +506,19 @@ static int cmd_demo(int argc, char **argv) {
   return rc;
 }
 
+/* Flushes and closes stdout: a command whose output was lost (a full disk,
+ * /dev/full) fails with CLI_FAIL and a message, whatever it returned. */
+static int finish_stdout(int rc) {
+  errno = 0;
+  int err = fflush(stdout) != 0 ? errno : 0;
+  const int lost = ferror(stdout);
+  if (fclose(stdout) != 0 && !err) err = errno;
+  if (!err && !lost) return rc;
+  fprintf(stderr, "scree-tune: error writing to standard output%s%s\n", err ? ": " : "",
+          err ? strerror(err) : "");
+  return rc ? rc : CLI_FAIL;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -513,11 +527,11 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
       !strcmp(argv[1], "help")) {
     usage(stdout);
-    return EXIT_OK_;
+    return finish_stdout(EXIT_OK_);
   }
   if (!strcmp(argv[1], "--version")) {
     printf("scree-tune %s\n", scree_version());
-    return EXIT_OK_;
+    return finish_stdout(EXIT_OK_);
   }
   for (size_t i = 0; i < NCOMMANDS; i++) {
     if (strcmp(argv[1], commands[i].name)) continue;
@@ -536,9 +550,9 @@ int main(int argc, char **argv) {
                                         : usage_safelist;
       }
       fputs(u, stdout);
-      return EXIT_OK_;
+      return finish_stdout(EXIT_OK_);
     }
-    return commands[i].run(argc - 1, argv + 1);
+    return finish_stdout(commands[i].run(argc - 1, argv + 1));
   }
   fprintf(stderr, "scree-tune: unknown command '%s'\n\n", argv[1]);
   usage(stderr);

@@ -30,6 +30,23 @@ static int tune(char *out, size_t n, const char *fmt, ...) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+/* Runs a shell command line as given (redirections included); returns its
+ * exit code and its stdout in out. */
+static int shell(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int shell(char *out, size_t n, const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  size_t len = fread(out, 1, n - 1, p);
+  out[len] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
 static void put(const char *arch, const char *bucket, const char *config, double us,
                 const char *dtype) {
   scree__cache *c;
@@ -458,6 +475,21 @@ START_TEST(text_from_a_cache_is_escaped) {
 }
 END_TEST
 
+/* Lost output is an error: a command whose standard output cannot be
+ * written (a full disk, /dev/full) exits 1 with a message. */
+START_TEST(stdout_write_errors_are_errors) {
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' list --cache '%s' 2>&1 >/dev/full",
+                         SCREE_TUNE_BIN, db), 1);
+  ck_assert_msg(strstr(out, "error writing to standard output: No space left on device"), "%s",
+                out);
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' list --json --cache '%s' 2>&1 >/dev/full",
+                         SCREE_TUNE_BIN, db), 1);
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' --help 2>&1 >/dev/full", SCREE_TUNE_BIN), 1);
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' list --cache '%s' 2>&1 >/dev/null",
+                         SCREE_TUNE_BIN, db), 0);
+}
+END_TEST
+
 /* A cache too large to read is an error that says why, not a silent 4. */
 START_TEST(too_many_rows_is_an_error_with_a_reason) {
   sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i <= 100000)"
@@ -486,6 +518,7 @@ int main(void) {
   tcase_add_test(tc, import_and_export_report_skipped_rows);
   tcase_add_test(tc, too_many_rows_is_an_error_with_a_reason);
   tcase_add_test(tc, text_from_a_cache_is_escaped);
+  tcase_add_test(tc, stdout_write_errors_are_errors);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
