@@ -4,6 +4,7 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,84 @@ int cli_report_refused(scree__cache *cache, const char *cmd) {
     fprintf(stderr, "scree-tune %s: warning: skipped %d row(s) of %s that failed their checks"
                     " (first: %s)\n", cmd, n, scree__cache_path(cache), cli_esc(why));
   return n;
+}
+
+/* Writes all of data to fd: 0, or an errno. */
+static int write_all(int fd, const char *data, size_t len) {
+  while (len) {
+    const ssize_t n = write(fd, data, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+int cli_write_file(const char *path, const char *data, size_t len, char *why, size_t why_size) {
+  struct stat sb;
+  int err = 0;
+  if (stat(path, &sb) != 0) {
+    if (errno != ENOENT) {
+      snprintf(why, why_size, "%s: %s", path, strerror(errno));
+      return -1;
+    }
+    sb.st_mode = 0;
+  } else if (!S_ISREG(sb.st_mode)) {
+    /* A device or a pipe: there is nothing to replace. */
+    const int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (fd < 0) err = errno;
+    if (!err) err = write_all(fd, data, len);
+    if (fd >= 0 && close(fd) != 0 && !err) err = errno;
+    if (err) snprintf(why, why_size, "writing %s: %s", path, strerror(err));
+    return err ? -1 : 0;
+  }
+  /* The file itself, through any symlinks: its directory holds the
+   * temporary file, so that rename replaces it in one step. */
+  char *target = sb.st_mode ? realpath(path, NULL) : strdup(path);
+  if (!target) {
+    snprintf(why, why_size, "%s: %s", path, strerror(errno));
+    return -1;
+  }
+  const char *slash = strrchr(target, '/');
+  const char *base = slash ? slash + 1 : target;
+  const int dlen = slash ? (int)(slash - target) + 1 : 0;
+  const size_t tl = strlen(target) + 16;
+  char *tmp = malloc(tl);
+  if (!tmp) {
+    free(target);
+    snprintf(why, why_size, "%s: out of memory", path);
+    return -1;
+  }
+  snprintf(tmp, tl, "%.*s.%s.XXXXXX", dlen, target, base);
+  const int fd = mkstemp(tmp);
+  if (fd < 0) {
+    snprintf(why, why_size, "cannot create a temporary file beside %s: %s", target,
+             strerror(errno));
+    free(tmp);
+    free(target);
+    return -1;
+  }
+  mode_t mode = sb.st_mode & 07777;
+  if (!sb.st_mode) {
+    const mode_t mask = umask(0);
+    umask(mask);
+    mode = 0666 & ~mask;
+  }
+  if (fchmod(fd, mode) != 0) err = errno;
+  if (!err) err = write_all(fd, data, len);
+  if (!err && fsync(fd) != 0) err = errno;
+  if (close(fd) != 0 && !err) err = errno;
+  if (!err && rename(tmp, target) != 0) err = errno;
+  if (err) {
+    snprintf(why, why_size, "writing %s: %s (left as it was)", path, strerror(err));
+    unlink(tmp);
+  }
+  free(tmp);
+  free(target);
+  return err ? -1 : 0;
 }
 
 void cli_progress_init(cli_progress *p, int quiet, const char *label) {

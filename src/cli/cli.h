@@ -38,6 +38,14 @@ int cli_unknown(const char *cmd, const char *arg);
 int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
                         int readonly);
 
+/* Writes len bytes of data to path. A regular file (or a new one; through
+ * a symlink, the file it names) is replaced atomically: the bytes go to a
+ * temporary file in the same directory, are flushed to disk, and only then
+ * renamed over it, keeping its mode, so a failed write (a full file
+ * system) leaves it as it was. Anything else (a device such as /dev/full,
+ * a pipe) is written in place. Every write, sync and close is checked.
+ * 0, or -1 with "<path>: <reason>" in why. */
+int cli_write_file(const char *path, const char *data, size_t len, char *why, size_t why_size);
 /* Says on stderr why the last call on cache failed (st, its status) and
  * returns CLI_CACHE; CLI_OK when st is SCREE_OK. */
 int cli_cache_failed(scree__cache *cache, scree_status st, const char *cmd);

@@ -1,5 +1,7 @@
 /* cli_cache.c - scree-tune list, show, export, import/merge, clear and
  * safelist export: the commands that read and write caches (no GPU). */
+#include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -405,14 +407,17 @@ typedef struct sctx {
   scree__safelist *sl;
   int cap;
   const char *op;
-  int skipped_stale, skipped_local;
+  int skipped_stale, skipped_local, skipped_check, oom;
 } sctx;
 
 static scree__sl_entry *push(sctx *s) {
   if (s->sl->n == s->cap) {
     int cap = s->cap ? s->cap * 2 : 64;
     scree__sl_entry *e = realloc(s->sl->entries, (size_t)cap * sizeof *e);
-    if (!e) return NULL;
+    if (!e) {
+      s->oom = 1;
+      return NULL;
+    }
     s->sl->entries = e;
     s->cap = cap;
   }
@@ -421,17 +426,28 @@ static scree__sl_entry *push(sctx *s) {
   return e;
 }
 
-/* The selector of a learned line: "*" when the config can run with the op's
- * example variant on the list's arch (the parser checks "*" lines there),
- * else the variant it was learned on. */
-static void selector_for(const sctx *s, const scree__op *op, const scree__config *cfg,
-                         const char *variant, char *out, size_t n) {
-  scree__variant ex;
+/* The selector of a learned line, as the parser will check it: "*" when the
+ * config passes the op's check with the op's example variant on the list's
+ * arch, else the variant it was learned on if the config passes for that
+ * one. 0 if neither (the line would not load: it is left out). */
+static int selector_for(const sctx *s, const scree__op *op, const scree__config *cfg,
+                        const char *variant, char *out, size_t n) {
+  scree__variant ex, var;
   scree__target t;
+  char canon[128];
+  if (scree__target_for_arch(s->sl->arch, &t)) return 0;
   scree__variant_example(op, &ex);
-  const int star = !scree__target_for_arch(s->sl->arch, &t) &&
-                   scree__config_check(op, cfg, &ex, &t, NULL, 0);
-  snprintf(out, n, "%s", star ? "*" : variant);
+  if (scree__config_check(op, cfg, &ex, &t, NULL, 0)) {
+    snprintf(out, n, "*");
+    return 1;
+  }
+  if (scree__variant_parse(op, variant, &var, NULL, 0)) return 0;
+  scree__variant_str(op, &var, canon, sizeof canon);
+  if (strcmp(canon, variant) || strlen(variant) >= n ||
+      !scree__config_check(op, cfg, &var, &t, NULL, 0))
+    return 0;
+  snprintf(out, n, "%s", variant);
+  return 1;
 }
 
 /* Drops every line of op/cfg (any verb, any dtype selector). */
@@ -443,16 +459,32 @@ static void drop_lines(scree__safelist *sl, const scree__op *op, const scree__co
   sl->n = m;
 }
 
+/* A learned reason: built from cache text, so escaped (scree__escape_text)
+ * to fit the reason field as it will be written. */
+static void learned_reason(scree__sl_entry *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void learned_reason(scree__sl_entry *e, const char *fmt, ...) {
+  char raw[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(raw, sizeof raw, fmt, ap);
+  va_end(ap);
+  for (char *r = raw; *r; r++)
+    if (*r == '\n' || *r == '\r') *r = ' ';
+  scree__escape_text(e->reason, sizeof e->reason, raw);
+}
+
 /* A bad record becomes a deny line when it says the config is wrong
  * everywhere: it failed to compile or load (bucket "*"), or computed a
  * wrong answer. Timeouts and launch failures of one bucket stay in the
  * cache, where they apply to that bucket only. Records for another kernel
- * source say nothing about this one and are skipped. */
+ * source say nothing about this one and are skipped, as are records whose
+ * line would not pass the op's check (the list would not load). */
 static int learn_bad(void *user, const scree__cbad *b) {
   sctx *s = user;
   const scree__op *op = scree__op_find(b->key.op);
   scree__config cfg;
-  char why[256];
+  char why[256], sel[64];
   if (!op || scree__config_parse(op, b->config, &cfg, why, sizeof why)) return 0;
   if (strcmp(b->key.src_hash, scree__source_hash(op))) {
     s->skipped_stale++;
@@ -461,6 +493,10 @@ static int learn_bad(void *user, const scree__cbad *b) {
   const int global = !strcmp(b->key.bucket, "*") || !strncmp(b->reason, "wrong answer", 12);
   if (!global) {
     s->skipped_local++;
+    return 0;
+  }
+  if (!selector_for(s, op, &cfg, b->key.dtype, sel, sizeof sel)) {
+    s->skipped_check++;
     return 0;
   }
   for (int i = 0; i < s->sl->n; i++)
@@ -473,9 +509,9 @@ static int learn_bad(void *user, const scree__cbad *b) {
   e->op = op;
   e->verb = SCREE__SL_DENY;
   e->cfg = cfg;
-  selector_for(s, op, &cfg, b->key.dtype, e->dtype, sizeof e->dtype);
-  snprintf(e->reason, sizeof e->reason, "learned: %.120s (%.40s, %.60s, NVRTC %d.%d)", b->reason,
-           b->key.dtype, b->key.bucket, b->nvrtc_version / 1000, (b->nvrtc_version % 1000) / 10);
+  snprintf(e->dtype, sizeof e->dtype, "%s", sel);
+  learned_reason(e, "learned: %.120s (%.40s, %.60s, NVRTC %d.%d)", b->reason, b->key.dtype,
+                 b->key.bucket, b->nvrtc_version / 1000, (b->nvrtc_version % 1000) / 10);
   return 0;
 }
 
@@ -483,20 +519,24 @@ static int learn_good(void *user, const scree__centry *w) {
   sctx *s = user;
   const scree__op *op = scree__op_find(w->key.op);
   scree__config cfg;
-  char why[256];
+  char why[256], sel[64];
   if (!op || scree__config_parse(op, w->config, &cfg, why, sizeof why)) return 0;
   if (strcmp(w->key.src_hash, scree__source_hash(op))) return 0; /* another kernel */
   for (int i = 0; i < s->sl->n; i++)
     if (s->sl->entries[i].op == op && !memcmp(&s->sl->entries[i].cfg, &cfg, sizeof cfg))
       return 0; /* listed already (allowed, denied or default) */
+  if (!selector_for(s, op, &cfg, w->key.dtype, sel, sizeof sel)) {
+    s->skipped_check++;
+    return 0;
+  }
   scree__sl_entry *e = push(s);
   if (!e) return 1;
   e->op = op;
   e->verb = SCREE__SL_ALLOW;
   e->cfg = cfg;
-  selector_for(s, op, &cfg, w->key.dtype, e->dtype, sizeof e->dtype);
-  snprintf(e->reason, sizeof e->reason, "learned: won %s %s at %.2f us on %.60s", w->key.bucket,
-           w->key.dtype, w->median_us, w->device_name);
+  snprintf(e->dtype, sizeof e->dtype, "%s", sel);
+  learned_reason(e, "learned: won %s %s at %.2f us on %.60s", w->key.bucket, w->key.dtype,
+                 w->median_us, w->device_name);
   return 0;
 }
 
@@ -514,6 +554,8 @@ int cmd_safelist(int argc, char **argv) {
     const char *v;
     if ((v = cli_value(argc, argv, &i, "-o", "safelist export")))
       out = v;
+    else if (!strcmp(argv[i], "-o"))
+      return CLI_USAGE; /* cli_value said why */
     else
       return cli_unknown("safelist export", argv[i]);
   }
@@ -544,30 +586,58 @@ int cmd_safelist(int argc, char **argv) {
   if (cache) {
     st = scree__cache_foreach_bad(cache, c.arch, c.op, learn_bad, &s);
     if (!st) st = scree__cache_foreach_entry(cache, c.arch, c.op, 0, learn_good, &s);
+    if (!st && s.oom) st = SCREE_ERROR_OUT_OF_MEMORY;
     cli_report_refused(cache, "safelist export");
-    cli_cache_failed(cache, st, "safelist export");
+    rc = cli_cache_failed(cache, st, "safelist export");
     scree__cache_close(cache);
   }
   if (!c.quiet && (s.skipped_stale || s.skipped_local))
     fprintf(stderr,
             "scree-tune safelist export: left out %d bad record(s) of another kernel source "
             "and %d that apply to one bucket only\n", s.skipped_stale, s.skipped_local);
-  if (st) {
+  if (s.skipped_check)
+    fprintf(stderr,
+            "scree-tune safelist export: warning: left out %d learned line(s) whose config "
+            "fails the op's check on %s (the list would not load)\n", s.skipped_check, c.arch);
+  if (rc) {
     scree__safelist_free(&sl);
-    return CLI_CACHE;
+    return rc;
   }
-  FILE *f = out ? fopen(out, "w") : stdout;
-  if (!f) {
-    perror(out);
-    scree__safelist_free(&sl);
-    return CLI_FAIL;
-  }
-  char comment[256];
+  /* The text is built in memory and parsed back before anything is
+   * written: what this writes always loads. */
+  char comment[256], name[64], *text = NULL;
+  size_t len = 0;
   snprintf(comment, sizeof comment,
            "written by scree-tune safelist export --arch %s (scree %s)", c.arch,
            scree_version());
-  scree__safelist_write(f, &sl, comment);
-  if (out) fclose(f);
+  FILE *m = open_memstream(&text, &len);
+  const int werr = !m || scree__safelist_write(m, &sl, comment) != 0;
+  if (m && fclose(m) != 0) rc = CLI_FAIL;
   scree__safelist_free(&sl);
-  return CLI_OK;
+  if (werr || rc || !text) {
+    fprintf(stderr, "scree-tune safelist export: out of memory\n");
+    free(text);
+    return CLI_FAIL;
+  }
+  snprintf(name, sizeof name, "%s.txt", c.arch);
+  scree__safelist back;
+  if (scree__safelist_parse(text, name, &back, why, sizeof why) != SCREE_OK) {
+    fprintf(stderr, "scree-tune safelist export: the list it would write does not load, so"
+                    " nothing was written: %s\n", why);
+    free(text);
+    return CLI_FAIL;
+  }
+  scree__safelist_free(&back);
+  if (out) {
+    if (cli_write_file(out, text, len, why, sizeof why)) {
+      fprintf(stderr, "scree-tune safelist export: %s\n", why);
+      rc = CLI_FAIL;
+    }
+  } else if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) {
+    fprintf(stderr, "scree-tune safelist export: writing to standard output: %s\n",
+            strerror(errno));
+    rc = CLI_FAIL;
+  }
+  free(text);
+  return rc;
 }

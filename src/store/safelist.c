@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Generated at build time by cmake/embed_kernels.cmake from safe_configs/. */
 extern const scree__embedded scree__embedded_safelists[];
@@ -423,6 +424,16 @@ scree_status scree__safelist_for_arch(const char *arch, scree__safelist *out,
   }
   const char *dir = getenv("SCREE_SAFELIST_DIR");
   if (dir && !*dir) dir = NULL;
+  /* A directory that is not there is a mistake to report, not an empty set
+   * of lists (which would let `safelist export` write an empty list). */
+  if (dir) {
+    struct stat sb;
+    const int bad = stat(dir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : 0;
+    if (bad) {
+      set_why(why, why_size, "SCREE_SAFELIST_DIR=%s: %s", dir, strerror(bad));
+      return SCREE_ERROR_IO;
+    }
+  }
 
   /* The order of docs/safelist.md "Which file an arch gets". */
   char tried[16][16];
@@ -526,7 +537,7 @@ int scree__safelist_default(const scree__safelist *s, const scree__op *op,
 
 /* ---- the writer ---------------------------------------------------------------- */
 
-void scree__safelist_write(FILE *f, const scree__safelist *s, const char *comment) {
+int scree__safelist_write(FILE *f, const scree__safelist *s, const char *comment) {
   if (comment && *comment) {
     const char *c = comment;
     while (*c) {
@@ -552,11 +563,15 @@ void scree__safelist_write(FILE *f, const scree__safelist *s, const char *commen
       fprintf(f, "%s %s %s", op->name, scree__sl_verb_name(e->verb), cs);
       if (e->dtype[0] && !is_star(e->dtype)) fprintf(f, " dtype=%s", e->dtype);
       if (e->reason[0]) {
-        fputs(" -- ", f);
-        for (const char *r = e->reason; *r; r++)
-          fputc(*r == '\n' || *r == '\r' ? ' ' : *r, f);
+        /* One line, and nothing that drives a terminal showing the file. */
+        char flat[sizeof e->reason], esc[4 * sizeof e->reason];
+        snprintf(flat, sizeof flat, "%s", e->reason);
+        for (char *r = flat; *r; r++)
+          if (*r == '\n' || *r == '\r') *r = ' ';
+        fprintf(f, " -- %s", scree__escape_text(esc, sizeof esc, flat));
       }
       fputc('\n', f);
     }
   }
+  return ferror(f) ? -1 : 0;
 }

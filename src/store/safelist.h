@@ -105,9 +105,12 @@ int scree__safelist_default(const scree__safelist *s, const scree__op *op,
 /* Writes `s` in the file format: `comment` (may be NULL or multi-line) as
  * "# " lines, the arch header, then the entries grouped by op in registry
  * order, file order within an op. What it writes parses back to the same
- * entries (line numbers aside); newlines in reasons become spaces. Used by
- * `scree-tune safelist export`. */
-void scree__safelist_write(FILE *f, const scree__safelist *s,
-                           const char *comment);
+ * entries (line numbers aside); newlines in reasons become spaces and the
+ * other characters scree__escape_text escapes are written as \xNN (an
+ * escaped reason may then outgrow the parser's limit: callers that build
+ * reasons from untrusted text escape them first). Returns 0, or -1 if f
+ * reports a write error (ferror). Used by `scree-tune safelist export`. */
+int scree__safelist_write(FILE *f, const scree__safelist *s,
+                          const char *comment);
 
 #endif

@@ -490,6 +490,86 @@ START_TEST(stdout_write_errors_are_errors) {
 }
 END_TEST
 
+/* safelist export -o never leaves a truncated file behind, and a write
+ * that fails (a full disk, /dev/full) exits 1 with the reason. */
+START_TEST(safelist_export_write_errors) {
+  ck_assert_int_eq(tune(out, sizeof out, "safelist export --arch sm_90 --cache '%s' -o /dev/full",
+                        db), 1);
+  ck_assert_msg(strstr(out, "writing /dev/full: No space left on device"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' safelist export --arch sm_90 --cache '%s' 2>&1"
+                         " >/dev/full", SCREE_TUNE_BIN, db), 1);
+  ck_assert_msg(strstr(out, "standard output: No space left on device"), "%s", out);
+
+  /* A file that cannot grow (here: a file size limit, as a full disk would)
+   * is left as it was, and no temporary file stays behind. */
+  char path[400], tmpglob[500];
+  snprintf(path, sizeof path, "%s/sm_90.txt", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("arch sm_90\n# keep me\n", f);
+  fclose(f);
+  ck_assert_int_eq(chmod(path, 0640), 0);
+  char shipped[400]; /* rollback mode: read without writing a -shm file */
+  snprintf(shipped, sizeof shipped, "%s/shipped.db", dir);
+  ck_assert_int_eq(tune(out, sizeof out, "export '%s' --cache '%s'", shipped, db), 0);
+  ck_assert_int_eq(shell(out, sizeof out, "trap '' XFSZ; ulimit -f 0; '%s' safelist export"
+                         " --arch sm_90 --cache '%s' -o '%s' 2>&1", SCREE_TUNE_BIN, shipped,
+                         path), 1);
+  ck_assert_msg(strstr(out, "(left as it was)"), "%s", out);
+  f = fopen(path, "r");
+  char back[64] = "";
+  ck_assert_uint_eq(fread(back, 1, sizeof back - 1, f), 21);
+  fclose(f);
+  ck_assert_str_eq(back, "arch sm_90\n# keep me\n");
+  snprintf(tmpglob, sizeof tmpglob, "ls -a '%s' | grep -c '^\\.sm_90.txt\\.'", dir);
+  ck_assert_int_eq(shell(out, sizeof out, "%s", tmpglob), 1); /* grep found none */
+  /* Written for real, the file keeps its mode. */
+  ck_assert_int_eq(tune(out, sizeof out, "safelist export --arch sm_90 --cache '%s' -o '%s'",
+                        db, path), 0);
+  struct stat sb;
+  ck_assert_int_eq(stat(path, &sb), 0);
+  ck_assert_int_eq(sb.st_mode & 07777, 0640);
+  ck_assert_int_gt(sb.st_size, 1000);
+}
+END_TEST
+
+/* What safelist export writes always loads: learned lines whose config
+ * fails the op's check are left out (and said), text from the cache is
+ * escaped, and a safelist directory that is not there is an error. */
+START_TEST(safelist_export_writes_only_what_loads) {
+  put("sm_90", "rows<=2,cols=64", "tpr=16,rows=1,vec=8,cache=4", 1.0, F16);
+  put("sm_90", "rows<=4,cols=64", "tpr=64,rows=1,vec=2,cache=4", 1.0, F16);
+  sql(db, "UPDATE winners SET device_name = 'GPU' || char(27) || ']0;pwn' || char(7)"
+          " WHERE bucket = 'rows<=4,cols=64';"
+          "UPDATE bad_configs SET reason = 'load: a' || char(10) || 'b' || char(27) || '[1m'"
+          " WHERE config = 'tpr=1024,rows=1,vec=8,cache=8'");
+  char path[400];
+  snprintf(path, sizeof path, "%s/sm_90.txt", dir);
+  ck_assert_int_eq(tune(out, sizeof out, "safelist export --arch sm_90 --cache '%s' -o '%s'",
+                        db, path), 0);
+  ck_assert_msg(strstr(out, "left out 1 learned line(s) whose config fails the op's check"),
+                "%s", out);
+  scree__safelist sl;
+  char why[512];
+  ck_assert_msg(scree__safelist_load_file(path, &sl, why, sizeof why) == SCREE_OK, "%s", why);
+  scree__safelist_free(&sl);
+  FILE *f = fopen(path, "r");
+  static char text[1 << 16];
+  const size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  ck_assert(!has_raw_control(text));
+  ck_assert_msg(strstr(text, "on GPU\\x1b]0;pwn\\x07"), "%s", text);
+  ck_assert_msg(strstr(text, "learned: load: a b\\x1b[1m"), "%s", text);
+  ck_assert(!strstr(text, "tpr=16,rows=1,vec=8,cache=4"));
+
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_SAFELIST_DIR='%s/nowhere' '%s' safelist export"
+                         " --arch sm_90 --cache '%s' 2>&1", dir, SCREE_TUNE_BIN, db), 1);
+  ck_assert_msg(strstr(out, "/nowhere: No such file or directory"), "%s", out);
+  ck_assert(!strstr(out, "arch sm_90"));
+}
+END_TEST
+
 /* A cache too large to read is an error that says why, not a silent 4. */
 START_TEST(too_many_rows_is_an_error_with_a_reason) {
   sql(db, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i <= 100000)"
@@ -519,6 +599,8 @@ int main(void) {
   tcase_add_test(tc, too_many_rows_is_an_error_with_a_reason);
   tcase_add_test(tc, text_from_a_cache_is_escaped);
   tcase_add_test(tc, stdout_write_errors_are_errors);
+  tcase_add_test(tc, safelist_export_write_errors);
+  tcase_add_test(tc, safelist_export_writes_only_what_loads);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

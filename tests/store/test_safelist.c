@@ -520,6 +520,13 @@ START_TEST(write_round_trips) {
   free(text);
   scree__safelist_free(&back);
 
+  /* Control characters in a reason are written escaped, on one line. */
+  snprintf(s.entries[1].reason, sizeof s.entries[1].reason, "two\x1b[2J vectors");
+  text = write_to_string(&s, NULL);
+  ck_assert_ptr_nonnull(strstr(text, "-- two\\x1b[2J vectors\n"));
+  free(text);
+  snprintf(s.entries[1].reason, sizeof s.entries[1].reason, "two vectors per thread");
+
   /* Without a comment; a reason with a newline comes back as one line. */
   s.entries[1].reason[3] = '\n';
   text = write_to_string(&s, NULL);
@@ -661,6 +668,18 @@ START_TEST(dir_override_and_fallback) {
   ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_NOT_FOUND);
   snprintf(want, sizeof want, "no safelist for sm_90 in %s (tried sm_90.txt, sm_80.txt)", dir);
   ck_assert_str_eq(why, want);
+
+  /* A directory that is not there (or not a directory) is an error, not
+   * an empty set of lists. */
+  snprintf(want, sizeof want, "%s/sm_86.txt", dir);
+  ck_assert_int_eq(setenv("SCREE_SAFELIST_DIR", want, 1), 0);
+  ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_IO);
+  ck_assert_msg(strstr(why, "SCREE_SAFELIST_DIR=") && strstr(why, ": Not a directory"), "%s",
+                why);
+  ck_assert_int_eq(setenv("SCREE_SAFELIST_DIR", "/nonexistent/safelists", 1), 0);
+  ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_IO);
+  ck_assert_str_eq(why, "SCREE_SAFELIST_DIR=/nonexistent/safelists: No such file or directory");
+  unsetenv("SCREE_SAFELIST_DIR");
   rm_tmpdir(dir);
 }
 END_TEST
