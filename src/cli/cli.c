@@ -174,23 +174,31 @@ int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd
   char path[4096];
   *out = NULL;
   if (c->cache) {
+    /* Never cut: a cut path names another file. */
+    if (strlen(c->cache) >= sizeof path) {
+      fprintf(stderr, "scree-tune %s: --cache: the path is %zu bytes, longer than the %zu a path"
+                      " may have\n", cmd, strlen(c->cache), sizeof path - 1);
+      return CLI_USAGE;
+    }
     snprintf(path, sizeof path, "%s", c->cache);
   } else if (scree__cache_default_path(path, sizeof path) != SCREE_OK) {
-    fprintf(stderr, "scree-tune %s: no cache path: set SCREE_CACHE_DIR or HOME, or pass --cache\n", cmd);
+    fprintf(stderr, "scree-tune %s: no cache path: set SCREE_CACHE_DIR or HOME (an absolute"
+                    " path), or pass --cache\n", cmd);
     return CLI_CACHE;
-  }
-  /* Reading commands never create, convert or move a cache: a shipped file
-   * stays byte for byte as it was. */
-  if (readonly && access(path, F_OK) != 0) {
-    if (!c->quiet && !c->json) fprintf(stderr, "scree-tune %s: no cache at %s\n", cmd, path);
-    return CLI_OK;
   }
   char why[1024] = "";
   int recovered = 0;
+  /* Reading commands never create, convert or move a cache: a shipped file
+   * stays byte for byte as it was. A file that is not there, or is empty,
+   * holds nothing yet; one that cannot be reached is an error. */
   scree_status st = scree__cache_open(path, readonly, out, &recovered, why, sizeof why);
+  if (readonly && st == SCREE_ERROR_NOT_FOUND) {
+    if (!c->quiet && !c->json) fprintf(stderr, "scree-tune %s: %s\n", cmd, why);
+    return CLI_OK;
+  }
   if (st != SCREE_OK) {
     fprintf(stderr, "scree-tune %s: cannot open cache %s: %s\n", cmd, path, why);
-    return CLI_CACHE;
+    return st == SCREE_ERROR_INVALID_ARGUMENT ? CLI_USAGE : CLI_CACHE;
   }
   if (recovered) fprintf(stderr, "scree-tune %s: warning: %s\n", cmd, why);
   return CLI_OK;

@@ -33,8 +33,10 @@ const char *cli_value(int argc, char **argv, int *i, const char *name, const cha
 int cli_unknown(const char *cmd, const char *arg);
 
 /* Opens the user cache (--cache or the default path). readonly = 1 for
- * commands that only read: a missing file is then not created, *out is NULL
- * and the result CLI_OK (nothing cached yet). */
+ * commands that only read: a missing or empty file is then not created or
+ * changed, *out is NULL and the result CLI_OK (nothing cached yet, said on
+ * stderr unless --quiet or --json); a file that cannot be reached is
+ * CLI_CACHE, a --cache path too long for the system CLI_USAGE. */
 int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
                         int readonly);
 

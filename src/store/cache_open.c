@@ -3,6 +3,8 @@
  * the file format. */
 #include "store/cache_internal.h"
 
+#include <limits.h>
+
 /* ------------------------------------------------------------------------ */
 /* Opening                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -105,6 +107,54 @@ fail:
   return rc ? rc : SQLITE_ERROR;
 }
 
+/* sqlite3_open_v2 of path with scree's settings: read-only or read-write
+ * (creating), and with immutable = 1 as an immutable file (a URI, so the
+ * path is percent-encoded where a URI needs it). An SQLite code; *db may
+ * be set even on failure. */
+static int open_handle(const char *path, int readonly, int immutable, sqlite3 **db) {
+  *db = NULL;
+  const int flags = SQLITE_OPEN_FULLMUTEX |
+                    (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  int rc;
+  if (!immutable) {
+    rc = sqlite3_open_v2(path, db, flags, NULL);
+  } else {
+    const size_t n = strlen(path);
+    char *uri = malloc(3 * n + 32);
+    if (!uri) return SQLITE_NOMEM;
+    char *o = uri + sprintf(uri, "file:");
+    for (size_t i = 0; i < n; i++) {
+      const unsigned char ch = (unsigned char)path[i];
+      if (ch == '%' || ch == '?' || ch == '#' || ch < 0x20 || ch >= 0x7f)
+        o += sprintf(o, "%%%02X", ch);
+      else
+        *o++ = (char)ch;
+    }
+    strcpy(o, "?immutable=1");
+    rc = sqlite3_open_v2(uri, db, flags | SQLITE_OPEN_URI, NULL);
+    free(uri);
+  }
+  if (rc != SQLITE_OK) return rc;
+  sqlite3_extended_result_codes(*db, 1);
+  sqlite3_busy_timeout(*db, SCREE__CACHE_BUSY_MS);
+  /* No value longer than this is ever materialised from the file. */
+  sqlite3_limit(*db, SQLITE_LIMIT_LENGTH, SCREE__CACHE_MAX_VALUE);
+  return SQLITE_OK;
+}
+
+/* 1 if path's -wal file is absent or empty, 0 if it holds something, -1 if
+ * that cannot be told. */
+static int wal_is_empty(const char *path) {
+  const size_t n = strlen(path) + 5;
+  char *wal = malloc(n);
+  if (!wal) return -1;
+  snprintf(wal, n, "%s-wal", path);
+  struct stat sb;
+  const int r = stat(wal, &sb) == 0 ? sb.st_size == 0 : errno == ENOENT ? 1 : -1;
+  free(wal);
+  return r;
+}
+
 /* Opens and validates path. OPEN_CORRUPT means the file (or a directory in
  * its place) is not a readable SQLite database; OPEN_FAIL any other failure,
  * with *st set. */
@@ -123,42 +173,64 @@ open_result open_db(const char *path, int readonly, int wal,
       put_why(why, why_size, "%s is not a regular file", path);
       return OPEN_FAIL;
     }
-  } else if (readonly || errno != ENOENT) {
+  } else if (readonly && errno == ENOENT) {
+    put_why(why, why_size, "no cache at %s", path);
+    *st = SCREE_ERROR_NOT_FOUND;
+    return OPEN_FAIL;
+  } else if (errno != ENOENT) {
+    /* Unreachable (a directory that cannot be searched, a symlink loop, a
+     * path through a file) is not the same as absent. */
     put_why(why, why_size, "cannot open %s: %s", path, strerror(errno));
     return OPEN_FAIL;
   }
 
   sqlite3 *db = NULL;
-  int flags = SQLITE_OPEN_FULLMUTEX |
-              (readonly ? SQLITE_OPEN_READONLY
-                        : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
-  int rc = sqlite3_open_v2(path, &db, flags, NULL);
   open_result res = OPEN_FAIL;
-  if (rc != SQLITE_OK) {
-    put_why(why, why_size, "cannot open %s: %s", path,
-            db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-    if (prim(rc) == SQLITE_NOMEM) *st = SCREE_ERROR_OUT_OF_MEMORY;
-    res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
-    goto fail;
-  }
-  sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, SCREE__CACHE_BUSY_MS);
-  /* No value longer than this is ever materialised from the file. */
-  sqlite3_limit(db, SQLITE_LIMIT_LENGTH, SCREE__CACHE_MAX_VALUE);
-  if (!readonly && sqlite3_db_readonly(db, "main") == 1) {
-    put_why(why, why_size, "%s is not writable", path);
-    goto fail;
-  }
-
-  /* The first read, of the header only: a file that is not SQLite fails
-   * here with SQLITE_NOTADB, one shorter than its header says with
-   * SQLITE_CORRUPT. The version is checked before the schema is parsed, so
-   * that a newer scree's file is refused, never taken for corrupt. Both
-   * reads share one read transaction: another process may be creating the
-   * schema right now, and both must come from the same snapshot. */
+  int rc = SQLITE_OK;
   int64_t uv = 0, ntab = 0;
-  if ((rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) != SQLITE_OK ||
-      (rc = query_int(db, "PRAGMA user_version", &uv)) != SQLITE_OK) {
+  for (int immutable = 0;; immutable = 1) {
+    rc = open_handle(path, readonly, immutable, &db);
+    if (rc != SQLITE_OK) {
+      put_why(why, why_size, "cannot open %s: %s", path,
+              db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+      if (prim(rc) == SQLITE_NOMEM) *st = SCREE_ERROR_OUT_OF_MEMORY;
+      res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+      goto fail;
+    }
+    if (!readonly && sqlite3_db_readonly(db, "main") == 1) {
+      put_why(why, why_size, "%s is not writable", path);
+      goto fail;
+    }
+
+    /* The first read, of the header only: a file that is not SQLite fails
+     * here with SQLITE_NOTADB, one shorter than its header says with
+     * SQLITE_CORRUPT. The version is checked before the schema is parsed,
+     * so that a newer scree's file is refused, never taken for corrupt.
+     * Both reads share one read transaction: another process may be
+     * creating the schema right now, and both must come from the same
+     * snapshot. */
+    if ((rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL)) == SQLITE_OK &&
+        (rc = query_int(db, "PRAGMA user_version", &uv)) == SQLITE_OK)
+      break;
+    /* A WAL-mode file in a directory this process cannot write: SQLite
+     * cannot create its -shm. With no -wal (or an empty one) the file
+     * holds every committed change, and nobody can write it without
+     * creating those files here, so it is read as immutable. */
+    if (readonly && !immutable && (prim(rc) == SQLITE_READONLY || prim(rc) == SQLITE_CANTOPEN)) {
+      const int wal_state = wal_is_empty(path);
+      if (wal_state == 1) {
+        sqlite3_close_v2(db);
+        db = NULL;
+        continue;
+      }
+      if (wal_state == 0) {
+        put_why(why, why_size,
+                "cannot read %s: it is in WAL mode, its directory is not writable, and its"
+                " -wal file holds changes not yet in it (open it once where it is writable,"
+                " or read an exported copy)", path);
+        goto fail;
+      }
+    }
     put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
     res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
     goto fail;
@@ -182,7 +254,10 @@ open_result open_db(const char *path, int readonly, int wal,
 
   if (uv == 0 && ntab == 0) {
     if (readonly) {
-      put_why(why, why_size, "%s is empty, not a scree cache", path);
+      /* Nothing is cached in it (yet: another process may be creating it
+       * right now). */
+      put_why(why, why_size, "%s is empty: nothing is cached in it yet", path);
+      *st = SCREE_ERROR_NOT_FOUND;
       goto fail;
     }
     char w2[256] = "";
@@ -327,6 +402,11 @@ scree_status scree__cache_open(const char *path, int readonly,
   if (out) *out = NULL;
   if (!path || !*path || !out) {
     put_why(why, why_size, "no cache path or output handle");
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
+  if (strlen(path) >= PATH_MAX) {
+    put_why(why, why_size, "the cache path is %zu bytes, longer than the %d a path may have",
+            strlen(path), PATH_MAX - 1);
     return SCREE_ERROR_INVALID_ARGUMENT;
   }
   if (!readonly && make_parents(path, why, why_size) != 0)

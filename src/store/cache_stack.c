@@ -22,10 +22,12 @@ scree_status scree__cache_default_path(char *buf, size_t size) {
     base = x;
     tail = "/scree/tune.db";
   } else {
-    if (!h || !*h) {
+    /* A relative HOME would put the cache under whatever directory the
+     * process runs in: it counts as unset, as a relative XDG_CACHE_HOME. */
+    if (!h || h[0] != '/') {
       struct passwd pw, *res = NULL;
       if (getpwuid_r(getuid(), &pw, pwbuf, sizeof pwbuf, &res) == 0 && res &&
-          res->pw_dir && res->pw_dir[0])
+          res->pw_dir && res->pw_dir[0] == '/')
         h = res->pw_dir;
       else
         return SCREE_ERROR_NOT_FOUND;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -34,7 +35,7 @@ static int tune(char *out, size_t n, const char *fmt, ...) {
  * exit code and its stdout in out. */
 static int shell(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int shell(char *out, size_t n, const char *fmt, ...) {
-  char cmd[4096];
+  static char cmd[8192];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(cmd, sizeof cmd, fmt, ap);
@@ -44,6 +45,41 @@ static int shell(char *out, size_t n, const char *fmt, ...) {
   size_t len = fread(out, 1, n - 1, p);
   out[len] = 0;
   int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Runs a shell command line as a user without privileges: as uid and gid
+ * 65534 when this process is root (which bypasses file permissions), else
+ * as this user. Returns its exit code and its stdout and stderr in out. */
+static int shell_unprivileged(char *out, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int shell_unprivileged(char *out, size_t n, const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  fflush(NULL);
+  const pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (!pid) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    close(fds[0]);
+    if (geteuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534))) _exit(126);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t len = 0;
+  ssize_t r;
+  while (len < n - 1 && (r = read(fds[0], out + len, n - 1 - len)) > 0) len += (size_t)r;
+  out[len] = 0;
+  close(fds[0]);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
@@ -321,6 +357,84 @@ START_TEST(unwritable_cache_location) {
   ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", missing), 0);
   ck_assert(strstr(out, "no cache at"));
   ck_assert_int_ne(access(missing, F_OK), 0);
+  /* An empty file (a cache being created by another process right now)
+   * holds nothing yet: not an error. */
+  char empty[400];
+  snprintf(empty, sizeof empty, "%s/empty.db", dir);
+  FILE *f = fopen(empty, "w");
+  fclose(f);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", empty), 0);
+  ck_assert_msg(strstr(out, "is empty: nothing is cached in it yet"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s'", empty), 1);
+}
+END_TEST
+
+/* A cache that cannot be reached is an error, not "no cache": a path
+ * through a regular file, a symlink loop, a directory that cannot be
+ * searched. */
+START_TEST(unreachable_cache_is_an_error) {
+  char through[400], loop[400], locked[400], inside[420];
+  snprintf(through, sizeof through, "%s/tune.db/x.db", dir);
+  snprintf(loop, sizeof loop, "%s/loop.db", dir);
+  ck_assert_int_eq(symlink(loop, loop), 0);
+  static const char *const cmds[] = {"list", "list --misses", "show", "safelist export --arch sm_90",
+                                     "verify"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    ck_assert_int_eq(tune(out, sizeof out, "%s --cache '%s'", cmds[i], through), 4);
+    ck_assert_msg(strstr(out, "Not a directory"), "%s: %s", cmds[i], out);
+    ck_assert_int_eq(tune(out, sizeof out, "%s --cache '%s'", cmds[i], loop), 4);
+    ck_assert_msg(strstr(out, "Too many levels of symbolic links"), "%s: %s", cmds[i], out);
+  }
+  ck_assert(!strstr(out, "no cache at"));
+  /* Permissions: the test runs the command unprivileged (root would pass). */
+  snprintf(locked, sizeof locked, "%s/locked", dir);
+  ck_assert_int_eq(mkdir(locked, 0700), 0);
+  snprintf(inside, sizeof inside, "%s/tune.db", locked);
+  ck_assert_int_eq(rename(db, inside), 0);
+  ck_assert_int_eq(chmod(dir, 0755), 0);
+  ck_assert_int_eq(chmod(locked, 0), 0);
+  const int rc = shell_unprivileged(out, sizeof out, "'%s' list --cache '%s'", SCREE_TUNE_BIN,
+                                    inside);
+  ck_assert_int_eq(chmod(locked, 0700), 0);
+  ck_assert_int_eq(rc, 4);
+  ck_assert_msg(strstr(out, "Permission denied"), "%s", out);
+  /* A --cache path longer than a path may be is refused, never cut. */
+  static char longp[5600];
+  snprintf(longp, sizeof longp, "%s/%05000d", dir, 0);
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' clear --all --cache '%s' 2>&1", SCREE_TUNE_BIN,
+                         longp), 2);
+  ck_assert_msg(strstr(out, "--cache: the path is"), "%s", out);
+}
+END_TEST
+
+/* A relative HOME does not put the cache under the working directory. */
+START_TEST(relative_home_is_not_used) {
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && env -u SCREE_CACHE_DIR -u XDG_CACHE_HOME"
+                         " HOME=rel '%s' list 2>&1", dir, SCREE_TUNE_BIN), 0);
+  ck_assert_msg(!strstr(out, "rel/.cache"), "%s", out);
+  char rel[400];
+  snprintf(rel, sizeof rel, "%s/rel", dir);
+  ck_assert_int_ne(access(rel, F_OK), 0);
+}
+END_TEST
+
+/* A WAL-mode cache in a directory the reader cannot write is still read
+ * (SQLite cannot create its -shm there). */
+START_TEST(wal_cache_in_a_read_only_directory) {
+  char ro[400], path[420];
+  snprintf(ro, sizeof ro, "%s/ro", dir);
+  ck_assert_int_eq(mkdir(ro, 0755), 0);
+  snprintf(path, sizeof path, "%s/tune.db", ro);
+  ck_assert_int_eq(rename(db, path), 0);
+  ck_assert_int_eq(chmod(dir, 0755), 0);
+  ck_assert_int_eq(chmod(ro, 0555), 0);
+  ck_assert_int_eq(chmod(path, 0644), 0);
+  int rc = shell_unprivileged(out, sizeof out, "'%s' list --cache '%s'", SCREE_TUNE_BIN, path);
+  ck_assert_msg(rc == 0 && strstr(out, "4 winner(s)"), "%d: %s", rc, out);
+  rc = shell_unprivileged(out, sizeof out, "'%s' show --cache '%s' --arch sm_80", SCREE_TUNE_BIN,
+                          path);
+  ck_assert_msg(rc == 0 && strstr(out, "(matches)"), "%d: %s", rc, out);
+  ck_assert_int_eq(chmod(ro, 0755), 0);
 }
 END_TEST
 
@@ -593,6 +707,9 @@ int main(void) {
   tcase_add_test(tc, safelist_export_learns);
   tcase_add_test(tc, gpu_commands_without_gpu);
   tcase_add_test(tc, unwritable_cache_location);
+  tcase_add_test(tc, unreachable_cache_is_an_error);
+  tcase_add_test(tc, wal_cache_in_a_read_only_directory);
+  tcase_add_test(tc, relative_home_is_not_used);
   tcase_add_test(tc, reading_commands_do_not_touch_the_file);
   tcase_add_test(tc, rows_that_fail_their_checks);
   tcase_add_test(tc, import_and_export_report_skipped_rows);

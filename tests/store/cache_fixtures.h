@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <glob.h>
+#include <grp.h>
 #include <math.h>
 #include <pthread.h>
 #include <sqlite3.h>

@@ -181,7 +181,7 @@ START_TEST(merge_semantics) {
   /* Sources that cannot be merged. */
   char *missing = pjoin(dir, "missing.db");
   ck_assert_int_eq(scree__cache_merge(c, missing, &n, NULL, NULL, why, sizeof why),
-                   SCREE_ERROR_CACHE);
+                   SCREE_ERROR_NOT_FOUND);
   ck_assert_msg(strstr(why, missing), "why: %s", why);
   ck_assert(!exists(missing));
   char *v2 = pjoin(dir, "v2.db");

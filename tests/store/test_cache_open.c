@@ -277,21 +277,135 @@ START_TEST(readonly_is_never_written) {
   free(bytes0);
   free(bytes1);
 
-  /* A read-only open of a missing file fails and creates nothing, not even
-   * its directory. */
+  /* A read-only open of a missing file says there is nothing (NOT_FOUND)
+   * and creates nothing, not even its directory. */
   char *none = pjoin(dir, "nodir/none.db");
   ck_assert_int_eq(scree__cache_open(none, 1, &c, NULL, why, sizeof why),
-                   SCREE_ERROR_CACHE);
+                   SCREE_ERROR_NOT_FOUND);
+  ck_assert_msg(strstr(why, "no cache at "), "why: %s", why);
   ck_assert(!exists(none));
   ck_assert(!exists(pjoin(dir, "nodir")));
-  /* Nor an empty file. */
+  /* Nor an empty file, which may be a cache another process is creating
+   * right now: nothing is cached in it yet. */
   char *empty = pjoin(dir, "empty.db");
   write_all(empty, "", 0);
   ck_assert_int_eq(scree__cache_open(empty, 1, &c, NULL, why, sizeof why),
-                   SCREE_ERROR_CACHE);
+                   SCREE_ERROR_NOT_FOUND);
+  ck_assert_msg(strstr(why, "is empty: nothing is cached in it yet"), "why: %s", why);
   struct stat es;
   ck_assert_int_eq(stat(empty, &es), 0);
   ck_assert_int_eq(es.st_size, 0);
+}
+END_TEST
+
+/* Unreachable is not missing: a path through a regular file, a symlink
+ * loop; and a path longer than a path may be is refused, never cut. */
+START_TEST(unreachable_paths) {
+  char *dir = tdir();
+  char *file = pjoin(dir, "file"), *loop = pjoin(dir, "loop.db");
+  write_all(file, "x", 1);
+  ck_assert_int_eq(symlink(loop, loop), 0);
+  scree__cache *c = NULL;
+  char why[1024];
+  for (int ro = 0; ro < 2; ro++) {
+    ck_assert_int_eq(scree__cache_open(pjoin(file, "x.db"), ro, &c, NULL, why, sizeof why),
+                     SCREE_ERROR_CACHE);
+    ck_assert_msg(strstr(why, "ot a directory"), "why: %s", why);
+    ck_assert_int_eq(scree__cache_open(loop, ro, &c, NULL, why, sizeof why), SCREE_ERROR_CACHE);
+    ck_assert_msg(strstr(why, "Too many levels of symbolic links"), "why: %s", why);
+  }
+  static char longp[4200];
+  memset(longp, 'a', sizeof longp - 1);
+  longp[0] = '/';
+  ck_assert_int_eq(scree__cache_open(longp, 0, &c, NULL, why, sizeof why),
+                   SCREE_ERROR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(why, "4199 bytes, longer than the 4095"), "why: %s", why);
+  ck_assert_ptr_null(c);
+}
+END_TEST
+
+/* Opens path read-only in a child process without privileges (uid 65534
+ * when this one is root, which would bypass permissions); returns the
+ * child's exit code: 0 opened with n winners (n written to *nw), 1 not. */
+static int open_ro_unprivileged(const char *path, char *why, size_t why_size, int *nw) {
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  const pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (!pid) {
+    close(fds[0]);
+    if (geteuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534))) _exit(126);
+    scree__cache *c = NULL;
+    char w[1024] = "";
+    const scree_status st = scree__cache_open(path, 1, &c, NULL, w, sizeof w);
+    int n = -1;
+    if (st == SCREE_OK) {
+      n = 0;
+      scree__cache_foreach_entry(c, NULL, NULL, 0, count_entries_cb, &n);
+      snprintf(w, sizeof w, "%d", n);
+    }
+    if (write(fds[1], w, strlen(w)) < 0) _exit(125);
+    scree__cache_close(c);
+    _exit(st == SCREE_OK ? 0 : 1);
+  }
+  close(fds[1]);
+  ssize_t r = read(fds[0], why, why_size - 1);
+  why[r > 0 ? r : 0] = 0;
+  close(fds[0]);
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  if (nw) *nw = atoi(why);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* A WAL-mode cache in a directory its reader cannot write: SQLite cannot
+ * create the -shm there. With no -wal left the file is complete and is
+ * read (as immutable); with a -wal that holds changes it is refused with a
+ * reason, never read without them. */
+START_TEST(wal_cache_in_a_read_only_directory) {
+  char *dir = tdir(), *sub = pjoin(dir, "ro");
+  ck_assert_int_eq(mkdir(sub, 0755), 0);
+  char *path = pjoin(sub, "tune.db");
+  scree__cache *c = open_rw(path);
+  populate12(c);
+  scree__cache_close(c);
+  size_t hn;
+  unsigned char *hdr = read_all(path, &hn);
+  ck_assert_int_eq(hdr[18], 2); /* WAL mode, in the header */
+  free(hdr);
+  ck_assert(!exists(pjoin(sub, "tune.db-wal")));
+  ck_assert_int_eq(chmod(g_base, 0755), 0);
+  ck_assert_int_eq(chmod(dir, 0755), 0);
+  ck_assert_int_eq(chmod(sub, 0555), 0);
+  char why[1024];
+  int n = -1;
+  ck_assert_msg(open_ro_unprivileged(path, why, sizeof why, &n) == 0, "why: %s", why);
+  ck_assert_int_eq(n, 12);
+  ck_assert(!exists(pjoin(sub, "tune.db-shm")));
+
+  /* A writer that died with changes in its -wal, the -shm gone. */
+  ck_assert_int_eq(chmod(sub, 0755), 0);
+  const pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (!pid) {
+    scree__cache *w = NULL;
+    if (scree__cache_open(path, 0, &w, NULL, NULL, 0) != SCREE_OK) _exit(1);
+    scree__ckey k = keyi(40);
+    scree__centry e = entry(&k, CFG[0], 3, 1, 64);
+    _exit(scree__cache_put(w, &e, NULL) == SCREE_OK ? 0 : 1); /* no close: -wal stays */
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  struct stat sb;
+  ck_assert_int_eq(stat(pjoin(sub, "tune.db-wal"), &sb), 0);
+  ck_assert_int_gt(sb.st_size, 0);
+  unlink(pjoin(sub, "tune.db-shm"));
+  ck_assert_int_eq(chmod(sub, 0555), 0);
+  ck_assert_int_eq(open_ro_unprivileged(path, why, sizeof why, NULL), 1);
+  ck_assert_msg(strstr(why, "its -wal file holds changes not yet in it"), "why: %s", why);
+  ck_assert_int_eq(chmod(sub, 0755), 0);
+  ck_assert_int_eq(chmod(g_base, 0700), 0);
 }
 END_TEST
 
@@ -524,6 +638,8 @@ int main(void) {
   tcase_add_test(tc, other_schema_version_refused);
   tcase_add_test(tc, invalid_arguments);
   tcase_add_test(tc, readonly_is_never_written);
+  tcase_add_test(tc, unreachable_paths);
+  tcase_add_test(tc, wal_cache_in_a_read_only_directory);
   tcase_add_test(tc, recover_garbage_file);
   tcase_add_test(tc, recover_truncated_cache);
   tcase_add_test(tc, recover_directory_in_place);

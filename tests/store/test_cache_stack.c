@@ -169,15 +169,25 @@ START_TEST(default_path_resolution) {
                    SCREE_ERROR_INVALID_ARGUMENT);
   unsetenv("SCREE_CACHE_DIR");
   unsetenv("XDG_CACHE_HOME");
-  unsetenv("HOME"); /* the passwd entry's home, or NOT_FOUND */
-  scree_status st = scree__cache_default_path(buf, sizeof buf);
-  if (st == SCREE_OK) {
-    size_t n = strlen(buf), t = strlen("/.cache/scree/tune.db");
-    ck_assert_uint_gt(n, t);
-    ck_assert_str_eq(buf + n - t, "/.cache/scree/tune.db");
-  } else {
-    ck_assert_int_eq(st, SCREE_ERROR_NOT_FOUND);
+  /* Unset, empty or relative: the passwd entry's home, or NOT_FOUND; a
+   * relative HOME never puts the cache under the working directory. */
+  static const char *const homes[] = {NULL, "", "relative/home", "."};
+  for (size_t i = 0; i < sizeof homes / sizeof homes[0]; i++) {
+    if (homes[i])
+      setenv("HOME", homes[i], 1);
+    else
+      unsetenv("HOME");
+    scree_status st = scree__cache_default_path(buf, sizeof buf);
+    if (st == SCREE_OK) {
+      size_t n = strlen(buf), t = strlen("/.cache/scree/tune.db");
+      ck_assert_uint_gt(n, t);
+      ck_assert_str_eq(buf + n - t, "/.cache/scree/tune.db");
+      ck_assert_msg(buf[0] == '/', "HOME=%s: %s", homes[i] ? homes[i] : "(unset)", buf);
+    } else {
+      ck_assert_int_eq(st, SCREE_ERROR_NOT_FOUND);
+    }
   }
+  unsetenv("HOME");
 
   /* The stack uses them: user_path NULL and search_path NULL. */
   char *dir = tdir();
