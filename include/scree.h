@@ -25,8 +25,9 @@
  * precedence over the matching options, and SCREE_NO_CACHE=1,
  * SCREE_NVRTC_OPTIONAL=1 and SCREE_VALIDATE=1 turn those options on, so that an operator can
  * change a deployed program's behaviour without rebuilding it; SCREE_CACHE_DIR and SCREE_CACHE_PATH
- * apply where the cache options are NULL (docs/architecture.md lists every
- * variable).
+ * apply where the cache options are NULL, and SCREE_CACHE_STRICT_MODES=0
+ * accepts shipped caches that other users could change (docs/security.md;
+ * docs/architecture.md lists every variable).
  */
 #ifndef SCREE_H
 #define SCREE_H

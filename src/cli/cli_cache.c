@@ -25,15 +25,22 @@ const char *const usage_export =
     "cache file to ship with a deployment (list it in SCREE_CACHE_PATH there).\n"
     "OUT.db must not exist.\n";
 const char *const usage_merge =
-    "usage: scree-tune merge SRC.db [SRC.db ...] [--cache PATH] [--quiet] [--json]\n\n"
+    "usage: scree-tune merge SRC.db [SRC.db ...] [--no-strict-modes] [--cache PATH] [--quiet]\n"
+    "                        [--json]\n\n"
     "Merges each source cache into the user cache. Per key the faster entry\n"
     "is kept; keys whose configs differ between the two are reported as\n"
     "conflicts (with both configs and times). Bad-config records are merged\n"
-    "too. `import` is the same command.\n";
+    "too. Rows that fail their checks are skipped and counted. A source that\n"
+    "a user other than you or root could change (its permissions or those of\n"
+    "a directory on the way) is refused: a cache holds code that scree runs.\n"
+    "--no-strict-modes (or SCREE_CACHE_STRICT_MODES=0) accepts it anyway.\n"
+    "`import` is the same command.\n";
 const char *const usage_import =
-    "usage: scree-tune import SRC.db [SRC.db ...] [--cache PATH] [--quiet] [--json]\n\n"
+    "usage: scree-tune import SRC.db [SRC.db ...] [--no-strict-modes] [--cache PATH] [--quiet]\n"
+    "                         [--json]\n\n"
     "Same as merge: brings another cache's winners into the user cache,\n"
-    "keeping the faster entry per key and reporting conflicts.\n";
+    "keeping the faster entry per key and reporting conflicts. A source that\n"
+    "others could change is refused unless --no-strict-modes is given.\n";
 const char *const usage_clear =
     "usage: scree-tune clear (--all | --arch A | --op OP) [--cache PATH] [--quiet]\n\n"
     "Deletes winners, bad-config records and misses matching the filter.\n"
@@ -327,11 +334,15 @@ static void on_conflict(void *user, const scree__centry *mine, const scree__cent
 int cmd_merge(int argc, char **argv) {
   cli_common c = {0};
   const char *srcs[64];
-  int nsrc = 0;
+  int nsrc = 0, loose_ok = 0;
   for (int i = 1; i < argc; i++) {
     int r = cli_common_opt(&c, argc, argv, &i, argv[0]);
     if (r < 0) return CLI_USAGE;
     if (r) continue;
+    if (!strcmp(argv[i], "--no-strict-modes")) {
+      loose_ok = 1;
+      continue;
+    }
     if (argv[i][0] == '-' || nsrc == 64) return cli_unknown(argv[0], argv[i]);
     if (!argv[i][0]) {
       fprintf(stderr, "scree-tune %s: a source cache name is empty (give SRC.db)\n", argv[0]);
@@ -353,9 +364,15 @@ int cmd_merge(int argc, char **argv) {
     scree__merge_counts n;
     char why[1024] = "";
     m.src = srcs[s];
-    scree_status st = scree__cache_merge(cache, srcs[s], &n, on_conflict, &m, why, sizeof why);
+    /* A source is code: one that others could have changed is refused
+     * (docs/security.md) unless the operator says otherwise. */
+    const int strict = !loose_ok && scree__cache_strict_modes();
+    scree_status st =
+        scree__cache_merge(cache, srcs[s], strict, &n, on_conflict, &m, why, sizeof why);
     if (st) {
       fprintf(stderr, "scree-tune %s: %s: %s\n", argv[0], srcs[s], cli_esc(why));
+      if (strict && strstr(why, "refusing "))
+        fprintf(stderr, "scree-tune %s: to merge it anyway, pass --no-strict-modes\n", argv[0]);
       rc = CLI_CACHE;
       break;
     }

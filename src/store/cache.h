@@ -224,6 +224,22 @@ scree_status scree__cache_foreach_bad(scree__cache *c, const char *arch,
                                                 const scree__cbad *b),
                                       void *user);
 
+/* Trust (docs/security.md): a cache holds cubins that scree loads and
+ * runs, so a file that a user other than this one (the effective uid) and
+ * root could change is refused, as ssh refuses loose key permissions.
+ * SCREE_OK if the file is owned by this user or root and writable by
+ * neither its group nor others, and so is every directory that leads to it
+ * (symlinks resolved, and as the path is given), a directory with the
+ * sticky bit set being fine even when others may write it. Else
+ * SCREE_ERROR_CACHE with the reason and the way out in why. A path that
+ * does not stat as a regular file is SCREE_OK: the open that follows says
+ * what is wrong with it. Permission bits and owners are read, not tried,
+ * so the answer is the same for root. */
+scree_status scree__cache_trust_check(const char *path, char *why, size_t why_size);
+/* 0 if the operator turned the trust check off (SCREE_CACHE_STRICT_MODES=0
+ * in the environment), else 1. */
+int scree__cache_strict_modes(void);
+
 /* 1 if e is what this build would write for its op: the op is registered,
  * dtype is its canonical variant text and causal that variant's flag, the
  * bucket and config are in the op's canonical form, the arch is
@@ -246,7 +262,9 @@ typedef struct scree__merge_counts {
 } scree__merge_counts;
 
 /* Merges every winner of the cache file at src_path (opened read-only)
- * into c with the keep-the-faster rule, in one transaction. Each source
+ * into c with the keep-the-faster rule, in one transaction. With strict =
+ * 1 the source must first pass scree__cache_trust_check (SCREE_ERROR_CACHE
+ * and nothing merged if it does not). Each source
  * row must pass the read checks and scree__centry_check (bad configs:
  * scree__cbad_check) and its cubin its hash check; the others are left out
  * and counted, and why then names how many and the first one's reason
@@ -257,7 +275,7 @@ typedef struct scree__merge_counts {
  * (metadata only: their cubins are not loaded). Bad rows are merged too
  * (union; c's row wins where both have one). */
 scree_status scree__cache_merge(
-    scree__cache *c, const char *src_path, scree__merge_counts *counts,
+    scree__cache *c, const char *src_path, int strict, scree__merge_counts *counts,
     void (*conflict_fn)(void *user, const scree__centry *mine,
                         const scree__centry *theirs),
     void *user, char *why, size_t why_size);
@@ -298,8 +316,9 @@ typedef struct scree__cache_stack {
 scree_status scree__cache_default_path(char *buf, size_t size);
 /* Opens the stack: user_path (NULL = the default path) read-write, and each
  * path of the colon-separated search_path (NULL = $SCREE_CACHE_PATH; empty
- * components are ignored) read-only. A shipped cache that fails to open is
- * skipped and described in warn (appended, one line each, separated by
+ * components are ignored) read-only. A shipped cache that fails
+ * scree__cache_trust_check (unless SCREE_CACHE_STRICT_MODES=0) or fails to
+ * open is skipped and described in warn (appended, one line each, separated by
  * '\n' with none after the last; "" if all went well). If the user
  * cache cannot be opened at all the stack opens without it (user == NULL)
  * and warn says so; a recovered (corrupt, moved aside) user cache is

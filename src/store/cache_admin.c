@@ -77,7 +77,7 @@ static void describe_skips(const skips *k, const char *src, char *why, size_t wh
 /* ------------------------------------------------------------------------ */
 
 scree_status scree__cache_merge(
-    scree__cache *c, const char *src_path, scree__merge_counts *counts,
+    scree__cache *c, const char *src_path, int strict, scree__merge_counts *counts,
     void (*conflict_fn)(void *user, const scree__centry *mine,
                         const scree__centry *theirs),
     void *user, char *why, size_t why_size) {
@@ -99,7 +99,12 @@ scree_status scree__cache_merge(
 
   char w2[1024] = "";
   scree__cache *src = NULL;
-  scree_status st = scree__cache_open(src_path, 1, &src, NULL, w2, sizeof w2);
+  scree_status st;
+  if (strict && (st = scree__cache_trust_check(src_path, w2, sizeof w2)) != SCREE_OK) {
+    put_why(why, why_size, "cannot merge: %s", w2);
+    return st;
+  }
+  st = scree__cache_open(src_path, 1, &src, NULL, w2, sizeof w2);
   if (st != SCREE_OK) {
     put_why(why, why_size, "cannot merge: %s", w2);
     return st;

@@ -139,6 +139,11 @@ static int open_handle(const char *path, int readonly, int immutable, sqlite3 **
   sqlite3_busy_timeout(*db, SCREE__CACHE_BUSY_MS);
   /* No value longer than this is ever materialised from the file. */
   sqlite3_limit(*db, SQLITE_LIMIT_LENGTH, SCREE__CACHE_MAX_VALUE);
+  /* The file's schema is not trusted either: functions with side effects
+   * do not run from its views, triggers or defaults, and the schema cannot
+   * be written around SQLite's own checks (docs/security.md). */
+  sqlite3_db_config(*db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
+  sqlite3_db_config(*db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
   return SQLITE_OK;
 }
 
@@ -292,6 +297,20 @@ open_result open_db(const char *path, int readonly, int wal,
       res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
       goto fail;
     }
+  }
+  /* Tables, not views that could compute their rows (the probes above
+   * refuse tables without rowids). */
+  int64_t ntables = 0;
+  if ((rc = query_int(db,
+                      "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN"
+                      " ('winners', 'bad_configs', 'misses', 'meta')",
+                      &ntables)) != SQLITE_OK ||
+      ntables != 4) {
+    put_why(why, why_size, "%s is not a valid scree cache: %s", path,
+            rc != SQLITE_OK ? sqlite3_errmsg(db) : "winners, bad_configs, misses and meta must"
+                                                   " be tables");
+    res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+    goto fail;
   }
   /* Only now that the file is known to be a scree cache is it changed. */
   if (readonly) {

@@ -89,10 +89,12 @@ scree_status scree__cache_stack_open(scree__cache_stack *s,
   }
   int cap = 0;
   char *save = NULL;
+  const int strict = scree__cache_strict_modes();
   for (char *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
     scree__cache *c = NULL;
     why[0] = 0;
-    scree_status st = scree__cache_open(p, 1, &c, NULL, why, sizeof why);
+    scree_status st = strict ? scree__cache_trust_check(p, why, sizeof why) : SCREE_OK;
+    if (st == SCREE_OK) st = scree__cache_open(p, 1, &c, NULL, why, sizeof why);
     if (st != SCREE_OK) {
       append_line(warn, warn_size, "shipped cache %s skipped: %s", p, why);
       continue;

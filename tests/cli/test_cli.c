@@ -407,6 +407,36 @@ START_TEST(unreachable_cache_is_an_error) {
 }
 END_TEST
 
+/* import refuses a source that others could change, and says how to
+ * accept it; the flag or the environment variable does. */
+START_TEST(import_refuses_loose_permissions) {
+  char src[400], saved[400];
+  snprintf(src, sizeof src, "%s/src.db", dir);
+  snprintf(saved, sizeof saved, "%s", db);
+  snprintf(db, sizeof db, "%s", src);
+  put("sm_90", "rows<=8,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 5.0, F16);
+  snprintf(db, sizeof db, "%s", saved);
+  ck_assert_int_eq(chmod(src, 0666), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "import '%s' --cache '%s'", src, db), 4);
+  ck_assert_msg(strstr(out, "refusing ") && strstr(out, "writable by every user (mode 0666)") &&
+                    strstr(out, "pass --no-strict-modes"),
+                "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s'", db), 0);
+  ck_assert(strstr(out, "4 winner(s)"));
+  ck_assert_int_eq(chmod(src, 0644), 0);
+  ck_assert_int_eq(chmod(dir, 0777), 0); /* the directory counts too */
+  ck_assert_int_eq(tune(out, sizeof out, "merge '%s' --cache '%s'", src, db), 4);
+  ck_assert_msg(strstr(out, "directory ") && strstr(out, "writable by every user"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "import --no-strict-modes '%s' --cache '%s'", src, db),
+                   0);
+  ck_assert_msg(strstr(out, "1 added"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_CACHE_STRICT_MODES=0 '%s' import '%s' --cache"
+                         " '%s' 2>&1", SCREE_TUNE_BIN, src, db), 0);
+  ck_assert_int_eq(chmod(dir, 0700), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "import '%s' --cache '%s'", src, db), 0);
+}
+END_TEST
+
 /* A relative HOME does not put the cache under the working directory. */
 START_TEST(relative_home_is_not_used) {
   ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && env -u SCREE_CACHE_DIR -u XDG_CACHE_HOME"
@@ -710,6 +740,7 @@ int main(void) {
   tcase_add_test(tc, unreachable_cache_is_an_error);
   tcase_add_test(tc, wal_cache_in_a_read_only_directory);
   tcase_add_test(tc, relative_home_is_not_used);
+  tcase_add_test(tc, import_refuses_loose_permissions);
   tcase_add_test(tc, reading_commands_do_not_touch_the_file);
   tcase_add_test(tc, rows_that_fail_their_checks);
   tcase_add_test(tc, import_and_export_report_skipped_rows);

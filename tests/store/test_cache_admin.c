@@ -99,7 +99,7 @@ START_TEST(merge_semantics) {
   memset(&log, 0, sizeof log);
   scree__merge_counts n;
   char why[512];
-  ck_assert_int_eq(scree__cache_merge(c, tp, &n, on_conflict, &log, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, tp, 1, &n, on_conflict, &log, why, sizeof why),
                    SCREE_OK);
   ck_assert_int_eq(n.added, 2);
   ck_assert_int_eq(n.replaced, 2);
@@ -166,7 +166,7 @@ START_TEST(merge_semantics) {
 
   /* Merging again: only B still conflicts; nothing new, nothing faster. */
   memset(&log, 0, sizeof log);
-  ck_assert_int_eq(scree__cache_merge(c, tp, &n, on_conflict, &log, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, tp, 1, &n, on_conflict, &log, why, sizeof why),
                    SCREE_OK);
   ck_assert_int_eq(n.added, 0);
   ck_assert_int_eq(n.replaced, 0);
@@ -175,12 +175,12 @@ START_TEST(merge_semantics) {
   ck_assert_str_eq(log.bucket[0], B.bucket);
   /* NULL counters and callback are fine. */
   ck_assert_int_eq(
-      scree__cache_merge(c, tp, NULL, NULL, NULL, NULL, 0),
+      scree__cache_merge(c, tp, 1, NULL, NULL, NULL, NULL, 0),
       SCREE_OK);
 
   /* Sources that cannot be merged. */
   char *missing = pjoin(dir, "missing.db");
-  ck_assert_int_eq(scree__cache_merge(c, missing, &n, NULL, NULL, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, missing, 1, &n, NULL, NULL, why, sizeof why),
                    SCREE_ERROR_NOT_FOUND);
   ck_assert_msg(strstr(why, missing), "why: %s", why);
   ck_assert(!exists(missing));
@@ -189,7 +189,7 @@ START_TEST(merge_semantics) {
   put_ok(x, &D, CFG[5], 0.1, 5, 1);
   scree__cache_close(x);
   db_exec(v2, "PRAGMA user_version = 2");
-  ck_assert_int_eq(scree__cache_merge(c, v2, &n, NULL, NULL, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, v2, 1, &n, NULL, NULL, why, sizeof why),
                    SCREE_ERROR_CACHE);
   ck_assert_msg(strstr(why, "version 2"), "why: %s", why);
   ck_assert_int_eq(n.added + n.replaced + n.conflicts, 0);
@@ -250,7 +250,7 @@ START_TEST(merge_refuses_what_it_cannot_check) {
   put_ok(c, &k2, CFG[1], 10, 1, 1);
   scree__merge_counts n;
   char why[1024];
-  ck_assert_int_eq(scree__cache_merge(c, sp, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(scree__cache_merge(c, sp, 1, &n, NULL, NULL, why, sizeof why), SCREE_OK);
   ck_assert_int_eq(n.added, 1);
   ck_assert_int_eq(n.replaced, 0);
   ck_assert_int_eq(n.conflicts, 0);
@@ -304,7 +304,7 @@ START_TEST(merge_refuses_what_it_cannot_check) {
              sp, reasons[i].row);
     db_exec(one, sql);
     c = open_rw(dst);
-    ck_assert_int_eq(scree__cache_merge(c, one, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+    ck_assert_int_eq(scree__cache_merge(c, one, 1, &n, NULL, NULL, why, sizeof why), SCREE_OK);
     ck_assert_int_eq(n.skipped_invalid, 1);
     ck_assert_msg(strstr(why, reasons[i].want), "row %d: why: %s", reasons[i].row, why);
     ck_assert_int_eq(count_entries(c, NULL, NULL), 0);
@@ -374,7 +374,7 @@ START_TEST(sizes_from_a_file_are_bounded) {
   scree__cache *c = open_rw(mp);
   scree__merge_counts n;
   char why[1024];
-  ck_assert_int_eq(scree__cache_merge(c, sp, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(scree__cache_merge(c, sp, 1, &n, NULL, NULL, why, sizeof why), SCREE_OK);
   ck_assert_int_eq(n.skipped_invalid, 1);
   ck_assert_msg(strstr(why, "cubin is 83886080 bytes, outside [1, 67108864]"), "why: %s", why);
   scree__cache_close(c);
@@ -399,7 +399,7 @@ START_TEST(sizes_from_a_file_are_bounded) {
   db_exec_apart(tp, sql);
   db_exec_apart(tp, "UPDATE winners SET bucket = CAST(bucket AS TEXT)");
   c = open_rw(mp);
-  ck_assert_int_eq(scree__cache_merge(c, tp, &n, NULL, NULL, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, tp, 1, &n, NULL, NULL, why, sizeof why),
                    SCREE_ERROR_CACHE);
   ck_assert_msg(strstr(why, "too big"), "why: %s", why);
   ck_assert_int_eq(count_entries(c, NULL, NULL), 0);

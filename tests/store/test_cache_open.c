@@ -247,7 +247,7 @@ START_TEST(readonly_is_never_written) {
   ck_assert_int_eq(scree__cache_clear(c, NULL, NULL, &del), SCREE_ERROR_CACHE);
   ck_assert_int_eq(del, 0);
   char why[512];
-  ck_assert_int_eq(scree__cache_merge(c, path, NULL, NULL, NULL, why, sizeof why),
+  ck_assert_int_eq(scree__cache_merge(c, path, 1, NULL, NULL, NULL, why, sizeof why),
                    SCREE_ERROR_CACHE);
   /* Reading still works. */
   ck_assert_int_eq(scree__cache_is_bad(c, &mk, "tpr=1024,rows=1,vec=8,cache=8", 12080, NULL, 0),
@@ -321,6 +321,35 @@ START_TEST(unreachable_paths) {
                    SCREE_ERROR_INVALID_ARGUMENT);
   ck_assert_msg(strstr(why, "4199 bytes, longer than the 4095"), "why: %s", why);
   ck_assert_ptr_null(c);
+}
+END_TEST
+
+/* A file whose winners are a view, or a table without rowids, is not a
+ * scree cache: rows are read again by rowid, and a view could compute
+ * anything. */
+START_TEST(views_and_without_rowid_refused) {
+  char *dir = tdir();
+  char *v = pjoin(dir, "view.db"), *w = pjoin(dir, "norowid.db");
+  loose_cache(v);
+  db_exec(v, "DROP TABLE winners; CREATE TABLE t(x); CREATE VIEW winners AS SELECT"
+             " x AS op, x AS bucket, x AS dtype, x AS causal, x AS arch, x AS src_hash,"
+             " x AS config, x AS median_us, x AS spread_us, x AS device_name, x AS sm_count,"
+             " x AS driver_version, x AS nvrtc_version, x AS scree_version, x AS created,"
+             " x AS cubin_hash, x AS cubin FROM t");
+  loose_cache(w);
+  db_exec(w, "DROP TABLE winners; CREATE TABLE winners(op, bucket, dtype, causal, arch,"
+             " src_hash, config, median_us, spread_us, device_name, sm_count, driver_version,"
+             " nvrtc_version, scree_version, created, cubin_hash, cubin,"
+             " PRIMARY KEY(op, bucket, dtype, causal, arch, src_hash)) WITHOUT ROWID");
+  const char *paths[] = {v, w};
+  for (int i = 0; i < 2; i++) {
+    scree__cache *c = NULL;
+    char why[1024];
+    ck_assert_int_eq(scree__cache_open(paths[i], 1, &c, NULL, why, sizeof why),
+                     SCREE_ERROR_CACHE);
+    ck_assert_msg(strstr(why, "is not a valid scree cache"), "why: %s", why);
+    ck_assert_ptr_null(c);
+  }
 }
 END_TEST
 
@@ -639,6 +668,7 @@ int main(void) {
   tcase_add_test(tc, invalid_arguments);
   tcase_add_test(tc, readonly_is_never_written);
   tcase_add_test(tc, unreachable_paths);
+  tcase_add_test(tc, views_and_without_rowid_refused);
   tcase_add_test(tc, wal_cache_in_a_read_only_directory);
   tcase_add_test(tc, recover_garbage_file);
   tcase_add_test(tc, recover_truncated_cache);
