@@ -311,8 +311,9 @@ typedef struct scree__cache_stack {
 /* The default user cache path: $SCREE_CACHE_DIR/tune.db, else
  * $XDG_CACHE_HOME/scree/tune.db (only if absolute, as the XDG spec says),
  * else $HOME/.cache/scree/tune.db (HOME unset or not absolute: the passwd
- * entry's home, if absolute). Empty variables count as unset. SCREE_ERROR_NOT_FOUND if there is no home
- * directory either, SCREE_ERROR_INVALID_ARGUMENT if buf is too small. */
+ * entry's home, if absolute). Empty variables count as unset.
+ * SCREE_ERROR_NOT_FOUND if there is no home directory either,
+ * SCREE_ERROR_INVALID_ARGUMENT if buf is too small. */
 scree_status scree__cache_default_path(char *buf, size_t size);
 /* Opens the stack: user_path (NULL = the default path) read-write, and each
  * path of the colon-separated search_path (NULL = $SCREE_CACHE_PATH; empty

@@ -377,8 +377,8 @@ START_TEST(unreachable_cache_is_an_error) {
   snprintf(through, sizeof through, "%s/tune.db/x.db", dir);
   snprintf(loop, sizeof loop, "%s/loop.db", dir);
   ck_assert_int_eq(symlink(loop, loop), 0);
-  static const char *const cmds[] = {"list", "list --misses", "show", "safelist export --arch sm_90",
-                                     "verify"};
+  static const char *const cmds[] = {"list", "list --misses", "show",
+                                     "safelist export --arch sm_90", "verify"};
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
     ck_assert_int_eq(tune(out, sizeof out, "%s --cache '%s'", cmds[i], through), 4);
     ck_assert_msg(strstr(out, "Not a directory"), "%s: %s", cmds[i], out);
@@ -613,8 +613,9 @@ START_TEST(text_from_a_cache_is_escaped) {
   snprintf(db, sizeof db, "%s", saved);
   sql(other, "UPDATE winners SET device_name = 'evil' || char(27) || ']0;owned' || char(7)");
   ck_assert_int_eq(tune(out, sizeof out, "merge '%s' --cache '%s'", other, db), 0);
-  ck_assert_msg(strstr(out, "theirs tpr=64,rows=2,vec=8,cache=8 (60.00 us, evil\\x1b]0;owned\\x07)"),
-                "%s", out);
+  ck_assert_msg(
+      strstr(out, "theirs tpr=64,rows=2,vec=8,cache=8 (60.00 us, evil\\x1b]0;owned\\x07)"),
+      "%s", out);
   ck_assert(!has_raw_control(out));
 }
 END_TEST

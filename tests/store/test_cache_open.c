@@ -324,6 +324,50 @@ START_TEST(unreachable_paths) {
 }
 END_TEST
 
+/* A reader racing a cache's creation by another process finds nothing
+ * (NOT_FOUND, as for a missing or empty file) or a whole cache, never an
+ * error such as "is empty, not a scree cache". */
+START_TEST(reader_racing_creation) {
+  char *dir = tdir();
+  int opened = 0, absent = 0;
+  for (int round = 0; round < 30; round++) {
+    char name[32];
+    snprintf(name, sizeof name, "race-%d.db", round);
+    char *p = pjoin(dir, name);
+    const pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (!pid) {
+      scree__cache *w = NULL;
+      if (scree__cache_open(p, 0, &w, NULL, NULL, 0) != SCREE_OK) _exit(1);
+      scree__ckey k = keyi(round);
+      scree__centry e = entry(&k, CFG[0], 3, 1, 64);
+      const int ok = scree__cache_put(w, &e, NULL) == SCREE_OK;
+      scree__cache_close(w);
+      _exit(ok ? 0 : 1);
+    }
+    for (;;) {
+      const int done = waitpid(pid, NULL, WNOHANG) == pid;
+      scree__cache *c = NULL;
+      char why[1024];
+      const scree_status st = scree__cache_open(p, 1, &c, NULL, why, sizeof why);
+      ck_assert_msg(st == SCREE_OK || st == SCREE_ERROR_NOT_FOUND, "round %d: %s: %s", round,
+                    scree_status_name(st), why);
+      if (c) {
+        opened++;
+        scree__cache_close(c);
+      } else {
+        absent++;
+      }
+      if (done) break;
+    }
+    scree__cache *c = open_ro(p);
+    ck_assert_int_eq(count_entries(c, NULL, NULL), 1);
+    scree__cache_close(c);
+  }
+  ck_assert_int_gt(opened + absent, 30);
+}
+END_TEST
+
 /* A file whose winners are a view, or a table without rowids, is not a
  * scree cache: rows are read again by rowid, and a view could compute
  * anything. */
@@ -669,6 +713,7 @@ int main(void) {
   tcase_add_test(tc, readonly_is_never_written);
   tcase_add_test(tc, unreachable_paths);
   tcase_add_test(tc, views_and_without_rowid_refused);
+  tcase_add_test(tc, reader_racing_creation);
   tcase_add_test(tc, wal_cache_in_a_read_only_directory);
   tcase_add_test(tc, recover_garbage_file);
   tcase_add_test(tc, recover_truncated_cache);
