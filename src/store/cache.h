@@ -89,19 +89,32 @@ void scree__centry_free(scree__centry *e);
  * SCREE__CACHE_BUSY_MS.
  *
  * A fresh (absent or empty) file gets the schema and user_version
- * SCREE__CACHE_SCHEMA. A file with another user_version is refused with
- * SCREE_ERROR_CACHE (why names both versions), as is a valid SQLite file
- * that is not a scree cache (user_version 0 with tables of its own).
+ * SCREE__CACHE_SCHEMA on a read-write open; a read-only open of one
+ * returns SCREE_ERROR_NOT_FOUND ("no cache at", "is empty": nothing is
+ * cached yet, or another process is creating it right now). A file with
+ * another user_version is refused with SCREE_ERROR_CACHE (why names both
+ * versions), as is a valid SQLite file that is not a scree cache
+ * (user_version 0 with tables of its own, a missing column, a view or a
+ * table without rowids in place of one of its tables).
+ *
+ * A path that cannot be reached (a directory on the way that cannot be
+ * searched, a symlink loop, a path through a regular file) is
+ * SCREE_ERROR_CACHE with the system's reason, never NOT_FOUND; a path of
+ * PATH_MAX bytes or more is SCREE_ERROR_INVALID_ARGUMENT, never cut. A
+ * read-only open of a WAL-mode file in a directory it cannot write (where
+ * SQLite cannot create the -shm) reads it as immutable when no -wal file
+ * with changes is beside it, and fails with a reason when one is.
  *
  * A file that is corrupt, truncated or not SQLite at all (or a directory in
  * the file's place): a read-write open renames it aside to
  * "<path>.corrupt-<unix time>" (its -wal/-journal files with it), creates a
  * fresh cache in its place, sets *recovered = 1 (if recovered is not NULL),
  * says so in why and returns SCREE_OK. A read-only open returns
- * SCREE_ERROR_CACHE. Other failures (permissions, missing file on a
- * read-only open, unwritable file on a read-write open) return
- * SCREE_ERROR_CACHE; SCREE_ERROR_INVALID_ARGUMENT and
- * SCREE_ERROR_OUT_OF_MEMORY as usual. On success why is "" unless it
+ * SCREE_ERROR_CACHE. Other failures (permissions, an unwritable file on a
+ * read-write open) return SCREE_ERROR_CACHE; SCREE_ERROR_INVALID_ARGUMENT
+ * and SCREE_ERROR_OUT_OF_MEMORY as usual. Every handle bounds the values
+ * it reads (SCREE__CACHE_MAX_VALUE) and does not trust the file's schema
+ * (no trusted_schema, defensive mode). On success why is "" unless it
  * reports a recovery. */
 scree_status scree__cache_open(const char *path, int readonly,
                                scree__cache **out, int *recovered, char *why,
