@@ -12,6 +12,8 @@ typedef struct skips {
   char first[384];
 } skips;
 
+/* Counts a row left out (hash = 1: its cubin failed its hash check) and
+ * keeps the first one's reason. */
 static void skip(skips *k, int hash, const char *table, int64_t rowid, const char *why) {
   if (!k->hash && !k->invalid)
     snprintf(k->first, sizeof k->first, "%s row %lld: %s", table, (long long)rowid, why);

@@ -59,6 +59,7 @@ static scree_status collect(scree__cache *c, const char *sql, const char *table,
   return st;
 }
 
+/* row_fn of misses and bad configs: the checked readers of cache_check.c. */
 static int miss_row(sqlite3_stmt *s, void *dst, char *why, size_t why_size) {
   return row_to_miss(s, dst, why, why_size);
 }
@@ -74,6 +75,7 @@ typedef struct meta_row {
   int64_t rowid;
 } meta_row;
 
+/* row_fn of winners (a WMETA statement): the checked row and its rowid. */
 static int entry_meta_row(sqlite3_stmt *s, void *dst, char *why, size_t why_size) {
   meta_row *m = dst;
   if (row_to_entry(s, &m->e, why, why_size) ||
