@@ -126,7 +126,8 @@ scree_status scree__cache_merge(
   if (conflicts) *conflicts = n_conf;
   if (n_skip)
     put_why(why, why_size,
-            "skipped %d winner(s) of %s whose cubin failed its hash check",
+            "skipped %d winner(s) of %s whose cubin failed its hash check or "
+            "whose row is invalid",
             n_skip, src_path);
   st = SCREE_OK;
   goto out;
@@ -193,6 +194,7 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
       if ((st = load_cubin(s, 16, &e)) != SCREE_OK) break;
       if (!e.cubin_ok || !entry_valid(&e)) {
         n_skip++;
+        scree__centry_free(&e); /* a valid cubin of an invalid row */
         continue;
       }
       int w = write_winner(dst, &e, e.cubin_hash, NULL);
@@ -226,7 +228,8 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
   if (exported) *exported = n;
   if (n_skip)
     put_why(why, why_size,
-            "left out %d winner(s) whose cubin failed its hash check",
+            "left out %d winner(s) whose cubin failed its hash check or whose "
+            "row is invalid",
             n_skip);
   return SCREE_OK;
 }
