@@ -226,6 +226,11 @@ START_TEST(safelist_export_learns) {
   scree__safelist_free(&sl);
   ck_assert_int_eq(tune(out, sizeof out, "safelist export --cache '%s'", db), 2);
   ck_assert_int_eq(tune(out, sizeof out, "safelist frob"), 2);
+  /* An --arch too long for an int is a usage error, not an overflow. */
+  ck_assert_int_eq(
+      tune(out, sizeof out, "safelist export --arch sm_99999999999999999999 --cache '%s'", db),
+      2);
+  ck_assert_msg(strstr(out, "--arch: bad arch name \"sm_99999999999999999999\""), "%s", out);
 }
 END_TEST
 
