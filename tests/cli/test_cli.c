@@ -26,6 +26,10 @@ static int tune(char *out, size_t n, const char *fmt, ...) {
   size_t len = fread(out, 1, n - 1, p);
   out[len] = 0;
   int st = pclose(p);
+  /* In the sanitizer build a report ends scree-tune with exit code 23;
+   * show the report beside the test's failure, which gives only the code. */
+  if (strstr(out, "Sanitizer") || strstr(out, "runtime error:"))
+    fprintf(stderr, "scree-tune %s:\n%s\n", args, out);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
