@@ -368,12 +368,8 @@ scree_status scree__safelist_load_file(const char *path, scree__safelist *out,
   if (!out) return SCREE_ERROR_INVALID_ARGUMENT;
   memset(out, 0, sizeof *out);
   if (!path) return SCREE_ERROR_INVALID_ARGUMENT;
-  char *text = scree__read_text(path);
-  if (!text) {
-    const int err = errno;
-    set_why(why, why_size, "%s: %s", path, strerror(err));
-    return err == ENOMEM ? SCREE_ERROR_OUT_OF_MEMORY : SCREE_ERROR_IO;
-  }
+  char *text = scree__read_text(path, why, why_size);
+  if (!text) return errno == ENOMEM ? SCREE_ERROR_OUT_OF_MEMORY : SCREE_ERROR_IO;
   scree_status st = scree__safelist_parse(text, path, out, why, why_size);
   free(text);
   return st;

@@ -568,6 +568,11 @@ START_TEST(load_file_errors) {
   ck_assert_str_eq(s.source, path);
   ck_assert_int_eq(s.n, 1);
   scree__safelist_free(&s);
+  /* A directory is refused without being read (its ftell was 2^63 bytes). */
+  ck_assert_int_eq(scree__safelist_load_file(dir, &s, why, sizeof why), SCREE_ERROR_IO);
+  snprintf(want, sizeof want, "%s: a directory, not a regular file", dir);
+  ck_assert_str_eq(why, want);
+  ck_assert_int_eq(s.n, 0);
   rm_tmpdir(dir);
 }
 END_TEST
@@ -668,6 +673,14 @@ START_TEST(dir_override_and_fallback) {
   ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_NOT_FOUND);
   snprintf(want, sizeof want, "no safelist for sm_90 in %s (tried sm_90.txt, sm_80.txt)", dir);
   ck_assert_str_eq(why, want);
+  /* A directory named sm_90.txt is taken, and refused with its path. */
+  char sub[512];
+  snprintf(sub, sizeof sub, "%s/sm_90.txt", dir);
+  ck_assert_int_eq(mkdir(sub, 0700), 0);
+  ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_IO);
+  snprintf(want, sizeof want, "%s: a directory, not a regular file", sub);
+  ck_assert_str_eq(why, want);
+  ck_assert_int_eq(rmdir(sub), 0);
   rm_tmpdir(dir);
 }
 END_TEST
