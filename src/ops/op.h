@@ -282,8 +282,9 @@ int scree__overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi);
 
 /* ---- shapes.c ----------------------------------------------------------------
  * Reads {"shapes": [[rows, cols], ...], "dtypes": ["fp16", ...]} (the
- * dtypes list is optional). Returns the number of shapes (those past cap are
- * counted, not stored) or -1 with the reason in why. */
+ * dtypes list is optional; rows and cols 1 to 2^40). Returns the number of
+ * shapes (those past cap are counted, not stored) or -1 with the reason in
+ * why. */
 int scree__parse_shapes(const char *json, long (*shapes)[2], int cap, scree_dtype *dtypes,
                         int dcap, int *ndtypes, char *why, size_t why_size);
 

@@ -255,16 +255,25 @@ START_TEST(gpu_commands_without_gpu) {
 }
 END_TEST
 
-/* A shapes file that is not a regular file is a usage error found before
- * looking for a GPU; a directory was read as 2^63 bytes ("Cannot allocate
- * memory"). */
-START_TEST(prewarm_shapes_not_a_file) {
+/* A shapes file that is not a regular file, or holds a value out of range,
+ * is a usage error found before looking for a GPU; a directory was read as
+ * 2^63 bytes ("Cannot allocate memory"). */
+START_TEST(prewarm_shapes_refused) {
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s'", dir), 2);
   char want[400];
   snprintf(want, sizeof want, "--shapes: cannot read %s: a directory, not a regular file", dir);
   ck_assert_msg(strstr(out, want), "%s", out);
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes /dev/null"), 2);
   ck_assert_msg(strstr(out, "/dev/null: a device, not a regular file"), "%s", out);
+  /* A value past a long was read as LONG_MAX rows and tuned. */
+  char path[400];
+  snprintf(path, sizeof path, "%s/big.json", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"shapes\": [[99999999999999999999999, 4096]]}\n", f);
+  fclose(f);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s'", path), 2);
+  ck_assert_msg(strstr(out, "rows 99999999999999999999999 is out of range"), "%s", out);
 }
 END_TEST
 
@@ -315,7 +324,7 @@ int main(void) {
   tcase_add_test(tc, clear_with_filters);
   tcase_add_test(tc, safelist_export_learns);
   tcase_add_test(tc, gpu_commands_without_gpu);
-  tcase_add_test(tc, prewarm_shapes_not_a_file);
+  tcase_add_test(tc, prewarm_shapes_refused);
   tcase_add_test(tc, unwritable_cache_location);
   tcase_add_test(tc, reading_commands_do_not_touch_the_file);
   suite_add_tcase(s, tc);

@@ -280,6 +280,28 @@ START_TEST(shapes_files) {
                                        dts, 3, &ndt, why, sizeof why), -1);
   ck_assert(strstr(why, "fp64"));
   ck_assert_int_eq(scree__parse_shapes("{}", shapes, 8, dts, 3, &ndt, why, sizeof why), -1);
+  /* Values past 2^40 (as prewarm's --rows-max), and past a long, are
+   * refused, naming the value as written; they were accepted, the latter
+   * as LONG_MAX. 2^40 itself is accepted. */
+  static const struct {
+    const char *json, *why;
+  } big[] = {
+      {"{\"shapes\": [[99999999999999999999999, 4096]]}",
+       "shape 1: rows 99999999999999999999999 is out of range (1 to 2^40 = 1099511627776)"},
+      {"{\"shapes\": [[1, 2], [8, 1099511627777]]}",
+       "shape 2: cols 1099511627777 is out of range (1 to 2^40 = 1099511627776)"},
+      {"{\"shapes\": [[ -99999999999999999999999, 1]]}",
+       "shape 1: rows -99999999999999999999999 is out of range (1 to 2^40 = 1099511627776)"},
+  };
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+    ck_assert_int_eq(scree__parse_shapes(big[i].json, shapes, 8, dts, 3, &ndt, why, sizeof why),
+                     -1);
+    ck_assert_str_eq(why, big[i].why);
+  }
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[1099511627776, 1099511627776]]}", shapes,
+                                       8, dts, 3, &ndt, why, sizeof why),
+                   1);
+  ck_assert_int_eq(shapes[0][0], 1099511627776L);
 }
 END_TEST
 
