@@ -253,7 +253,8 @@ void scree__bucket_str(const scree__op *op, const scree__bucket *b, char *buf,
 int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b,
                         char *why, size_t why_size);
 /* "rows=16000,cols=4096": the shape fields of args; and the parser, which
- * fills them into a zeroed args struct (fields not given stay 0). */
+ * fills them into a zeroed args struct (fields not given stay 0) and
+ * refuses values past 2^40 either way. */
 void scree__shape_str(const scree__op *op, const void *args, char *buf,
                       size_t size);
 int scree__shape_parse(const scree__op *op, const char *s, void *args,

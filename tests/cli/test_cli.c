@@ -255,9 +255,9 @@ START_TEST(gpu_commands_without_gpu) {
 }
 END_TEST
 
-/* A shapes file that is not a regular file, or holds a value out of range,
- * is a usage error found before looking for a GPU; a directory was read as
- * 2^63 bytes ("Cannot allocate memory"). */
+/* A shapes file that is not a regular file, or a shape with a value out of
+ * range, is a usage error found before looking for a GPU; a directory was
+ * read as 2^63 bytes ("Cannot allocate memory"). */
 START_TEST(prewarm_shapes_refused) {
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s'", dir), 2);
   char want[400];
@@ -274,6 +274,12 @@ START_TEST(prewarm_shapes_refused) {
   fclose(f);
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s'", path), 2);
   ck_assert_msg(strstr(out, "rows 99999999999999999999999 is out of range"), "%s", out);
+  /* So is a --shape field past 2^40 (heads_q overflowed the check problem). */
+  ck_assert_int_eq(tune(out, sizeof out,
+                        "prewarm --op attention --shape batch=4,total_q=256,total_k=256,"
+                        "max_seqlen_q=64,max_seqlen_k=64,heads_q=4611686018427387904,heads_kv=8"),
+                   2);
+  ck_assert_msg(strstr(out, "heads_q=4611686018427387904 is out of range"), "%s", out);
 }
 END_TEST
 

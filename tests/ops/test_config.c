@@ -89,6 +89,25 @@ START_TEST(attention_buckets) {
   ck_assert_int_eq(back.heads_kv, 8);
   ck_assert_int_eq(scree__shape_parse(at, "batch=2,heads=3", &back, why, sizeof why), -1);
   ck_assert(strstr(why, "heads_q"));
+  /* Values past 2^40 either way are refused, naming the field and the value
+   * as written: heads_q=2^62 overflowed the problem hook's heads_q *
+   * head_dim (UBSan, through prewarm --shape). */
+  ck_assert_int_eq(scree__shape_parse(at, "heads_q=4611686018427387904", &back, why, sizeof why),
+                   -1);
+  ck_assert_str_eq(why, "attention shape \"heads_q=4611686018427387904\": "
+                        "heads_q=4611686018427387904 is out of range (-2^40 to 2^40)");
+  ck_assert_int_eq(scree__shape_parse(at, "batch=1,total_q=99999999999999999999", &back, why,
+                                      sizeof why),
+                   -1);
+  ck_assert(strstr(why, ": total_q=99999999999999999999 is out of range"));
+  ck_assert_int_eq(scree__shape_parse(at, "window_left=-1099511627777", &back, why, sizeof why),
+                   -1);
+  memset(&back, 0, sizeof back);
+  ck_assert_int_eq(scree__shape_parse(at, "total_q=1099511627776,window_left=-1099511627776",
+                                      &back, why, sizeof why),
+                   0);
+  ck_assert_int_eq(back.total_q, 1099511627776LL);
+  ck_assert_int_eq(back.window_left, -1099511627776LL);
 }
 END_TEST
 
