@@ -66,9 +66,10 @@ static int parse_lens(const char *s, bcase *c) {
 
 /* bench/ops.txt: "<op> <variant> <shape> [lens=L,L,...]" per line. */
 static int read_ops_file(const char *path, bcase *cases, int n) {
-  char *text = scree__read_text(path);
+  char why[1024];
+  char *text = scree__read_text(path, why, sizeof why);
   if (!text) {
-    fprintf(stderr, "bench: cannot read %s\n", path);
+    fprintf(stderr, "bench: cannot read %s\n", why);
     exit(2);
   }
   int line = 0;
@@ -113,9 +114,10 @@ static const char *json_field(const char *obj, const char *end, const char *key)
 /* bench/attention_configs.json: {"configs": [{"name", "seqlens": [...],
  * "hq", "hkv", "d", "causal", "dtype"}, ...]}. */
 static int read_attention_json(const char *path, bcase *cases, int n) {
-  char *text = scree__read_text(path);
+  char why[1024];
+  char *text = scree__read_text(path, why, sizeof why);
   if (!text) {
-    fprintf(stderr, "bench: cannot read %s\n", path);
+    fprintf(stderr, "bench: cannot read %s\n", why);
     exit(2);
   }
   const char *p = strstr(text, "\"configs\"");

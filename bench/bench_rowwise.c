@@ -49,15 +49,20 @@ static void die(const char *what, scree_status st, scree_context *ctx) {
 
 /* Reads the shapes of a bench/rowwise_shapes.json-style file. */
 static int read_shapes(const char *path, long shapes[][2]) {
-  char *text = scree__read_text(path), why[256];
-  scree_dtype dts[3];
-  int ndt;
-  int n = text ? scree__parse_shapes(text, shapes, MAX_SHAPES, dts, 3, &ndt, why, sizeof why) : -1;
-  if (n < 0) {
-    fprintf(stderr, "bench_rowwise: %s: %s\n", path, text ? why : "cannot read");
+  char why[1024];
+  char *text = scree__read_text(path, why, sizeof why);
+  if (!text) {
+    fprintf(stderr, "bench_rowwise: cannot read %s\n", why);
     exit(1);
   }
+  scree_dtype dts[3];
+  int ndt;
+  int n = scree__parse_shapes(text, shapes, MAX_SHAPES, dts, 3, &ndt, why, sizeof why);
   free(text);
+  if (n < 0) {
+    fprintf(stderr, "bench_rowwise: %s: %s\n", path, why);
+    exit(1);
+  }
   return n < MAX_SHAPES ? n : MAX_SHAPES;
 }
 

@@ -102,8 +102,11 @@ char *scree__embedded_text(const scree__embedded *table, size_t count,
  * when all are done. fn must be thread-safe. */
 void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
                          void *user);
-/* A whole file as a malloc'd NUL-terminated string, or NULL (errno set). */
-char *scree__read_text(const char *path);
+/* A whole regular file as a malloc'd NUL-terminated string, or NULL with
+ * errno set and the reason, naming the path, in why ("<path>: a directory,
+ * not a regular file"; why may be NULL). Directories, devices, FIFOs and
+ * sockets are refused without being read. */
+char *scree__read_text(const char *path, char *why, size_t why_size);
 /* Sorts v and returns its median (0 when n is 0). */
 double scree__median(float *v, int n);
 /* Seconds on the monotonic clock. */

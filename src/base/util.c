@@ -1,9 +1,12 @@
 /* util.c - small helpers the runtime, the tuner, the CLI and the tests
  * share: reason strings, embedded files, a parallel loop. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -122,22 +125,57 @@ void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
   pthread_mutex_destroy(&j.lock);
 }
 
-char *scree__read_text(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    const long n = ftell(f);
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-      if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-      } else {
-        buf[n] = 0;
-      }
-    }
+/* read_text's failure, its reason already in why: frees buf, closes fd (if
+ * open), sets errno to err and returns NULL. */
+static char *read_failed(int fd, char *buf, int err) {
+  free(buf);
+  if (fd >= 0) close(fd);
+  errno = err;
+  return NULL;
+}
+
+char *scree__read_text(const char *path, char *why, size_t why_size) {
+  /* O_NONBLOCK: opening a FIFO does not wait for a writer (it is refused
+   * below); a regular file reads the same. */
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0) {
+    const int err = errno;
+    scree__set_why(why, why_size, "%s: %s", path, strerror(err));
+    return read_failed(fd, NULL, err);
   }
-  fclose(f);
+  /* A directory's or a device's size is not its contents' (ftell on a
+   * directory gave 2^63 bytes to allocate). */
+  if (!S_ISREG(sb.st_mode)) {
+    const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
+                       : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                                              : "a device"; /* open() fails on a socket */
+    scree__set_why(why, why_size, "%s: %s, not a regular file", path, kind);
+    return read_failed(fd, NULL, S_ISDIR(sb.st_mode) ? EISDIR : EINVAL);
+  }
+  const size_t n = (size_t)sb.st_size;
+  char *buf = malloc(n + 1);
+  if (!buf) {
+    scree__set_why(why, why_size, "%s: out of memory for its %zu bytes", path, n);
+    return read_failed(fd, NULL, ENOMEM);
+  }
+  for (size_t got = 0; got < n;) {
+    const ssize_t r = read(fd, buf + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      scree__set_why(why, why_size, "%s: %s", path, strerror(err));
+      return read_failed(fd, buf, err);
+    }
+    if (r == 0) {
+      scree__set_why(why, why_size, "%s: ended after %zu of its %zu bytes (changed while read)",
+                     path, got, n);
+      return read_failed(fd, buf, EIO);
+    }
+    got += (size_t)r;
+  }
+  buf[n] = 0;
+  close(fd);
   return buf;
 }
 

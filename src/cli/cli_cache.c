@@ -583,7 +583,10 @@ int cmd_safelist(int argc, char **argv) {
   scree__safelist sl;
   char why[1024];
   scree_status lst = scree__safelist_for_arch(c.arch, &sl, why, sizeof why);
-  if (lst == SCREE_ERROR_NOT_FOUND) {
+  if (lst == SCREE_ERROR_INVALID_ARGUMENT) {
+    fprintf(stderr, "scree-tune safelist export: --arch: %s\n", why);
+    return CLI_USAGE;
+  } else if (lst == SCREE_ERROR_NOT_FOUND) {
     memset(&sl, 0, sizeof sl); /* none yet: start an empty list */
     snprintf(sl.arch, sizeof sl.arch, "%s", c.arch);
   } else if (lst != SCREE_OK) {

@@ -256,9 +256,10 @@ static void add_model_attention(tasks *ts, const preset *p, scree_dtype dt) {
 /* Reads {"shapes": [[r, c], ...], "dtypes": ["fp16", ...]}; bf16 if the
  * file names no dtypes. */
 static int read_shapes_file(const char *path, tasks *ts) {
-  char *text = scree__read_text(path), why[256];
+  char why[1024];
+  char *text = scree__read_text(path, why, sizeof why);
   if (!text) {
-    fprintf(stderr, "scree-tune prewarm: cannot read %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "scree-tune prewarm: --shapes: cannot read %s\n", why);
     return -1;
   }
   long shapes[256][2];

@@ -20,7 +20,7 @@ static char *read_one(const char *name) {
   if (*dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    return scree__read_text(path);
+    return scree__read_text(path, NULL, 0); /* the caller says "not found" */
   }
   return scree__embedded_text(scree__embedded_kernels, scree__embedded_kernel_count, name);
 }

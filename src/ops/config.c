@@ -10,6 +10,9 @@
 
 #define set_why scree__set_why
 
+/* The largest magnitude of a shape field scree__shape_parse accepts. */
+#define SHAPE_MAX (1ll << 40)
+
 /* ---- configs ------------------------------------------------------------- */
 
 void scree__config_str(const scree__op *op, const scree__config *cfg, char *buf,
@@ -363,9 +366,16 @@ int scree__shape_parse(const scree__op *op, const char *s, void *args, char *why
     char *end;
     errno = 0;
     const long long v = strtoll(eq + 1, &end, 10);
-    if (end == eq + 1 || errno || (*end && *end != ',')) {
+    if (end == eq + 1 || (errno && errno != ERANGE) || (*end && *end != ',')) {
       set_why(why, why_size, "%s shape \"%s\": %s needs an integer", op->name, s,
               op->shape[f].name);
+      return -1;
+    }
+    /* Past 2^40 (as prewarm's --rows-max) no shape is real, and the ops'
+     * problem hooks multiply fields (heads_q * head_dim overflowed). */
+    if (errno == ERANGE || v > SHAPE_MAX || v < -SHAPE_MAX) {
+      set_why(why, why_size, "%s shape \"%s\": %s=%.*s is out of range (-2^40 to 2^40)",
+              op->name, s, op->shape[f].name, (int)(end - eq - 1), eq + 1);
       return -1;
     }
     const int64_t v64 = v;

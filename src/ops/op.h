@@ -253,7 +253,8 @@ void scree__bucket_str(const scree__op *op, const scree__bucket *b, char *buf,
 int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b,
                         char *why, size_t why_size);
 /* "rows=16000,cols=4096": the shape fields of args; and the parser, which
- * fills them into a zeroed args struct (fields not given stay 0). */
+ * fills them into a zeroed args struct (fields not given stay 0) and
+ * refuses values past 2^40 either way. */
 void scree__shape_str(const scree__op *op, const void *args, char *buf,
                       size_t size);
 int scree__shape_parse(const scree__op *op, const char *s, void *args,
@@ -282,8 +283,9 @@ int scree__overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi);
 
 /* ---- shapes.c ----------------------------------------------------------------
  * Reads {"shapes": [[rows, cols], ...], "dtypes": ["fp16", ...]} (the
- * dtypes list is optional). Returns the number of shapes (those past cap are
- * counted, not stored) or -1 with the reason in why. */
+ * dtypes list is optional; rows and cols 1 to 2^40). Returns the number of
+ * shapes (those past cap are counted, not stored) or -1 with the reason in
+ * why. */
 int scree__parse_shapes(const char *json, long (*shapes)[2], int cap, scree_dtype *dtypes,
                         int dcap, int *ndtypes, char *why, size_t why_size);
 

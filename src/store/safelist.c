@@ -33,8 +33,11 @@ static int arch_split(const char *a, int *num, char *suffix) {
   if (strncmp(a, "sm_", 3)) return 0;
   const char *d = a + 3;
   int n = 0, nd = 0;
-  while (isdigit((unsigned char)d[nd])) n = n * 10 + (d[nd++] - '0');
-  if (nd < 2 || nd > 3 || d[0] == '0') return 0;
+  while (isdigit((unsigned char)d[nd])) {
+    if (nd == 3) return 0; /* more than 3 digits, before n can overflow */
+    n = n * 10 + (d[nd++] - '0');
+  }
+  if (nd < 2 || d[0] == '0') return 0;
   char s = 0;
   if (d[nd]) {
     if (!islower((unsigned char)d[nd]) || d[nd + 1]) return 0;
@@ -366,12 +369,8 @@ scree_status scree__safelist_load_file(const char *path, scree__safelist *out,
   if (!out) return SCREE_ERROR_INVALID_ARGUMENT;
   memset(out, 0, sizeof *out);
   if (!path) return SCREE_ERROR_INVALID_ARGUMENT;
-  char *text = scree__read_text(path);
-  if (!text) {
-    const int err = errno;
-    set_why(why, why_size, "%s: %s", path, strerror(err));
-    return err == ENOMEM ? SCREE_ERROR_OUT_OF_MEMORY : SCREE_ERROR_IO;
-  }
+  char *text = scree__read_text(path, why, why_size);
+  if (!text) return errno == ENOMEM ? SCREE_ERROR_OUT_OF_MEMORY : SCREE_ERROR_IO;
   scree_status st = scree__safelist_parse(text, path, out, why, why_size);
   free(text);
   return st;

@@ -28,6 +28,10 @@ static int tune(char *out, size_t n, const char *fmt, ...) {
   size_t len = fread(out, 1, n - 1, p);
   out[len] = 0;
   int st = pclose(p);
+  /* In the sanitizer build a report ends scree-tune with exit code 23;
+   * show the report beside the test's failure, which gives only the code. */
+  if (strstr(out, "Sanitizer") || strstr(out, "runtime error:"))
+    fprintf(stderr, "scree-tune %s:\n%s\n", args, out);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
@@ -328,6 +332,11 @@ START_TEST(safelist_export_learns) {
   scree__safelist_free(&sl);
   ck_assert_int_eq(tune(out, sizeof out, "safelist export --cache '%s'", db), 2);
   ck_assert_int_eq(tune(out, sizeof out, "safelist frob"), 2);
+  /* An --arch too long for an int is a usage error, not an overflow. */
+  ck_assert_int_eq(
+      tune(out, sizeof out, "safelist export --arch sm_99999999999999999999 --cache '%s'", db),
+      2);
+  ck_assert_msg(strstr(out, "--arch: bad arch name \"sm_99999999999999999999\""), "%s", out);
 }
 END_TEST
 
@@ -345,6 +354,34 @@ START_TEST(gpu_commands_without_gpu) {
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --cols 70000 --rows 1"), 2);
   ck_assert_int_eq(tune(out, sizeof out, "prewarm"), 2);
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes /nonexistent.json"), 2);
+}
+END_TEST
+
+/* A shapes file that is not a regular file, or a shape with a value out of
+ * range, is a usage error found before looking for a GPU; a directory was
+ * read as 2^63 bytes ("Cannot allocate memory"). */
+START_TEST(prewarm_shapes_refused) {
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s'", dir), 2);
+  char want[400];
+  snprintf(want, sizeof want, "--shapes: cannot read %s: a directory, not a regular file", dir);
+  ck_assert_msg(strstr(out, want), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes /dev/null"), 2);
+  ck_assert_msg(strstr(out, "/dev/null: a device, not a regular file"), "%s", out);
+  /* A value past a long was read as LONG_MAX rows and tuned. */
+  char path[400];
+  snprintf(path, sizeof path, "%s/big.json", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"shapes\": [[99999999999999999999999, 4096]]}\n", f);
+  fclose(f);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s'", path), 2);
+  ck_assert_msg(strstr(out, "rows 99999999999999999999999 is out of range"), "%s", out);
+  /* So is a --shape field past 2^40 (heads_q overflowed the check problem). */
+  ck_assert_int_eq(tune(out, sizeof out,
+                        "prewarm --op attention --shape batch=4,total_q=256,total_k=256,"
+                        "max_seqlen_q=64,max_seqlen_k=64,heads_q=4611686018427387904,heads_kv=8"),
+                   2);
+  ck_assert_msg(strstr(out, "heads_q=4611686018427387904 is out of range"), "%s", out);
 }
 END_TEST
 
@@ -737,6 +774,7 @@ int main(void) {
   tcase_add_test(tc, clear_with_filters);
   tcase_add_test(tc, safelist_export_learns);
   tcase_add_test(tc, gpu_commands_without_gpu);
+  tcase_add_test(tc, prewarm_shapes_refused);
   tcase_add_test(tc, unwritable_cache_location);
   tcase_add_test(tc, unreachable_cache_is_an_error);
   tcase_add_test(tc, wal_cache_in_a_read_only_directory);

@@ -40,9 +40,16 @@ if(header MATCHES "#include <cuda")
   message(FATAL_ERROR "scree.h includes a CUDA header")
 endif()
 
+# A library built with sanitizers (SCREE_SANITIZE) needs their runtime first
+# in the program: the consumers are built with the same -fsanitize.
+set(san_flags "")
+if(SANITIZE)
+  set(san_flags "-fsanitize=${SANITIZE}")
+endif()
+
 # 1. CMake consumer.
 run(${CMAKE_COMMAND} -S "${SRC}/tests/install/consumer" -B "${WORK}/consumer-build"
-    -G "${GENERATOR}" "-DCMAKE_PREFIX_PATH=${prefix}")
+    -G "${GENERATOR}" "-DCMAKE_PREFIX_PATH=${prefix}" "-DCMAKE_C_FLAGS=${san_flags}")
 run(${CMAKE_COMMAND} --build "${WORK}/consumer-build")
 run("${WORK}/consumer-build/consumer")
 if(NOT LAST_OUT MATCHES "scree 0\\.")
@@ -57,7 +64,7 @@ if(PKG_CONFIG AND CC)
   run(${PKG_CONFIG} --cflags --libs scree)
   string(STRIP "${LAST_OUT}" flags)
   separate_arguments(flags UNIX_COMMAND "${flags}")
-  run(${CC} -std=c11 -Wall -Werror "${SRC}/tests/install/consumer/consumer.c" ${flags}
+  run(${CC} -std=c11 -Wall -Werror ${san_flags} "${SRC}/tests/install/consumer/consumer.c" ${flags}
       "-Wl,-rpath,${libdir}" -o "${WORK}/consumer-pc")
   run("${WORK}/consumer-pc")
   if(NOT LAST_OUT MATCHES "scree 0\\.")

@@ -89,6 +89,25 @@ START_TEST(attention_buckets) {
   ck_assert_int_eq(back.heads_kv, 8);
   ck_assert_int_eq(scree__shape_parse(at, "batch=2,heads=3", &back, why, sizeof why), -1);
   ck_assert(strstr(why, "heads_q"));
+  /* Values past 2^40 either way are refused, naming the field and the value
+   * as written: heads_q=2^62 overflowed the problem hook's heads_q *
+   * head_dim (UBSan, through prewarm --shape). */
+  ck_assert_int_eq(scree__shape_parse(at, "heads_q=4611686018427387904", &back, why, sizeof why),
+                   -1);
+  ck_assert_str_eq(why, "attention shape \"heads_q=4611686018427387904\": "
+                        "heads_q=4611686018427387904 is out of range (-2^40 to 2^40)");
+  ck_assert_int_eq(scree__shape_parse(at, "batch=1,total_q=99999999999999999999", &back, why,
+                                      sizeof why),
+                   -1);
+  ck_assert(strstr(why, ": total_q=99999999999999999999 is out of range"));
+  ck_assert_int_eq(scree__shape_parse(at, "window_left=-1099511627777", &back, why, sizeof why),
+                   -1);
+  memset(&back, 0, sizeof back);
+  ck_assert_int_eq(scree__shape_parse(at, "total_q=1099511627776,window_left=-1099511627776",
+                                      &back, why, sizeof why),
+                   0);
+  ck_assert_int_eq(back.total_q, 1099511627776LL);
+  ck_assert_int_eq(back.window_left, -1099511627776LL);
 }
 END_TEST
 
@@ -280,6 +299,28 @@ START_TEST(shapes_files) {
                                        dts, 3, &ndt, why, sizeof why), -1);
   ck_assert(strstr(why, "fp64"));
   ck_assert_int_eq(scree__parse_shapes("{}", shapes, 8, dts, 3, &ndt, why, sizeof why), -1);
+  /* Values past 2^40 (as prewarm's --rows-max), and past a long, are
+   * refused, naming the value as written; they were accepted, the latter
+   * as LONG_MAX. 2^40 itself is accepted. */
+  static const struct {
+    const char *json, *why;
+  } big[] = {
+      {"{\"shapes\": [[99999999999999999999999, 4096]]}",
+       "shape 1: rows 99999999999999999999999 is out of range (1 to 2^40 = 1099511627776)"},
+      {"{\"shapes\": [[1, 2], [8, 1099511627777]]}",
+       "shape 2: cols 1099511627777 is out of range (1 to 2^40 = 1099511627776)"},
+      {"{\"shapes\": [[ -99999999999999999999999, 1]]}",
+       "shape 1: rows -99999999999999999999999 is out of range (1 to 2^40 = 1099511627776)"},
+  };
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+    ck_assert_int_eq(scree__parse_shapes(big[i].json, shapes, 8, dts, 3, &ndt, why, sizeof why),
+                     -1);
+    ck_assert_str_eq(why, big[i].why);
+  }
+  ck_assert_int_eq(scree__parse_shapes("{\"shapes\": [[1099511627776, 1099511627776]]}", shapes,
+                                       8, dts, 3, &ndt, why, sizeof why),
+                   1);
+  ck_assert_int_eq(shapes[0][0], 1099511627776L);
 }
 END_TEST
 

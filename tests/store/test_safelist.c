@@ -299,6 +299,9 @@ static const struct {
     {"arch gfx90a\n", "sm_90.txt:1: bad arch name \"gfx90a\" (expected sm_<number>, optionally "
                       "with a feature letter, as in sm_90 or sm_90a)"},
     {"arch sm_90 sm_80\n", "sm_90.txt:1: unexpected \"sm_80\" after the arch name"},
+    {"arch sm_99999999999999999999\n",
+     "sm_90.txt:1: bad arch name \"sm_99999999999999999999\" (expected sm_<number>, "
+     "optionally with a feature letter, as in sm_90 or sm_90a)"},
     /* the selector and the rest of the line */
     {H "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=fp8,w=fp16,y=fp16\n",
      "sm_90.txt:2: dtype selector \"x=fp8,w=fp16,y=fp16\": x=fp8 is not fp32, fp16 or bf16"},
@@ -572,6 +575,11 @@ START_TEST(load_file_errors) {
   ck_assert_str_eq(s.source, path);
   ck_assert_int_eq(s.n, 1);
   scree__safelist_free(&s);
+  /* A directory is refused without being read (its ftell was 2^63 bytes). */
+  ck_assert_int_eq(scree__safelist_load_file(dir, &s, why, sizeof why), SCREE_ERROR_IO);
+  snprintf(want, sizeof want, "%s: a directory, not a regular file", dir);
+  ck_assert_str_eq(why, want);
+  ck_assert_int_eq(s.n, 0);
   rm_tmpdir(dir);
 }
 END_TEST
@@ -612,7 +620,11 @@ START_TEST(embedded_fallback) {
   char why[1024];
   ck_assert_int_eq(scree__safelist_for_arch("sm_70", &s, why, sizeof why), SCREE_ERROR_NOT_FOUND);
   ck_assert_str_eq(why, "no safelist for sm_70 in the embedded safe_configs (tried sm_70.txt)");
-  const char *badnames[] = {"sm_9", "sm_9000", "gfx90a", "sm_90ab", "sm_", "sm_090", "", "SM_90"};
+  /* Long digit strings are refused before the number can overflow an int
+   * (UBSan reported sm_99999999999999999999). */
+  const char *badnames[] = {"sm_9", "sm_9000", "gfx90a", "sm_90ab", "sm_", "sm_090", "", "SM_90",
+                            "sm_2147483648", "sm_99999999999999999999",
+                            "sm_99999999999999999999a"};
   for (size_t i = 0; i < sizeof badnames / sizeof *badnames; i++)
     ck_assert_msg(scree__safelist_for_arch(badnames[i], &s, why, sizeof why) ==
                       SCREE_ERROR_INVALID_ARGUMENT,
@@ -668,6 +680,14 @@ START_TEST(dir_override_and_fallback) {
   ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_NOT_FOUND);
   snprintf(want, sizeof want, "no safelist for sm_90 in %s (tried sm_90.txt, sm_80.txt)", dir);
   ck_assert_str_eq(why, want);
+  /* A directory named sm_90.txt is taken, and refused with its path. */
+  char sub[512];
+  snprintf(sub, sizeof sub, "%s/sm_90.txt", dir);
+  ck_assert_int_eq(mkdir(sub, 0700), 0);
+  ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_IO);
+  snprintf(want, sizeof want, "%s: a directory, not a regular file", sub);
+  ck_assert_str_eq(why, want);
+  ck_assert_int_eq(rmdir(sub), 0);
 
   /* A directory that is not there (or not a directory) is an error, not
    * an empty set of lists. */

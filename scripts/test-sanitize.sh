@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test-sanitize.sh - build scree with AddressSanitizer (LeakSanitizer
+# included) and UndefinedBehaviorSanitizer into ./build-asan (or
+# $SCREE_SANITIZE_BUILD_DIR), installing what is missing like build.sh, and
+# run every test there. Tests labelled gpu skip, with a reason, without a
+# GPU. Arguments go to ctest.
+#
+# A memory error, a leak or undefined behaviour fails the test it happens in:
+# the build has -fno-sanitize-recover=all, and each sanitizer exits with an
+# error status at its first report (halt_on_error, exitcode). Check runs
+# each test in a forked child by default; the child ends with exit(), so
+# LeakSanitizer checks every test's process, and a child's error status
+# fails that test ("Early exit with return value 23").
+#
+# Leaks inside libraries loaded with dlopen and not built with sanitizers
+# (NVRTC, the CUDA driver) may be suppressed in scripts/lsan-suppressions.txt,
+# never scree's own.
+#
+# test_compile compiles one op's configs here (SCREE_TEST_OPS, rmsnorm unless
+# set; set it empty for all): the time goes to NVRTC, which is not
+# instrumented, and one op runs every scree code path the test has (kernel
+# source assembly, the compile and its log, the thread pool, the safelist
+# lines). scripts/test.sh compiles every op in the normal build.
+set -eu
+cd "$(dirname "$0")/.."
+build=${SCREE_SANITIZE_BUILD_DIR:-build-asan}
+
+# gcc's runtimes (libasan, libubsan) come with gcc on Debian 12 (build.sh
+# installs gcc where there is no cc); say so plainly if this cc cannot link
+# a sanitized program, before CMake fails less clearly.
+if command -v cc >/dev/null; then
+  probe=$(mktemp -d)
+  trap 'rm -rf "$probe"' EXIT
+  echo 'int main(void) { return 0; }' >"$probe/p.c"
+  if ! cc -fsanitize=address,undefined "$probe/p.c" -o "$probe/p" 2>"$probe/err"; then
+    echo "test-sanitize.sh: cc cannot link with -fsanitize=address,undefined:" >&2
+    cat "$probe/err" >&2
+    exit 1
+  fi
+fi
+SCREE_BUILD_DIR=$build scripts/build.sh -DSCREE_SANITIZE=address,undefined
+
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:exitcode=23:strict_string_checks=1
+export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan-suppressions.txt:print_suppressions=0
+export UBSAN_OPTIONS=halt_on_error=1:exitcode=23:print_stacktrace=1
+export SCREE_TEST_OPS=${SCREE_TEST_OPS-rmsnorm}
+
+cd "$build"
+rc=0
+ctest --output-on-failure -j"$(nproc)" "$@" || rc=$?
+# ctest does not show a skipped test's output: print each one's reason.
+grep -h "^SKIP: " Testing/Temporary/LastTest*.log 2>/dev/null | sort -u || true
+exit $rc
