@@ -32,7 +32,8 @@ static int arch_split(const char *a, int *num, char *suffix) {
   if (strncmp(a, "sm_", 3)) return 0;
   const char *d = a + 3;
   int n = 0, nd = 0;
-  while (isdigit((unsigned char)d[nd])) n = n * 10 + (d[nd++] - '0');
+  for (; isdigit((unsigned char)d[nd]); nd++)
+    if (nd < 3) n = n * 10 + (d[nd] - '0'); /* more digits are refused below */
   if (nd < 2 || nd > 3 || d[0] == '0') return 0;
   char s = 0;
   if (d[nd]) {
