@@ -193,6 +193,7 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
       if ((st = load_cubin(s, 16, &e)) != SCREE_OK) break;
       if (!e.cubin_ok || !entry_valid(&e)) {
         n_skip++;
+        scree__centry_free(&e);
         continue;
       }
       int w = write_winner(dst, &e, e.cubin_hash, NULL);
