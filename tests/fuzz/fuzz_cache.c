@@ -22,6 +22,7 @@
 #include "cache_rows.h"
 #include "fuzz.h"
 
+/* The scratch directory; the input, the user cache and the export in it. */
 static char g_dir[512], g_src[600], g_dst[600], g_out[600];
 /* The user cache each input is merged into, as bytes (make_mine). */
 static uint8_t *g_mine;
@@ -37,6 +38,7 @@ static void remove_db(const char *path) {
   }
 }
 
+/* Removes the scratch directory and what is in it (at exit). */
 static void remove_dir(void) {
   remove_db(g_src);
   remove_db(g_dst);
@@ -74,7 +76,6 @@ static void write_src(const uint8_t *data, size_t size) {
 
 /* Makes the user cache each input is merged into: fuzz_mine's winners and
  * one bad config. Made once; each input gets a fresh copy of its bytes. */
-
 static void make_mine(void) {
   remove_db(g_dst);
   scree__cache *c;
@@ -119,6 +120,7 @@ typedef struct tally {
   int winners, bad_cubins, bad, misses;
 } tally;
 
+/* foreach callbacks: count into a tally. */
 static int count_winner(void *user, const scree__centry *e) {
   tally *t = user;
   t->winners++;
@@ -179,6 +181,7 @@ static void list_and_export(void) {
   scree__cache_close(src);
 }
 
+/* merge's conflict callback: one key, two configs, no cubin; counts them. */
 static void on_conflict(void *user, const scree__centry *mine, const scree__centry *theirs) {
   const scree__ckey *a = &mine->key, *b = &theirs->key;
   FUZZ_CHECK(!strcmp(a->op, b->op) && !strcmp(a->bucket, b->bucket) &&
@@ -191,6 +194,7 @@ static void on_conflict(void *user, const scree__centry *mine, const scree__cent
   (*(int *)user)++;
 }
 
+/* Lists and exports the input, then merges it twice into a fresh cache. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!g_dir[0]) make_dir();
   write_src(data, size);

@@ -30,6 +30,7 @@ typedef struct parsed {
   scree__variant var[MAX_LINES + 1]; /* the example variant first */
 } parsed;
 
+/* A config: parses, prints, parses back the same; kept for the checks. */
 static void config_line(const scree__op *op, const char *s, parsed *p) {
   scree__config c, back;
   char why[512], text[512], again[512];
@@ -51,6 +52,7 @@ static void config_line(const scree__op *op, const char *s, parsed *p) {
   p->cfg[p->ncfg++] = c;
 }
 
+/* A variant: taken only in its canonical form; kept for the checks. */
 static void variant_line(const scree__op *op, const char *s, parsed *p) {
   scree__variant v;
   char why[512], text[512];
@@ -66,6 +68,7 @@ static void variant_line(const scree__op *op, const char *s, parsed *p) {
   p->var[p->nvar++] = v;
 }
 
+/* A bucket: values as rounded; prints and parses back the same. */
 static void bucket_line(const scree__op *op, const char *s) {
   scree__bucket b, back;
   char why[512], text[512];
@@ -85,6 +88,7 @@ static void bucket_line(const scree__op *op, const char *s) {
              op->name, s, text);
 }
 
+/* A shape: fills the op's args fields; prints and parses back the same. */
 static void shape_line(const scree__op *op, const char *s) {
   _Alignas(16) unsigned char args[SCREE__ARGS_MAX], back[SCREE__ARGS_MAX];
   char why[1024], text[1024];
@@ -126,6 +130,7 @@ static void check_configs(const scree__op *op, const parsed *p) {
   }
 }
 
+/* Every line through every parser of the op the first byte picks. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static int nops;
   if (!nops)

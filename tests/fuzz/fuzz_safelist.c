@@ -99,6 +99,7 @@ static void check_round_trip(const scree__safelist *s) {
   free(text);
 }
 
+/* Parses the input; a list that parses is queried and written back. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *text = fuzz_cstr(data, size);
   scree__safelist s;

@@ -12,6 +12,7 @@
 /* Room for as many shapes as scree-tune prewarm takes. */
 #define CAP 256
 
+/* Reads the input twice, with room for CAP shapes and for one. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *json = fuzz_cstr(data, size);
   static long shapes[CAP][2], one[1][2];
