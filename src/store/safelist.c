@@ -562,8 +562,10 @@ int scree__safelist_write(FILE *f, const scree__safelist *s, const char *comment
       fprintf(f, "%s %s %s", op->name, scree__sl_verb_name(e->verb), cs);
       if (e->dtype[0] && !is_star(e->dtype)) fprintf(f, " dtype=%s", e->dtype);
       if (e->reason[0]) {
-        /* One line, and nothing that drives a terminal showing the file. */
-        char flat[sizeof e->reason], esc[4 * sizeof e->reason];
+        /* One line, and nothing that drives a terminal showing the file;
+         * cut to fit the field (escapes can make it longer), since the
+         * parser refuses a longer reason. */
+        char flat[sizeof e->reason], esc[sizeof e->reason];
         snprintf(flat, sizeof flat, "%s", e->reason);
         for (char *r = flat; *r; r++)
           if (*r == '\n' || *r == '\r') *r = ' ';

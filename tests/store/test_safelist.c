@@ -496,6 +496,27 @@ static char *write_to_string(const scree__safelist *s, const char *comment) {
   return buf;
 }
 
+/* A reason that escaping makes longer than its field (a tab is written as
+ * \x09) is cut to fit, so the written list still loads. */
+START_TEST(write_cuts_escaped_reasons_to_fit) {
+  char text[1024], reason[256];
+  for (int i = 0; i < 254; i++) reason[i] = i % 2 ? '\t' : 'r';
+  reason[254] = 'z';
+  reason[255] = 0;
+  snprintf(text, sizeof text, "arch sm_90\nrmsnorm deny tpr=128,rows=1,vec=8,cache=4 -- %s\n",
+           reason);
+  scree__safelist s = parse_ok(text, "sm_90.txt");
+  char *out = write_to_string(&s, NULL);
+  scree__safelist back = parse_ok(out, "sm_90.txt");
+  ck_assert_int_eq(back.n, 1);
+  ck_assert_uint_lt(strlen(back.entries[0].reason), sizeof back.entries[0].reason);
+  ck_assert_ptr_nonnull(strstr(back.entries[0].reason, "r\\x09r"));
+  free(out);
+  scree__safelist_free(&back);
+  scree__safelist_free(&s);
+}
+END_TEST
+
 START_TEST(write_round_trips) {
   scree__safelist s = parse_ok(good_text, "sm_90.txt");
   char *text = write_to_string(&s, "exported by a test\n\nsecond paragraph");
@@ -716,6 +737,7 @@ int main(void) {
   tcase_add_test(tc, legal_combinations);
   tcase_add_test(tc, queries);
   tcase_add_test(tc, write_round_trips);
+  tcase_add_test(tc, write_cuts_escaped_reasons_to_fit);
   tcase_add_test(tc, load_file_errors);
   tcase_add_test(tc, embedded_fallback);
   tcase_add_test(tc, dir_override_and_fallback);
