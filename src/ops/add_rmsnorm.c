@@ -118,7 +118,7 @@ static void representative(const scree__bucket *b, const scree__variant *var,
   a->cols = b->v[1];
   const int64_t es = (int64_t)scree_dtype_size((scree_dtype)var->v[V_X]);
   int64_t rows = b->v[0];
-  const int64_t cap = ((int64_t)256 << 20) / (2 * a->cols * es);
+  const int64_t cap = ((int64_t)256 << 20) / (a->cols > 0 ? 2 * a->cols * es : 1);
   if (rows > cap) rows = cap > 0 ? cap : 1;
   if (check && rows > 97) rows = 97;
   a->rows = rows;

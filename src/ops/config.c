@@ -304,6 +304,16 @@ int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b, ch
               op->dims[i].name, v);
       return -1;
     }
+    /* Bounds a call's shape never passes, so that what the op derives from
+     * a bucket read from a file (products of its dims) cannot overflow: an
+     * exact dim is a row length, head count or head size, a rounded one a
+     * token or row count. */
+    const long long top = op->dims[i].pow2 ? (1LL << 40) : (1LL << 24);
+    if (v > top) {
+      set_why(why, why_size, "%s bucket \"%s\": %s=%lld is past 2^%d", op->name, s,
+              op->dims[i].name, v, op->dims[i].pow2 ? 40 : 24);
+      return -1;
+    }
     b->v[i] = v;
     p = end;
     if (i + 1 < op->ndims) {

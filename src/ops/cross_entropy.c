@@ -110,10 +110,10 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
   a->vocab = b->v[1];
   const int64_t es = (int64_t)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
   int64_t rows = b->v[0];
-  const int64_t cap = ((int64_t)256 << 20) / (a->vocab * es);
+  const int64_t cap = ((int64_t)256 << 20) / (a->vocab > 0 ? a->vocab * es : 1);
   if (rows > cap) rows = cap > 0 ? cap : 1;
   if (check) {
-    const int64_t ecap = ((int64_t)1 << 22) / a->vocab;
+    const int64_t ecap = ((int64_t)1 << 22) / (a->vocab > 0 ? a->vocab : 1);
     if (rows > 97) rows = 97;
     if (rows > ecap) rows = ecap > 0 ? ecap : 1;
   }

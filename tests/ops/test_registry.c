@@ -80,12 +80,50 @@ START_TEST(public_entries_exist) {
 }
 END_TEST
 
+/* Buckets read from a file are parsed, then turned into a shape by the
+ * op's representative: a zero where a call has at least 1 (cols=0), and
+ * every dim at the largest value the parser takes, must build args without
+ * a division by zero or an overflow (UBSan and SIGFPE would show them), and
+ * a dim past the parser's bound is refused. */
+START_TEST(representatives_survive_extreme_buckets) {
+  for (int i = 0; scree__ops[i]; i++) {
+    const scree__op *op = scree__ops[i];
+    scree__variant var;
+    scree__variant_example(op, &var);
+    for (int hi = 0; hi < 2; hi++) {
+      char text[512] = "", why[256];
+      for (int d = 0; d < op->ndims; d++) {
+        const long long v = op->dims[d].pow2 ? (hi ? 1LL << 40 : 1) : (hi ? 1LL << 24 : 0);
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%s%s%s%lld", d ? "," : "",
+                 op->dims[d].name, op->dims[d].pow2 ? "<=" : "=", v);
+      }
+      scree__bucket b;
+      ck_assert_msg(scree__bucket_parse(op, text, &b, why, sizeof why) == 0, "%s: %s", text,
+                    why);
+      for (int check = 0; check < 2; check++) {
+        _Alignas(16) unsigned char args[SCREE__ARGS_MAX];
+        op->representative(&b, &var, check, args);
+      }
+    }
+    char text[512] = "", why[256];
+    for (int d = 0; d < op->ndims; d++)
+      snprintf(text + strlen(text), sizeof text - strlen(text), "%s%s%s%lld", d ? "," : "",
+               op->dims[d].name, op->dims[d].pow2 ? "<=" : "=",
+               op->dims[d].pow2 ? 1LL << 41 : (1LL << 24) + 1);
+    scree__bucket b;
+    ck_assert_int_eq(scree__bucket_parse(op, text, &b, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "is past 2^"), "%s", why);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, every_op_is_complete);
   tcase_add_test(tc, missing_hooks_are_reported);
   tcase_add_test(tc, public_entries_exist);
+  tcase_add_test(tc, representatives_survive_extreme_buckets);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
