@@ -147,16 +147,16 @@ static int worth_timing(const scree__config *c, const scree__variant *var,
  * Tolerances: y, one rounding of y's dtype (scree__tolerance): the kernel's
  * statistics keep an fp32 error relative to the row's spread, not to its
  * mean (kernels/layernorm.cu), so nothing of the offset remains. rstd:
- * fp32's (rtol 1e-5, atol 1e-6). mean: rtol 1e-5 and an atol of MEAN_ATOL,
+ * fp32's (rtol 1e-5, atol 1e-6). mean: rtol 1e-5 and an atol of
+ * SCREE__LAYERNORM_MEAN_ATOL (ops/rowwise.h),
  * for the same reason: its fp32 sums err relative to the row's spread, and
  * a row of zero mean has no digits of its own to be relative to. The check
  * rows (shape_inputs) have spreads up to 8 with a last quarter of 32; a
  * thread summing 1024 of them in sequence (tpr=8 on cols=8192) was seen off
- * by 2.4e-6 on the H100, 3e-7 of the spread. MEAN_ATOL is 1e-6 of the
+ * by 2.4e-6 on the H100, 3e-7 of the spread. The atol is 1e-6 of the
  * largest values, 8x that. The offsets still expose dropped or mixed
  * elements: one element of a row offset by top spreads (shape_inputs) moves
  * that row's mean by offset / cols, 1e-3 for bf16 rows of 8192. */
-#define MEAN_ATOL 2e-5
 static int problem(const void *args, const scree__variant *var, int check,
                    uint64_t seed, const scree__lens *lens, scree__problem *p,
                    char *why, size_t why_size) {
@@ -190,7 +190,7 @@ static int problem(const void *args, const scree__variant *var, int check,
   if (check) {
     scree__buf *mb = scree__problem_buf(p, "mean", SCREE__BUF_OUT, SCREE_DTYPE_FP32,
                                         (size_t)a->rows, offsetof(scree_layernorm_args, mean));
-    mb->atol = MEAN_ATOL;
+    mb->atol = SCREE__LAYERNORM_MEAN_ATOL;
     scree__problem_buf(p, "rstd", SCREE__BUF_OUT, SCREE_DTYPE_FP32, (size_t)a->rows,
                        offsetof(scree_layernorm_args, rstd));
   }

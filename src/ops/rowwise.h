@@ -9,6 +9,11 @@
 
 #include "ops/op.h"
 
+/* LayerNorm's tolerance on its fp32 mean output (ops/layernorm.c says
+ * why: fp32 sums err relative to the row's spread, not its mean); the
+ * check problem and the GPU tests use it alike. */
+#define SCREE__LAYERNORM_MEAN_ATOL 2e-5
+
 /* Field indices of scree__rowwise_fields (an op may append its own). */
 enum { SCREE__RW_TPR, SCREE__RW_ROWS, SCREE__RW_VEC, SCREE__RW_CACHE, SCREE__RW_NFIELDS };
 extern const scree__field scree__rowwise_fields[SCREE__RW_NFIELDS];
