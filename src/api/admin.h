@@ -17,6 +17,7 @@
 #include "store/safelist.h"
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
+#include "tuner/worker.h"
 
 /* The context's read-write user cache, or NULL when it could not be opened
  * or caching is off. */

@@ -100,41 +100,50 @@ static int from_cache(scree_context *ctx, const scree__op *op, const scree__vari
 }
 
 /* Decides the config of a new plan: cache, then the miss policy; loads the
- * kernel. */
+ * kernel. *temporary: the config serves this call only, not the plan
+ * (another process is tuning the bucket; SCREE_TUNE_BUSY=default). */
 static scree_status plan_build(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                               const void *args, const scree__bucket *b, pval *out) {
+                               const void *args, const scree__bucket *b, pval *out,
+                               int *temporary) {
   scree__config cfg;
   scree__ckey key;
   scree__make_key(ctx, op, var, b, &key);
-  if (!from_cache(ctx, op, var, args, &key, &cfg)) {
-    switch (ctx->miss_policy) {
-      case SCREE_MISS_ERROR:
-        return scree__fail(ctx, SCREE_ERROR_CACHE_MISS,
-                           "no tuned config for %s %s %s on %s (miss policy: error); "
-                           "run scree-tune prewarm",
-                           op->name, key.bucket, key.dtype, ctx->arch);
-      case SCREE_MISS_TUNE: {
-        scree__tune_result res;
-        scree__tune_opts o;
-        scree__tune_opts_init(&o);
-        o.reuse_cached = 1; /* another thread may have tuned it meanwhile */
-        const scree_status st = scree__tune(ctx, op, var, b, &o, &res);
-        if (st) return st; /* the tuner's status and message say why */
-        cfg = res.cfg;
-        break;
-      }
-      default: {
-        scree__default_config(ctx, op, var, args, &cfg);
-        scree__count(&ctx->counters.safelist_defaults);
-        char shape[256];
-        scree__shape_str(op, args, shape, sizeof shape);
-        if (ctx->caches && ctx->caches->user &&
-            scree__cache_record_miss(ctx->caches->user, &key, shape) == SCREE_OK)
-          scree__count(&ctx->counters.misses_recorded);
-        scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: miss, default config", op->name, key.bucket,
-                   key.dtype);
-      }
+  *temporary = 0;
+  if (from_cache(ctx, op, var, args, &key, &cfg)) {
+    /* the cache answers */
+  } else if (ctx->miss_policy == SCREE_MISS_ERROR) {
+    return scree__fail(ctx, SCREE_ERROR_CACHE_MISS,
+                       "no tuned config for %s %s %s on %s (miss policy: error); "
+                       "run scree-tune prewarm",
+                       op->name, key.bucket, key.dtype, ctx->arch);
+  } else if (ctx->miss_policy == SCREE_MISS_TUNE) {
+    scree__tune_result res;
+    scree__tune_opts o;
+    scree__tune_opts_init(&o);
+    o.reuse_cached = 1; /* another thread or process may have tuned it meanwhile */
+    const char *busy = getenv("SCREE_TUNE_BUSY");
+    o.busy_default = busy && !strcmp(busy, "default");
+    const scree_status st = scree__tune(ctx, op, var, b, &o, &res);
+    if (st) return st; /* the tuner's status and message say why */
+    cfg = res.cfg;
+    if (res.busy) {
+      /* Another process is tuning this bucket: the default config for now,
+       * and no plan, so that a later call finds its result. */
+      scree__default_config(ctx, op, var, args, &cfg);
+      *temporary = 1;
+      scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: another process is tuning it, default config",
+                 op->name, key.bucket, key.dtype);
     }
+  } else {
+    scree__default_config(ctx, op, var, args, &cfg);
+    scree__count(&ctx->counters.safelist_defaults);
+    char shape[256];
+    scree__shape_str(op, args, shape, sizeof shape);
+    if (ctx->caches && ctx->caches->user &&
+        scree__cache_record_miss(ctx->caches->user, &key, shape) == SCREE_OK)
+      scree__count(&ctx->counters.misses_recorded);
+    scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: miss, default config", op->name, key.bucket,
+               key.dtype);
   }
   const scree__impl *im = &op->impls[cfg.impl];
   if (im->adapt) im->adapt(&cfg, var, args);
@@ -158,8 +167,10 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
     scree__count(&ctx->counters.memory_hits);
   } else {
     memset(&v, 0, sizeof v);
-    scree_status st = plan_build(ctx, op, var, args, &key.b, &v);
+    int temporary = 0;
+    scree_status st = plan_build(ctx, op, var, args, &key.b, &v, &temporary);
     if (st) return st;
+    if (temporary) goto launch;
     pthread_mutex_lock(&pl->lock);
     const pval *put = scree__htab_insert(&pl->t, &key, &v);
     pthread_mutex_unlock(&pl->lock);
@@ -168,6 +179,7 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
      * cached cubin that did not load): the call itself succeeds. */
     scree__clear_error(ctx);
   }
+launch:;
   const int pushed = scree__ctx_enter(ctx);
   const scree_status st =
       op->impls[v.cfg.impl].launch(ctx, &v.k, &v.cfg, var, args, (CUstream)stream);

@@ -19,6 +19,7 @@
 
 static int cmd_info(int argc, char **argv);
 static int cmd_demo(int argc, char **argv);
+static int cmd_worker(int argc, char **argv);
 
 typedef struct command {
   const char *name;
@@ -53,6 +54,16 @@ static const command commands[] = {
     {"verify", cmd_verify, "re-check cached winners on this GPU (and --retime)", NULL},
     {"clear", cmd_clear, "delete cached entries", NULL},
     {"safelist", cmd_safelist, "safelist export: write the learned safelist", NULL},
+    {"worker", cmd_worker, "the tuning worker (started by the library, not by hand)",
+     "usage: scree-tune worker [--device N]\n\n"
+     "Runs tuning candidates for a process that tunes: it reads requests (a\n"
+     "bucket and compiled candidates) on stdin and answers one line per\n"
+     "candidate on stdout, on a CUDA context of its own on GPU N (default 0),\n"
+     "so that a candidate that faults or hangs takes down this worker, not\n"
+     "the process that tunes. The library starts it (finding this program\n"
+     "beside itself, or through SCREE_WORKER) and restarts it as needed;\n"
+     "docs/architecture.md describes the protocol. Run by hand, it says why\n"
+     "it cannot start (no GPU: exit 3) or waits for a request.\n"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -604,6 +615,40 @@ static int finish_stdout(int rc) {
   fprintf(stderr, "scree-tune: error writing to standard output%s%s\n", err ? ": " : "",
           err ? strerror(err) : "");
   return rc ? rc : CLI_FAIL;
+}
+
+static int cmd_worker(int argc, char **argv) {
+  int device = 0;
+  for (int i = 1; i < argc; i++) {
+    char *end;
+    if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+      const long d = strtol(argv[++i], &end, 10);
+      if (*end || d < 0 || d > 1024) {
+        fprintf(stderr, "scree-tune worker: --device %s: not a device ordinal\n", argv[i]);
+        return EXIT_USAGE;
+      }
+      device = (int)d;
+    } else {
+      fprintf(stderr, "scree-tune worker: unknown option '%s'\n", argv[i]);
+      return EXIT_USAGE;
+    }
+  }
+  scree_options o;
+  scree_options_init(&o);
+  o.device = device;
+  o.disable_cache = 1;   /* the caller records and stores */
+  o.nvrtc_optional = 1;  /* it runs the caller's cubins */
+  scree_context *ctx;
+  char why[512];
+  const scree_status st = scree_create(&o, &ctx, why, sizeof why);
+  if (st) {
+    fprintf(stderr, "scree-tune worker: %s: %s\n", scree_status_name(st), why);
+    return st == SCREE_ERROR_NO_DEVICE || st == SCREE_ERROR_NO_DRIVER ? 3 : 1;
+  }
+  const int rc = scree__worker_serve(ctx, 0, 1);
+  if (rc == 3) _exit(3); /* a broken context: leave it to the driver */
+  scree_destroy(ctx);
+  return rc;
 }
 
 int main(int argc, char **argv) {

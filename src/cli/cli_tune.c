@@ -501,6 +501,9 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     scree__tune_opts_init(&o);
     o.explore = explore;
     o.reps = reps;
+    /* Another prewarm (or a process tuning on a miss) may tune the bucket
+     * meanwhile: then its row is taken, unless --force. */
+    o.reuse_cached = !force;
     cli_progress prog;
     char label[160];
     snprintf(label, sizeof label, "%s %s", key.bucket, key.dtype);

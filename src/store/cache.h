@@ -123,6 +123,16 @@ scree_status scree__cache_open(const char *path, int readonly,
 void scree__cache_close(scree__cache *c);
 /* The path it was opened with. Owned by the handle. */
 const char *scree__cache_path(const scree__cache *c);
+/* One tune per bucket across the processes of a node: a lock on the
+ * bucket's key in `<cache path>.tune-lock` (an open-file-description
+ * byte-range lock, released when the holder closes it or dies). wait = 0
+ * tries once; wait = 1 waits up to timeout_s. Returns 1 with *fd to pass
+ * to scree__cache_tune_unlock, 0 if another holder kept it, -1 if no lock
+ * can be had here (a read-only cache, a lock file that cannot be opened:
+ * then tune without one). */
+int scree__cache_tune_lock(const scree__cache *c, const scree__ckey *key, int wait,
+                           double timeout_s, int *fd);
+void scree__cache_tune_unlock(int fd);
 /* 1 if opened read-only. */
 int scree__cache_readonly(const scree__cache *c);
 /* Copies the reason of the handle's last failed call into buf ("" if

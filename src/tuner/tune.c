@@ -7,6 +7,7 @@
 
 #include "store/safelist.h"
 #include "tuner/tuner.h"
+#include "tuner/worker.h"
 
 #define MAX_CANDIDATES 4096
 
@@ -21,6 +22,7 @@ typedef struct mval {
 struct scree__tuner {
   pthread_mutex_t lock;
   scree__htab memo; /* scree__kkey -> mval; used under lock */
+  struct scree__worker *worker; /* used under lock */
 };
 
 void scree__tune_opts_init(scree__tune_opts *o) {
@@ -30,6 +32,7 @@ void scree__tune_opts_init(scree__tune_opts *o) {
   o->noise = 0.02;
   o->time_limit_ms = 1000;
   o->store = 1;
+  o->isolate = -1;
 }
 
 scree_status scree__tuner_create(scree_context *ctx) {
@@ -48,6 +51,7 @@ void scree__tuner_free(scree_context *ctx) {
   void *v;
   while (scree__htab_next(&t->memo, &pos, NULL, &v)) free(((mval *)v)->cubin);
   scree__htab_free(&t->memo);
+  scree__worker_free(t->worker);
   pthread_mutex_destroy(&t->lock);
   free(t);
   ctx->tuner = NULL;
@@ -74,7 +78,6 @@ typedef struct cand {
   size_t cubin_size;
   char *log;
   scree_status cst; /* compile status */
-  scree__kernel k;
   double median, spread;
   int ok;
   char why[256]; /* why it failed */
@@ -242,13 +245,29 @@ static void first_line(const char *s, char *out, size_t n) {
   out[len] = 0;
 }
 
-static scree_status run_all(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                            const scree__bucket *b, const scree__ckey *key, cand *c, int n,
-                            const scree__config *dflt, const scree__tune_opts *o,
-                            scree__tune_result *res) {
+/* Where this tune runs its candidates: the options, else
+ * SCREE_TUNE_ISOLATION (a worker process unless "off" or "0"). */
+static int isolated(const scree__tune_opts *o) {
+  if (o->isolate >= 0) return o->isolate;
+  const char *e = getenv("SCREE_TUNE_ISOLATION");
+  return !(e && (!strcmp(e, "off") || !strcmp(e, "0")));
+}
+
+static scree__trial_mode test_mode(const scree__tune_opts *o, const char *cs) {
+  if (o->poison_config && !strcmp(o->poison_config, cs)) return SCREE__TRIAL_WRONG;
+  if (o->fault_config && !strcmp(o->fault_config, cs)) return SCREE__TRIAL_FAULT;
+  if (o->hang_config && !strcmp(o->hang_config, cs)) return SCREE__TRIAL_HANG;
+  return SCREE__TRIAL_NORMAL;
+}
+
+/* The candidates run in this process, in order, until one breaks the
+ * context (isolation off). */
+static scree_status trials_here(scree_context *ctx, const scree__op *op,
+                                const scree__variant *var, const scree__bucket *b,
+                                uint64_t seed, const scree__tune_opts *o, scree__trial *t,
+                                int n, scree__tune_result *res) {
   scree__run chk, tp;
   CUstream stream = NULL;
-  const uint64_t seed = scree__fresh_seed();
   scree_status st = scree__run_make_bucket(ctx, op, var, b, 1, seed, &chk);
   if (st) return st;
   if ((st = scree__run_make_bucket(ctx, op, var, b, 0, seed + 1, &tp))) {
@@ -264,10 +283,40 @@ static scree_status run_all(scree_context *ctx, const scree__op *op, const scree
     return scree__fail(ctx, SCREE_ERROR_CUDA, "cuStreamCreate");
   }
   for (int i = 0; i < n; i++) {
-    cand *k = &c[i];
-    char cs[128];
-    scree__config_str(op, &k->cfg, cs, sizeof cs);
     if (o->progress) o->progress(o->user, i + 1, n, "time");
+    if (t[i].mode == SCREE__TRIAL_FAULT || t[i].mode == SCREE__TRIAL_HANG) {
+      t[i].ran = 1;
+      t[i].st = SCREE_ERROR_INVALID_ARGUMENT;
+      snprintf(t[i].why, sizeof t[i].why, "fault and hang tests need the tuning worker");
+      continue;
+    }
+    scree__trial_run(ctx, op, var, &chk, &tp, stream, o, &t[i]);
+    if (t[i].fatal) {
+      st = scree__cu_fail(ctx, ctx->cu->CtxSynchronize(), SCREE_ERROR_CUDA,
+                          "the CUDA context failed while tuning (recorded the config as bad)");
+      break;
+    }
+  }
+  ctx->cu->StreamDestroy(stream);
+  scree__run_free(ctx, &chk);
+  scree__run_free(ctx, &tp);
+  return st;
+}
+
+static scree_status run_all(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                            const scree__bucket *b, const scree__ckey *key, cand *c, int n,
+                            const scree__config *dflt, const scree__tune_opts *o,
+                            scree__tune_result *res) {
+  scree__trial *t = calloc((size_t)(n > 0 ? n : 1), sizeof *t);
+  int *of = calloc((size_t)(n > 0 ? n : 1), sizeof *of); /* trial -> candidate */
+  if (!t || !of) {
+    free(t);
+    free(of);
+    return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "tuner: trials");
+  }
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    cand *k = &c[i];
     if (k->cst != SCREE_OK) {
       char line[200];
       first_line(k->log, line, sizeof line);
@@ -278,51 +327,39 @@ static scree_status run_all(scree_context *ctx, const scree__op *op, const scree
       res->failed++;
       continue;
     }
-    /* Candidates run from modules of their own, unloaded when the tune
-     * ends; only the winner joins the module table. */
-    st = scree__module_load(ctx, op, &k->cfg, var, k->cubin, &k->k);
-    if (st) {
-      char err[200];
-      scree__error_copy(ctx, err, sizeof err);
-      snprintf(k->why, sizeof k->why, "load: %s", err);
-      /* Too many resources or a bad image is the config's; running out of
-       * device memory is not. */
-      if (st == SCREE_ERROR_LOAD) record_bad(ctx, key, op, &k->cfg, 1, k->why);
-      memset(&k->k, 0, sizeof k->k);
+    char cs[128];
+    scree__config_str(op, &k->cfg, cs, sizeof cs);
+    t[m].cfg = k->cfg;
+    t[m].cubin = k->cubin;
+    t[m].cubin_size = k->cubin_size;
+    t[m].mode = test_mode(o, cs);
+    of[m++] = i;
+  }
+  const uint64_t seed = scree__fresh_seed();
+  scree_status st = SCREE_OK;
+  if (m > 0) {
+    if (isolated(o))
+      st = scree__worker_trials(ctx, op, var, b, seed, o, t, m, res, &ctx->tuner->worker);
+    else
+      st = trials_here(ctx, op, var, b, seed, o, t, m, res);
+  }
+  for (int j = 0; j < m; j++) {
+    cand *k = &c[of[j]];
+    if (!t[j].ran) continue;
+    snprintf(k->why, sizeof k->why, "%s", t[j].why);
+    if (t[j].st != SCREE_OK) {
+      if (t[j].record) record_bad(ctx, key, op, &k->cfg, t[j].record == 2, k->why);
       res->failed++;
-      st = SCREE_OK;
       continue;
     }
-    scree__config_runner cr = {op, &k->cfg, var, &k->k};
-    st = scree__run_check(ctx, &chk, scree__run_config, &cr, stream, o->time_limit_ms, k->why,
-                          sizeof k->why);
-    if (!st && o->poison_config && !strcmp(o->poison_config, cs)) {
-      snprintf(k->why, sizeof k->why, "wrong answer: poisoned for testing");
-      st = SCREE_ERROR_WRONG_ANSWER;
-    }
-    if (!st)
-      st = scree__run_time(ctx, &tp, scree__run_config, &cr, stream, o->warmup, o->reps, 1,
-                           o->time_limit_ms, &k->median, &k->spread, k->why, sizeof k->why);
-    if (st) {
-      record_bad(ctx, key, op, &k->cfg, 0, k->why);
-      res->failed++;
-      /* A fault poisons the whole CUDA context: nothing after it can run. */
-      CUresult r = ctx->cu->CtxSynchronize();
-      if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
-        st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA,
-                            "the CUDA context failed while tuning (recorded the config as bad)");
-        break;
-      }
-      st = SCREE_OK;
-      continue;
-    }
+    k->median = t[j].median;
+    k->spread = t[j].spread;
     k->ok = 1;
     res->timed++;
     if (same_cfg(&k->cfg, dflt)) res->default_us = k->median;
   }
-  ctx->cu->StreamDestroy(stream);
-  scree__run_free(ctx, &chk);
-  scree__run_free(ctx, &tp);
+  free(t);
+  free(of);
   return st;
 }
 
@@ -417,12 +454,37 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
   scree__ckey key;
   scree__make_key(ctx, op, var, b, &key);
   snprintf(res->bucket, sizeof res->bucket, "%s", key.bucket);
+  /* One tune of a bucket at a time across processes too: another process
+   * that holds the bucket's lock is tuning it. */
+  int lockfd = -1;
+  scree__cache *uc = ctx->caches ? ctx->caches->user : NULL;
+  if (uc && scree__cache_tune_lock(uc, &key, 0, 0, &lockfd) == 0) {
+    if (o.busy_default) {
+      res->busy = 1;
+      res->seconds = scree__now() - t0;
+      pthread_mutex_unlock(&tu->lock);
+      return SCREE_OK;
+    }
+    const double limit = (o.bucket_limit_s > 0 ? o.bucket_limit_s : 600) + 120;
+    scree__log(ctx, SCREE_LOG_INFO, "tune %s %s %s: another process is tuning it; waiting",
+               op->name, key.bucket, key.dtype);
+    if (scree__cache_tune_lock(uc, &key, 1, limit, &lockfd) == 0) {
+      pthread_mutex_unlock(&tu->lock);
+      return scree__fail(ctx, SCREE_ERROR_TIMEOUT,
+                         "tune %s %s %s: another process held the bucket's tuning lock "
+                         "(%s.tune-lock) for over %.0f s",
+                         op->name, key.bucket, key.dtype, scree__cache_path(uc), limit);
+    }
+    res->waited = 1;
+  }
   if (o.reuse_cached && reuse(ctx, op, var, &key, res)) {
+    scree__cache_tune_unlock(lockfd);
     res->seconds = scree__now() - t0;
     pthread_mutex_unlock(&tu->lock);
     return SCREE_OK;
   }
   scree__count(&ctx->counters.tunes);
+  res->tuned = 1;
   _Alignas(16) unsigned char rep[SCREE__ARGS_MAX];
   memset(rep, 0, sizeof rep);
   op->representative(b, var, 0, rep);
@@ -433,6 +495,7 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
   const int n = c ? candidates(ctx, op, var, rep, &key, &o, c, &dflt, res, &whole) : -1;
   if (n < 0) {
     free(c);
+    scree__cache_tune_unlock(lockfd);
     pthread_mutex_unlock(&tu->lock);
     return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "tuner: candidate list");
   }
@@ -443,8 +506,6 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
   scree_status st = compile_all(ctx, op, var, c, n, &o);
   const int pushed = scree__ctx_enter(ctx);
   if (!st) st = run_all(ctx, op, var, b, &key, c, n, &dflt, &o, res);
-  for (int i = 0; i < n; i++)
-    if (c[i].k.module) ctx->cu->ModuleUnload(c[i].k.module);
   scree__ctx_leave(ctx, pushed);
 
   const int win = st ? -1 : pick(c, n, o.noise);
@@ -468,6 +529,7 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
     free(c[i].log);
   }
   free(c);
+  scree__cache_tune_unlock(lockfd); /* after the store: a waiter finds the row */
   res->seconds = scree__now() - t0;
   pthread_mutex_unlock(&tu->lock);
   return st;

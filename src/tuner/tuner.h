@@ -20,9 +20,26 @@ typedef struct scree__tune_opts {
   /* If, once the tuning lock is taken, the user cache already holds the
    * bucket (another thread tuned it meanwhile), use that entry. */
   int reuse_cached;
-  /* Testing hook: a config string that is treated as computing a wrong
-   * answer, to exercise the bad-config path. NULL normally. */
-  const char *poison_config;
+  /* Where candidates run: 1 in a worker process (tuner/worker.c), 0 in
+   * the caller's CUDA context, -1 (default) as SCREE_TUNE_ISOLATION says
+   * (worker unless it is "off" or "0"). */
+  int isolate;
+  /* Wall-clock limits of the worker: seconds for one candidate (check and
+   * timing; default 30, SCREE_TUNE_CANDIDATE_TIMEOUT) and for the bucket
+   * (default 600, SCREE_TUNE_BUCKET_TIMEOUT). A candidate past its limit
+   * is recorded as bad ("hang") and the worker restarted; candidates not
+   * reached within the bucket's limit are left untimed, not bad. */
+  double candidate_limit_s, bucket_limit_s;
+  /* When another process holds this bucket's tuning lock: 0 waits for it
+   * and then uses its result (default), 1 returns at once with
+   * result->busy set (the caller runs the default config meanwhile).
+   * SCREE_TUNE_BUSY=default sets 1 for the miss policy "tune". */
+  int busy_default;
+  /* Testing hooks, NULL normally: a config string treated as computing a
+   * wrong answer; one whose run writes out of bounds (its output pointers
+   * replaced by an unmapped address); one whose run never finishes (a
+   * spinning kernel instead). Faults and hangs need the worker. */
+  const char *poison_config, *fault_config, *hang_config;
 } scree__tune_opts;
 
 typedef struct scree__tune_result {
@@ -34,6 +51,10 @@ typedef struct scree__tune_result {
   int timed;            /* compiled, loaded, correct and timed */
   int failed;           /* newly recorded as bad */
   int known_bad;        /* skipped: recorded bad before */
+  int workers;          /* worker processes started for this tune */
+  int busy;             /* busy_default: another process is tuning it */
+  int waited;           /* waited for another process's tune of it */
+  int tuned;            /* 1: candidates were run; 0: an entry was reused */
   double seconds;       /* wall time of the whole run */
   char bucket[96];
   char problem[256];    /* what the candidates were timed on */
@@ -54,9 +75,13 @@ void scree__default_config(scree_context *ctx, const scree__op *op,
 /* Tunes op/variant for a bucket: candidates from the safelist (or the whole
  * space), filtered by the device, compiled on a thread pool, each checked
  * against the CPU reference on the bucket's check problem and timed on its
- * representative problem; failures are recorded as bad configs in the user
- * cache; the winner (opts->store) is stored with its cubin and joins the
- * context's module table. Serialized per context. When no candidate
+ * representative problem, in a worker process unless opts->isolate says
+ * otherwise (tuner/worker.h); failures are recorded as bad configs in the
+ * user cache; the winner (opts->store) is stored with its cubin and joins
+ * the context's module table. Serialized per context, and per bucket
+ * across the processes that share the user cache (its tune lock: a second
+ * process waits, then reuses the first one's row when reuse_cached is
+ * set, or returns at once with res->busy under busy_default). When no candidate
  * works the status says why: SCREE_ERROR_COMPILE if none compiled,
  * SCREE_ERROR_WRONG_ANSWER if none computed the right answer, with the
  * first reason in the message. */

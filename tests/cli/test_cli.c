@@ -194,7 +194,8 @@ static char out[1 << 16];
 
 START_TEST(help_everywhere) {
   static const char *const cmds[] = {"info", "demo", "prewarm", "list", "show", "export",
-                                     "import", "merge", "verify", "clear", "safelist"};
+                                     "import", "merge", "verify", "clear", "safelist",
+                                     "worker"};
   static char top[8192];
   ck_assert_int_eq(tune(top, sizeof top, "--help"), 0);
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -349,6 +350,11 @@ START_TEST(gpu_commands_without_gpu) {
   ck_assert_int_eq(tune(out, sizeof out, "verify --cache '%s'", db), 3);
   ck_assert_int_eq(tune(out, sizeof out, "info"), 3);
   ck_assert(strstr(out, "GPUs: none"));
+  /* The tuning worker says why it cannot start. */
+  ck_assert_int_eq(tune(out, sizeof out, "worker --device 0 </dev/null"), 3);
+  ck_assert_msg(strstr(out, "scree-tune worker: ERROR_NO_"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "worker --device x"), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "worker --bogus"), 2);
   /* Usage errors are found before looking for a GPU. */
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --model nope"), 2);
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --cols 70000 --rows 1"), 2);

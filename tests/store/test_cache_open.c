@@ -702,6 +702,54 @@ START_TEST(concurrent_recovery) {
 }
 END_TEST
 
+/* The bucket tuning lock: one holder per key across open descriptions
+ * (threads, processes), other keys free, a wait that gives up at its limit,
+ * released by close or by the holder's death, none on a read-only cache. */
+START_TEST(tune_lock_one_holder_per_bucket) {
+  char *dir = tdir();
+  char *path = pjoin(dir, "lock.db");
+  scree__cache *c = open_rw(path);
+  const scree__ckey k1 = keyi(1), k2 = keyi(2);
+  int fa = -1, fb = -1, fc = -1;
+  ck_assert_int_eq(scree__cache_tune_lock(c, &k1, 0, 0, &fa), 1);
+  ck_assert_int_ge(fa, 0);
+  ck_assert_int_eq(scree__cache_tune_lock(c, &k1, 0, 0, &fb), 0);
+  ck_assert_int_eq(fb, -1);
+  ck_assert_int_eq(scree__cache_tune_lock(c, &k2, 0, 0, &fc), 1);
+  const double t0 = scree__now();
+  ck_assert_int_eq(scree__cache_tune_lock(c, &k1, 1, 0.2, &fb), 0);
+  ck_assert(scree__now() - t0 >= 0.2);
+  scree__cache_tune_unlock(fa);
+  ck_assert_int_eq(scree__cache_tune_lock(c, &k1, 0, 0, &fa), 1);
+  scree__cache_tune_unlock(fa);
+  /* A holder that dies leaves no lock behind; a waiter gets it. */
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int f;
+    char r = scree__cache_tune_lock(c, &k1, 0, 0, &f) == 1 ? 'y' : 'n';
+    if (write(p[1], &r, 1) != 1) _exit(2);
+    usleep(300000);
+    _exit(0); /* without unlocking */
+  }
+  char r = 0;
+  ck_assert_int_eq(read(p[0], &r, 1), 1);
+  ck_assert_int_eq(r, 'y');
+  ck_assert_int_eq(scree__cache_tune_lock(c, &k1, 0, 0, &fa), 0);
+  ck_assert_int_eq(scree__cache_tune_lock(c, &k1, 1, 10, &fa), 1);
+  int status;
+  waitpid(pid, &status, 0);
+  scree__cache_tune_unlock(fa);
+  scree__cache_tune_unlock(fc);
+  close(p[0]), close(p[1]);
+  scree__cache_close(c);
+  scree__cache *ro = open_ro(path);
+  ck_assert_int_eq(scree__cache_tune_lock(ro, &k1, 0, 0, &fa), -1);
+  scree__cache_close(ro);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cache_open");
   TCase *tc = tcase_create("core");
@@ -720,6 +768,7 @@ int main(void) {
   tcase_add_test(tc, recover_directory_in_place);
   tcase_add_test(tc, recover_moves_journals_aside);
   tcase_add_test(tc, concurrent_recovery);
+  tcase_add_test(tc, tune_lock_one_holder_per_bucket);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

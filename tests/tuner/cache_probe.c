@@ -5,7 +5,9 @@
  * optional here: run with SCREE_NVRTC_LIBRARY=/nonexistent to show that a
  * machine without it runs cached kernels.
  *
- *   cache_probe CACHE.db ROWS COLS DTYPE(fp16|bf16|fp32) */
+ *   cache_probe CACHE.db ROWS COLS DTYPE(fp16|bf16|fp32) [tune]
+ * With "tune": the miss policy tunes (NVRTC needed), as eight ranks that
+ * start together would; the line's tunes= says whether this one did. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,8 @@ static double now_ms(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) return 2;
+  if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "tune"))) return 2;
+  const int tune = argc == 6;
   const double t0 = now_ms();
   const long rows = atol(argv[2]), cols = atol(argv[3]);
   scree_dtype dt = !strcmp(argv[4], "fp32") ? SCREE_DTYPE_FP32
@@ -32,8 +35,8 @@ int main(int argc, char **argv) {
   scree_options_init(&o);
   o.cache_path = argv[1];
   o.cache_search_path = "";
-  o.miss_policy = SCREE_MISS_ERROR; /* a miss must not be papered over */
-  o.nvrtc_optional = 1;             /* a machine without NVRTC still runs cached kernels */
+  o.miss_policy = tune ? SCREE_MISS_TUNE : SCREE_MISS_ERROR; /* a miss is not papered over */
+  o.nvrtc_optional = !tune; /* a machine without NVRTC still runs cached kernels */
   scree_context *ctx;
   char why[512];
   scree_status st = scree_create(&o, &ctx, why, sizeof why);
@@ -73,10 +76,12 @@ int main(int argc, char **argv) {
   scree_counters c;
   scree_get_counters(ctx, &c);
   printf("compiles=%llu module_loads=%llu user_cache_hits=%llu shipped_cache_hits=%llu "
-         "safelist_defaults=%llu calls=%llu bad=%zu create_ms=%.2f first_call_ms=%.2f\n",
+         "safelist_defaults=%llu calls=%llu tunes=%llu bad=%zu create_ms=%.2f "
+         "first_call_ms=%.2f\n",
          (unsigned long long)c.compiles, (unsigned long long)c.module_loads,
          (unsigned long long)c.user_cache_hits, (unsigned long long)c.shipped_cache_hits,
-         (unsigned long long)c.safelist_defaults, (unsigned long long)c.calls, bad, t_created - t0,
+         (unsigned long long)c.safelist_defaults, (unsigned long long)c.calls,
+         (unsigned long long)c.tunes, bad, t_created - t0,
          t2 - t1);
   scree__ctx_leave(ctx, pushed);
   scree_destroy(ctx);

@@ -1,7 +1,9 @@
 /* test_tune_gpu.c - the tuner end to end on a GPU (label gpu): tune a
  * bucket, a second process hits the cache without compiling, a denied
  * config is never compiled, a failing config is recorded and skipped, the
- * miss policies, and the hot path's host overhead. */
+ * miss policies, the hot path's host overhead, a faulting and a hanging
+ * candidate kept in the worker process, eight processes that miss one
+ * bucket tuning it once, and the cold tune in a worker and in process. */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +326,156 @@ START_TEST(miss_policies) {
 }
 END_TEST
 
+/* Candidates run in a worker process: one that writes out of bounds and
+ * one that never finishes take down workers, are recorded as bad with
+ * their reasons, and the tune goes on to a winner; this process's context
+ * is untouched and runs RMSNorm correctly after. */
+START_TEST(fault_and_hang_stay_in_the_worker) {
+  char sldir[300], path[400];
+  snprintf(sldir, sizeof sldir, "%s/safelists-fault", g_dir);
+  mkdir(sldir, 0700);
+  scree_context *probe = scree_test_gpu_context();
+  snprintf(path, sizeof path, "%s/%s.txt", sldir, probe->arch);
+  static const char *const allowed[3] = {"tpr=256,rows=1,vec=8,cache=1",
+                                         "tpr=128,rows=1,vec=8,cache=2",
+                                         "tpr=64,rows=1,vec=8,cache=4"};
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "arch %s\n", probe->arch);
+  for (int i = 0; i < 3; i++) fprintf(f, "rmsnorm allow %s\n", allowed[i]);
+  fclose(f);
+  setenv("SCREE_SAFELIST_DIR", sldir, 1);
+  char db[400];
+  snprintf(db, sizeof db, "%s/fault.db", g_dir);
+  scree_context *ctx = make_ctx(db, SCREE_MISS_ERROR);
+  unsetenv("SCREE_SAFELIST_DIR");
+  const scree__op *op = scree__op_find("rmsnorm");
+  scree__tune_opts o;
+  scree__tune_opts_init(&o);
+  o.isolate = 1;
+  o.fault_config = allowed[0];
+  o.hang_config = allowed[1];
+  o.candidate_limit_s = 5;
+  scree__tune_result res;
+  const double t0 = scree__now();
+  scree_status st = scree__tune(ctx, op, &fp16, BK(512, 2048), &o, &res);
+  ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+  char winner[128];
+  scree__config_str(op, &res.cfg, winner, sizeof winner);
+  printf("fault and hang: tune %.2f s, %d candidates, %d timed, %d failed, %d worker starts, "
+         "winner %s %.2f us\n", scree__now() - t0, res.candidates, res.timed, res.failed,
+         res.workers, winner, res.median_us);
+  ck_assert_int_eq(res.failed, 2);
+  ck_assert_int_eq(res.timed, res.candidates - 2);
+  ck_assert_int_eq(res.workers, 3); /* the first, then one after each */
+  ck_assert_str_ne(winner, allowed[0]);
+  ck_assert_str_ne(winner, allowed[1]);
+  scree__ckey key;
+  scree__make_key(ctx, op, &fp16, BK(512, 2048), &key);
+  const int nv = ctx->nvrtc_major * 1000 + ctx->nvrtc_minor * 10;
+  char reason[256];
+  ck_assert_int_eq(scree__cache_is_bad(ctx->caches->user, &key, allowed[0], nv, reason,
+                                       sizeof reason), 1);
+  printf("recorded bad %s: %s\n", allowed[0], reason);
+  ck_assert_msg(strstr(reason, "ILLEGAL_ADDRESS"), "%s", reason);
+  ck_assert_int_eq(scree__cache_is_bad(ctx->caches->user, &key, allowed[1], nv, reason,
+                                       sizeof reason), 1);
+  printf("recorded bad %s: %s\n", allowed[1], reason);
+  ck_assert_msg(strstr(reason, "hang"), "%s", reason);
+  /* This process's context never ran them: healthy, and RMSNorm on the
+   * tuned bucket (a cache hit) and on another one is right. */
+  const int pushed = scree__ctx_enter(ctx);
+  ck_assert_int_eq(ctx->cu->CtxSynchronize(), CUDA_SUCCESS);
+  scree__ctx_leave(ctx, pushed);
+  run_once(ctx, 500, 2048, SCREE_OK);
+  scree_counters c;
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.user_cache_hits, 1);
+  scree_destroy(ctx);
+  printf("after the fault and the hang, this process's RMSNorm (500 x 2048 fp16) is right\n");
+}
+END_TEST
+
+/* Eight processes start at once and miss the same bucket (miss policy
+ * tune): one tunes it, the others wait for its row; every answer is right
+ * and the cache holds the one row. */
+START_TEST(eight_processes_tune_once) {
+  enum { NPROC = 8 };
+  char db[400];
+  snprintf(db, sizeof db, "%s/ranks.db", g_dir);
+  pid_t pid[NPROC];
+  int fd[NPROC];
+  const double t0 = scree__now();
+  for (int i = 0; i < NPROC; i++) {
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_addclose(&fa, p[0]);
+    char *args[] = {(char *)g_probe, db, "3000", "2560", "fp16", "tune", NULL};
+    ck_assert_int_eq(posix_spawn(&pid[i], g_probe, &fa, NULL, args, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    fd[i] = p[0];
+  }
+  long tunes = 0;
+  int failed = 0;
+  for (int i = 0; i < NPROC; i++) {
+    char out[1024];
+    size_t len = 0;
+    ssize_t k;
+    while (len + 1 < sizeof out && (k = read(fd[i], out + len, sizeof out - 1 - len)) > 0)
+      len += (size_t)k;
+    out[len] = 0;
+    close(fd[i]);
+    int status;
+    waitpid(pid[i], &status, 0);
+    const int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    printf("rank %d: %s%s", i, ok ? "" : "FAILED ", out);
+    failed += !ok;
+    tunes += field(out, "tunes=") > 0 ? field(out, "tunes=") : 0;
+  }
+  printf("%d processes at once: %ld tune(s) of the bucket in all, %.2f s\n", NPROC, tunes,
+         scree__now() - t0);
+  ck_assert_int_eq(failed, 0);
+  ck_assert_int_eq(tunes, 1);
+  scree_context *ctx = make_ctx(db, SCREE_MISS_ERROR);
+  scree__ckey key;
+  scree__make_key(ctx, scree__op_find("rmsnorm"), &fp16, BK(3000, 2560), &key);
+  scree__centry e;
+  ck_assert_int_eq(scree__cache_get(ctx->caches->user, &key, &e), SCREE_OK);
+  ck_assert(e.cubin_ok);
+  scree__centry_free(&e);
+  scree_destroy(ctx);
+}
+END_TEST
+
+/* The cold tune of one bucket with candidates in the worker and in this
+ * process, side by side (fresh contexts and caches: both compile). */
+START_TEST(cold_tune_isolated_and_in_process) {
+  const scree__op *op = scree__op_find("rmsnorm");
+  double secs[2];
+  for (int iso = 1; iso >= 0; iso--) {
+    char db[400];
+    snprintf(db, sizeof db, "%s/cold%d.db", g_dir, iso);
+    scree_context *ctx = make_ctx(db, SCREE_MISS_ERROR);
+    scree__tune_opts o;
+    scree__tune_opts_init(&o);
+    o.isolate = iso;
+    scree__tune_result res;
+    ck_assert_int_eq(scree__tune(ctx, op, &fp16, BK(4096, 4096), &o, &res), SCREE_OK);
+    secs[iso] = res.seconds;
+    printf("cold tune rows<=4096,cols=4096 fp16 %s: %.3f s, %d timed, %d worker start(s), "
+           "winner %.2f us\n", iso ? "in a worker" : "in process", res.seconds, res.timed,
+           res.workers, res.median_us);
+    ck_assert_int_eq(res.workers, iso);
+    scree_destroy(ctx);
+  }
+  ck_assert_msg(secs[1] < secs[0] * 1.5 + 1.0, "worker %.2f s against %.2f s", secs[1], secs[0]);
+}
+END_TEST
+
 static int count_miss(void *user, const scree__cmiss *m) {
   (void)m;
   ++*(int *)user;
@@ -484,6 +636,9 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, prewarm_from_misses);
   tcase_add_test(tc, verify_catches_a_wrong_entry);
   tcase_add_test(tc, hot_path_overhead);
+  tcase_add_test(tc, fault_and_hang_stay_in_the_worker);
+  tcase_add_test(tc, eight_processes_tune_once);
+  tcase_add_test(tc, cold_tune_isolated_and_in_process);
   suite_add_tcase(s, tc);
   int rc = scree_test_run(s, 1);
   char cmd[400];
