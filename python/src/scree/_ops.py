@@ -71,6 +71,13 @@ def _on_cuda(op, name, t):
                          "devices (torch.ops.scree has no kernel for this device)")
 
 
+def _dtypes(op, **tensors):
+    """The dtype check of the real implementations, for the fake ones."""
+    for name, t in tensors.items():
+        if t is not None:
+            _dtype_code(op, name, t)
+
+
 def _same_device(op, name, t, ref):
     if t.device != ref.device:
         raise ValueError(f"scree.{op}: argument '{name}' is on {t.device}, not {ref.device} "
@@ -215,6 +222,7 @@ def _rms_norm_op(input: torch.Tensor, normalized_shape: Sequence[int],
 @_rms_norm_op.register_fake
 def _(input, normalized_shape, weight, eps):
     _norm_cols("rms_norm", input, normalized_shape, weight)
+    _dtypes("rms_norm", input=input, weight=weight)
     return input.new_empty(input.shape)
 
 
@@ -271,6 +279,7 @@ def _layer_norm_op(input: torch.Tensor, normalized_shape: Sequence[int],
 @_layer_norm_op.register_fake
 def _(input, normalized_shape, weight, bias, eps):
     _norm_cols("layer_norm", input, normalized_shape, weight, bias)
+    _dtypes("layer_norm", input=input, weight=weight, bias=bias)
     return input.new_empty(input.shape)
 
 
@@ -335,6 +344,7 @@ def _add_rms_norm_op(input: torch.Tensor, residual: torch.Tensor, weight: torch.
 @_add_rms_norm_op.register_fake
 def _(input, residual, weight, eps):
     _add_check("add_rms_norm", input, residual, weight)
+    _dtypes("add_rms_norm", input=input, weight=weight)
     return input.new_empty(input.shape), input.new_empty(input.shape)
 
 
@@ -389,6 +399,9 @@ def _softmax_op(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype],
 @_softmax_op.register_fake
 def _(input, dim, dtype, scale):
     _last_dim("softmax", input, dim)
+    _dtypes("softmax", input=input)
+    if dtype is not None and dtype not in _DTYPES:
+        raise TypeError(f"scree.softmax: argument 'dtype'={dtype}: float32, float16 or bfloat16")
     return input.new_empty(input.shape, dtype=dtype if dtype is not None else input.dtype)
 
 
@@ -435,6 +448,10 @@ def _ragged_softmax_op(input: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen
 
 @_ragged_softmax_op.register_fake
 def _(input, cu_seqlens, max_seqlen, scale):
+    _dtypes("ragged_softmax", input=input)
+    if input.dim() < 1 or cu_seqlens.dim() != 1:
+        raise ValueError("scree.ragged_softmax: arguments 'input' [total, ...] and "
+                         "'cu_seqlens' [batch + 1] expected")
     return input.new_empty(input.shape)
 
 
@@ -531,6 +548,7 @@ def _rope_op(q: torch.Tensor, k: Optional[torch.Tensor], cu_seqlens: Optional[to
 @_rope_op.register_fake
 def _(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
     _rope_check("rope", q, k, cu_seqlens, positions)
+    _dtypes("rope", q=q)
 
 
 def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=None,
@@ -610,6 +628,7 @@ def _swiglu_op(gate: torch.Tensor, up: Optional[torch.Tensor]) -> torch.Tensor:
 
 @_swiglu_op.register_fake
 def _(gate, up):
+    _dtypes("swiglu", gate=gate)
     return gate.new_empty(_swiglu_shape("swiglu", gate, up))
 
 
@@ -668,6 +687,7 @@ def _cross_entropy_op(input: torch.Tensor, target: torch.Tensor,
 @_cross_entropy_op.register_fake
 def _(input, target, ignore_index):
     _ce_check("cross_entropy", input, target)
+    _dtypes("cross_entropy", input=input)
     n = input.shape[0]
     return input.new_empty((n,), dtype=torch.float32), input.new_empty((n,), dtype=torch.float32)
 
@@ -782,6 +802,7 @@ def _varlen_attn_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window_left,
       window_right, return_lse):
     _attn_check("varlen_attn", query, key, value, cu_seq_q, cu_seq_k)
+    _dtypes("varlen_attn", query=query)
     out = query.new_empty(query.shape)
     if return_lse:
         lse = query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)

@@ -73,7 +73,7 @@ def scree_attention_forward(module, query, key, value, attention_mask, dropout=0
         raise ValueError("scree attention: attention sinks (s_aux) are not supported")
     if kwargs.get("output_attentions"):
         raise ValueError("scree attention: output_attentions is not supported")
-    if query.dtype not in (torch.float16, torch.bfloat16):
+    if query.is_cuda and query.dtype not in (torch.float16, torch.bfloat16):
         raise TypeError(f"scree attention: query has dtype {query.dtype}; scree's attention "
                         "takes float16 or bfloat16 (load the model with dtype=torch.bfloat16)")
     b, hq, lq, d = query.shape
