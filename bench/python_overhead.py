@@ -63,9 +63,10 @@ def binding_only(calls, rounds):
     L = _lib.lib()
     packer = _lib.PACKERS["scree_rmsnorm_args"]
 
+    ctype = {"Q": ctypes.c_uint64, "q": ctypes.c_int64, "i": ctypes.c_int, "f": ctypes.c_float}
+
     class RmsArgs(ctypes.Structure):
-        _fields_ = [(n, {"Q": ctypes.c_uint64, "q": ctypes.c_int64, "i": ctypes.c_int,
-                         "f": ctypes.c_float}[c]) for n, c in _lib.ARG_STRUCTS["scree_rmsnorm_args"]]
+        _fields_ = [(n, ctype[c]) for n, c in _lib.ARG_STRUCTS["scree_rmsnorm_args"]]
 
     vals = (1 << 40, 2 << 40, 3 << 40, 1, 4096, 0, 0, 2, 2, 2, 1e-6)
     names = [n for n, _ in RmsArgs._fields_]

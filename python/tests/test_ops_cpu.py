@@ -326,3 +326,107 @@ def test_transformers_llama_padded_and_generate(cpu_kernels, gen):
         gb = m_sdpa.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
                              pad_token_id=0)
     assert torch.equal(ga, gb)
+
+
+# -- the implementations' argument structs, without a GPU ---------------------
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Runs the real implementations on CPU tensors with the C call replaced
+    by a recorder: each call's struct, unpacked into a dict by field name."""
+    from scree import _lib
+    calls = []
+    by_entry = {}
+    for struct_name, entry in _lib.ENTRIES.items():
+        by_entry[entry] = struct_name
+
+    class Entry:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, ctx, packed, stream):
+            sname = by_entry[self.name]
+            fields = [f for f, _ in _lib.ARG_STRUCTS[sname]]
+            calls.append((self.name, dict(zip(fields, _lib.PACKERS[sname].unpack(packed)))))
+            return 0
+
+    class FakeLib:
+        def __getattr__(self, name):
+            return Entry(name)
+
+    monkeypatch.setattr(_ops, "_on_cuda", lambda op, name, t: None)
+    monkeypatch.setattr(_ops, "_launch_state", lambda t: (None, None))
+    monkeypatch.setattr(_lib, "lib", lambda: FakeLib())
+    return calls
+
+
+def test_implementations_fill_the_structs(captured, gen):
+    b = torch.bfloat16
+    x = torch.randn(6, 4, 64, generator=gen).to(b)
+    w = torch.randn(64, generator=gen).to(b)
+    _ops._rms_norm_impl(x, [64], w, None)
+    name, a = captured[-1]
+    assert name == "scree_rmsnorm" and a["x"] == x.data_ptr() and a["w"] == w.data_ptr()
+    assert (a["rows"], a["cols"], a["x_stride"], a["x_dtype"], a["w_dtype"]) == (24, 64, 64, 2, 2)
+    assert a["eps"] == pytest.approx(torch.finfo(torch.float32).eps)
+    v = torch.randn(10, 128, generator=gen)[::2, :64]  # strided rows
+    _ops._rms_norm_impl(v, [64], None, 1e-6)
+    a = captured[-1][1]
+    assert (a["x"], a["rows"], a["x_stride"], a["x_dtype"]) == (v.data_ptr(), 5, 256, 0)
+    e = torch.randn(1, 64).expand(4, 64)  # broadcast rows: copied, never read with stride 0
+    _ops._rms_norm_impl(e, [64], None, 1e-6)
+    assert captured[-1][1]["x_stride"] == 64 and captured[-1][1]["x"] != e.data_ptr()
+
+    _ops._layer_norm_impl(x, [64], w, w, 1e-5)
+    a = captured[-1][1]
+    assert a["b"] == w.data_ptr() and a["mean"] == 0 and a["rows"] == 24
+    y, h = _ops._add_rms_norm_impl(x, x + 1, w, 1e-6)
+    a = captured[-1][1]
+    assert (a["h"], a["y"], a["cols"]) == (h.data_ptr(), y.data_ptr(), 64)
+    _ops._softmax_impl(x, -1, torch.float32, 0.5)
+    a = captured[-1][1]
+    assert (a["x_dtype"], a["y_dtype"], a["scale"], a["rows"]) == (2, 0, 0.5, 24)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int64)
+    _ops._ragged_softmax_impl(x, cu, 4, 1.0)
+    a = captured[-1][1]
+    assert (a["batch"], a["total"], a["cols"], a["max_seqlen"]) == (2, 6, 256, 4)
+
+    qkv = torch.randn(6, 12, 64, generator=gen).to(b)
+    q, k = qkv[:, :8], qkv[:, 8:10]
+    _ops._rope_impl(q, k, cu, None, None, 500000.0, 0, True)
+    a = captured[-1][1]
+    assert (a["q"], a["k"], a["q_token_stride"], a["q_head_stride"]) == \
+        (q.data_ptr(), k.data_ptr(), 12 * 64, 64)
+    assert (a["heads_q"], a["heads_kv"], a["head_dim"], a["batch"], a["layout"]) == \
+        (8, 2, 64, 2, 1)
+    _ops._rope_impl(q, None, None, torch.arange(6), None, 1e4, 32, False)
+    a = captured[-1][1]
+    assert (a["k"], a["positions_int64"], a["cu_seqlens"], a["rotary_dim"]) == (0, 1, 0, 32)
+
+    gu = torch.randn(5, 128, generator=gen)
+    out = _ops._swiglu_impl(gu, None)
+    a = captured[-1][1]
+    assert out.shape == (5, 64) and (a["up"], a["cols"], a["gate_stride"]) == (0, 64, 128)
+    _ops._swiglu_impl(gu[:, :64], gu[:, 64:])
+    a = captured[-1][1]
+    assert a["up"] == gu[:, 64:].data_ptr() and a["up_stride"] == 128
+
+    logits = torch.randn(6, 50, generator=gen)
+    _ops._cross_entropy_impl(logits, torch.arange(6, dtype=torch.int32), -100)
+    a = captured[-1][1]
+    assert (a["rows"], a["vocab"], a["ignore_index"]) == (6, 50, -100)
+
+    q3 = torch.randn(6, 3, 8, 64, generator=gen).to(b)
+    q, k, v = q3[:, 0], q3[:, 1, :2], q3[:, 2, :2]
+    out, lse = _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, None, -1, 0, True)
+    a = captured[-1][1]
+    assert (a["q_token_stride"], a["q_head_stride"], a["k_token_stride"]) == (3 * 8 * 64, 64,
+                                                                               3 * 8 * 64)
+    assert (a["heads_q"], a["heads_kv"], a["batch"], a["causal"], a["window_right"]) == \
+        (8, 2, 2, 1, -1)
+    assert a["lse"] == lse.data_ptr() and lse.shape == (8, 6) and a["scale"] == 0.0
+    _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, 0.25, 16, 4, False)
+    a = captured[-1][1]
+    assert (a["lse"], a["causal"], a["window_left"], a["window_right"], a["scale"]) == \
+        (0, 0, 16, 4, 0.25)

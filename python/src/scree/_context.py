@@ -45,7 +45,8 @@ def options(**changes):
     """
     for k, v in changes.items():
         if k not in _OPTION_NAMES:
-            raise TypeError(f"scree.options: unknown option {k!r} (known: {', '.join(_OPTION_NAMES)})")
+            raise TypeError(f"scree.options: unknown option {k!r} "
+                            f"(known: {', '.join(_OPTION_NAMES)})")
         if k == "miss_policy" and v is not None and v not in _lib.MISS_POLICIES:
             raise ValueError(f"scree.options: miss_policy={v!r}: one of default, tune, error")
         if k == "log_level" and v is not None and v not in _lib.LOG_LEVELS:

@@ -17,7 +17,7 @@ Two ways into each op:
 import math
 import re
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 
@@ -193,18 +193,30 @@ _RMS_NAMES = {"x": "input", "w": "weight", "y": "output", "x_dtype": "input",
 def _rms_norm_impl(input, normalized_shape, weight, eps):
     op = "rms_norm"
     _on_cuda(op, "input", input)
-    cols = _norm_cols(op, input, normalized_shape, weight)
+    # The common case (one normalized dimension, a contiguous 1-D weight)
+    # takes no view or copy: this is the path the overhead figure measures.
+    if len(normalized_shape) == 1 and input.dim() > 0 and \
+            normalized_shape[0] == input.shape[-1] and \
+            (weight is None or (weight.dim() == 1 and weight.shape[0] == input.shape[-1])):
+        cols = input.shape[-1]
+    else:
+        cols = _norm_cols(op, input, normalized_shape, weight)
     dx = _dtype_code(op, "input", input)
     if weight is None:
         w = _ones(input.device, input.dtype, cols)
     else:
-        _same_device(op, "weight", weight, input)
-        w = weight.reshape(cols).contiguous()
+        if weight.device != input.device:
+            _same_device(op, "weight", weight, input)
+        w = weight if weight.dim() == 1 and weight.is_contiguous() else \
+            weight.reshape(cols).contiguous()
     dw = _dtype_code(op, "weight", w)
     if eps is None:  # F.rms_norm's default: float32's epsilon (its computation type)
         eps = 1.1920928955078125e-07
     x, xs = _rows(input, cols)
-    y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    if input.is_contiguous():
+        y = torch.empty_like(input)
+    else:
+        y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     ctx, stream = _launch_state(input)
     _call(op, _lib.lib().scree_rmsnorm,
           _P["scree_rmsnorm_args"].pack(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0],
@@ -461,7 +473,7 @@ def ragged_softmax(input, cu_seqlens, max_seqlen, *, scale=1.0):
     [cu_seqlens[b], cu_seqlens[b + 1]); max_seqlen bounds the lengths."""
     if _direct(input, cu_seqlens):
         return _ragged_softmax_impl(input, cu_seqlens, int(max_seqlen), float(scale))
-    return torch.ops.scree.ragged_softmax(input, cu_seqlens, max_seqlen, float(scale))
+    return torch.ops.scree.ragged_softmax(input, cu_seqlens, _as_int(max_seqlen), float(scale))
 
 
 # -- RoPE --------------------------------------------------------------------
@@ -811,6 +823,12 @@ def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window
     return out, lse
 
 
+def _as_int(n):
+    """An int or SymInt as it is; anything else (a 0-d tensor, as
+    transformers passes maximum lengths) as an int."""
+    return n if isinstance(n, (int, torch.SymInt)) else int(n)
+
+
 def _window(window_size):
     try:
         left, right = window_size
@@ -843,8 +861,9 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
         out, lse = _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, int(max_q),
                                      int(max_k), causal, sc, left, right, want_lse)
     else:
-        out, lse = torch.ops.scree.varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q,
-                                               max_k, causal, sc, left, right, want_lse)
+        out, lse = torch.ops.scree.varlen_attn(query, key, value, cu_seq_q, cu_seq_k,
+                                               _as_int(max_q), _as_int(max_k), causal, sc, left,
+                                               right, want_lse)
     return (out, lse) if want_lse else out
 
 
