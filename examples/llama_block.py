@@ -24,7 +24,7 @@ query sees it), F.silu(gate) * up.
 Checks (exit 1 on failure): both layers' outputs at the real tokens against
 a float32 run of PyTorch's layer (same weights and inputs): scree's largest
 error at most twice PyTorch's own low-precision error plus 1e-3 of the
-output's largest magnitude, and scree against PyTorch directly within 3% of
+output's largest magnitude, and scree against PyTorch directly within 5% of
 that magnitude. Speed: tokens per second of each layer (real tokens only,
 over the median of --reps timed forwards on the current stream, CUDA
 events, after warm-up; the first scree calls of a shape pick its kernels).
@@ -188,7 +188,7 @@ def main():
         W32 = {k: v.float() for k, v in W.items()}
         out_r = torch_layer(xp.float(), W32, cfg)
         err_s, err_t, diff, scale = compare(out_s, out_t, out_r, lengths)
-        ok = err_s <= 2 * err_t + 1e-3 * scale and diff <= 0.03 * scale
+        ok = err_s <= 2 * err_t + 1e-3 * scale and diff <= 0.05 * scale
         print(f"output vs float32 PyTorch (max |diff|, outputs up to {scale:.3g}): "
               f"scree {err_s:.4g}, PyTorch {args.dtype} {err_t:.4g}; scree vs PyTorch {diff:.4g}"
               f" -> {'match' if ok else 'MISMATCH'}")
