@@ -1,0 +1,907 @@
+"""scree's ops on torch tensors: the public functions, their implementations
+through the C library, and their torch.library custom ops (torch.ops.scree.*)
+with fake implementations for torch.compile and export.
+
+Two ways into each op:
+
+- Eager calls on plain CUDA tensors that need no autograd go straight to
+  the implementation (`_direct`): argument checks, output allocation with
+  PyTorch's allocator, one packed struct and one ctypes call on PyTorch's
+  current stream. This is the path whose host time docs/python.md measures.
+- Everything else (torch.compile, export, fake or meta tensors, tensor
+  subclasses, dispatch modes, inputs that require grad, CPU tensors) goes
+  through torch.ops.scree.<op>, whose fake implementation gives the output
+  shapes without running anything, and whose real one is the same
+  implementation. The ops are forward only: a backward through one raises.
+"""
+import math
+import re
+import threading
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from . import _context, _lib
+
+_Tensor = torch.Tensor
+_DTYPES = {torch.float32: _lib.DTYPE_FP32, torch.float16: _lib.DTYPE_FP16,
+           torch.bfloat16: _lib.DTYPE_BF16}
+_P = _lib.PACKERS
+
+try:
+    _is_compiling = torch.compiler.is_compiling
+except AttributeError:  # torch < 2.3
+    def _is_compiling():
+        return False
+
+_dispatch_stack_len = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+_raw_stream = torch._C._cuda_getCurrentRawStream if hasattr(
+    torch._C, "_cuda_getCurrentRawStream") else None
+
+
+def _direct(a, *others):
+    """True when this eager call can skip the dispatcher: `a` a plain CUDA
+    tensor, the others plain tensors or None, no tracing, no dispatch mode,
+    and no input needing autograd."""
+    if _is_compiling() or type(a) is not _Tensor or not a.is_cuda or _dispatch_stack_len():
+        return False
+    grad = torch.is_grad_enabled()
+    if grad and a.requires_grad:
+        return False
+    for t in others:
+        if t is not None and (type(t) is not _Tensor or (grad and t.requires_grad)):
+            return False
+    return True
+
+
+# -- argument checks ---------------------------------------------------------
+
+
+def _dtype_code(op, name, t):
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        raise TypeError(f"scree.{op}: argument '{name}' has dtype {t.dtype}; "
+                        "scree takes float32, float16 or bfloat16")
+    return code
+
+
+def _on_cuda(op, name, t):
+    if not t.is_cuda:
+        raise ValueError(f"scree.{op}: argument '{name}' is on {t.device}; scree runs on CUDA "
+                         "devices (torch.ops.scree has no kernel for this device)")
+
+
+def _dtypes(op, **tensors):
+    """The dtype check of the real implementations, for the fake ones."""
+    for name, t in tensors.items():
+        if t is not None:
+            _dtype_code(op, name, t)
+
+
+def _same_device(op, name, t, ref):
+    if t.device != ref.device:
+        raise ValueError(f"scree.{op}: argument '{name}' is on {t.device}, not {ref.device} "
+                         "with the other inputs")
+
+
+def _rows(t, cols):
+    """t as [rows, cols] with unit column stride and a row stride of at least
+    cols (as scree reads it), a view where one exists, else a copy; and the
+    row stride to pass (0: contiguous)."""
+    v = t if (t.dim() == 2 and t.shape[1] == cols) else None
+    if v is None:
+        try:
+            v = t.view(-1, cols)
+        except RuntimeError:
+            v = t.reshape(-1, cols)
+    if cols > 1 and v.stride(1) != 1:
+        v = v.contiguous()
+    if v.shape[0] <= 1:
+        return v, 0
+    s = v.stride(0)
+    if s < cols:  # broadcast (stride 0) or overlapping rows: scree cannot read those
+        v = v.contiguous()
+        s = cols
+    return v, s
+
+
+def _int32(op, name, t, ref):
+    """cu_seqlens as the int32 device tensor scree reads (a copy when it is
+    another integer type or not contiguous)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"scree.{op}: argument '{name}' must be a tensor, not {type(t).__name__}")
+    if t.dim() != 1 or t.numel() < 1:
+        raise ValueError(f"scree.{op}: argument '{name}' must be 1-D with batch + 1 entries, "
+                         f"got shape {tuple(t.shape)}")
+    if t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"scree.{op}: argument '{name}' has dtype {t.dtype}; int32 (or int64)")
+    _same_device(op, name, t, ref)
+    if t.dtype != torch.int32:
+        t = t.to(torch.int32)
+    return t.contiguous()
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _call(op, entry, packed, ctx, stream, names):
+    """One call of a C entry; a failure becomes a ScreeError (a
+    ScreeArgumentError, also a ValueError, for argument statuses) naming the
+    Python argument that scree's message is about, where it names one."""
+    st = entry(ctx, packed, stream)
+    if st:
+        _raise(op, st, ctx, names)
+
+
+def _raise(op, st, ctx, names):
+    L = _lib.lib()
+    detail = L.scree_last_error(ctx).decode(errors="replace")
+    name = L.scree_status_name(st).decode()
+    arg = None
+    for w in _WORD.findall(detail):
+        if w in names:
+            arg = names[w]
+            break
+    where = f" (argument '{arg}')" if arg else ""
+    msg = f"scree.{op}{where}: {detail or L.scree_status_str(st).decode()} [{name}]"
+    cls = _lib.ScreeArgumentError if st in _lib.ARGUMENT_STATUSES else _lib.ScreeError
+    raise cls(msg, st, name, detail, arg)
+
+
+def _launch_state(t):
+    """(context, stream) for a call on t's device: scree's context of that
+    device and PyTorch's current stream there."""
+    dev = t.get_device()
+    ctx = _context._contexts.get(dev) or _context.context(dev)
+    return ctx, _raw_stream(dev)
+
+
+_ones_lock = threading.Lock()
+_ones_cache = {}
+
+
+def _ones(device, dtype, n):
+    """A cached ones vector (the weight of an op called without one)."""
+    key = (device, dtype, n)
+    t = _ones_cache.get(key)
+    if t is None:
+        t = torch.ones(n, dtype=dtype, device=device)
+        with _ones_lock:
+            _ones_cache[key] = t
+    return t
+
+
+def _norm_cols(op, input, normalized_shape, weight, bias=None):
+    shape = tuple(int(s) for s in normalized_shape)
+    if not shape or tuple(input.shape[input.dim() - len(shape):]) != shape:
+        raise ValueError(f"scree.{op}: argument 'normalized_shape'={list(shape)} is not the "
+                         f"trailing shape of input {tuple(input.shape)}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) != shape:
+            raise ValueError(f"scree.{op}: argument '{name}' has shape {tuple(t.shape)}, "
+                             f"not normalized_shape {list(shape)}")
+    return math.prod(shape)
+
+
+# -- RMSNorm -----------------------------------------------------------------
+
+_RMS_NAMES = {"x": "input", "w": "weight", "y": "output", "x_dtype": "input",
+              "w_dtype": "weight", "cols": "normalized_shape", "rows": "input",
+              "x_stride": "input", "eps": "eps"}
+
+
+def _rms_norm_impl(input, normalized_shape, weight, eps):
+    op = "rms_norm"
+    _on_cuda(op, "input", input)
+    # The common case (one normalized dimension, a contiguous 1-D weight)
+    # takes no view or copy: this is the path the overhead figure measures.
+    if len(normalized_shape) == 1 and input.dim() > 0 and \
+            normalized_shape[0] == input.shape[-1] and \
+            (weight is None or (weight.dim() == 1 and weight.shape[0] == input.shape[-1])):
+        cols = input.shape[-1]
+    else:
+        cols = _norm_cols(op, input, normalized_shape, weight)
+    dx = _dtype_code(op, "input", input)
+    if weight is None:
+        w = _ones(input.device, input.dtype, cols)
+    else:
+        if weight.device != input.device:
+            _same_device(op, "weight", weight, input)
+        w = weight if weight.dim() == 1 and weight.is_contiguous() else \
+            weight.reshape(cols).contiguous()
+    dw = _dtype_code(op, "weight", w)
+    if eps is None:  # F.rms_norm's default: float32's epsilon (its computation type)
+        eps = 1.1920928955078125e-07
+    x, xs = _rows(input, cols)
+    if input.is_contiguous():
+        y = torch.empty_like(input)
+    else:
+        y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    ctx, stream = _launch_state(input)
+    _call(op, _lib.lib().scree_rmsnorm,
+          _P["scree_rmsnorm_args"].pack(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0],
+                                        cols, xs, 0, dx, dw, dx, eps),
+          ctx, stream, _RMS_NAMES)
+    return y
+
+
+@torch.library.custom_op("scree::rms_norm", mutates_args=())
+def _rms_norm_op(input: torch.Tensor, normalized_shape: Sequence[int],
+                 weight: Optional[torch.Tensor], eps: Optional[float]) -> torch.Tensor:
+    return _rms_norm_impl(input, normalized_shape, weight, eps)
+
+
+@_rms_norm_op.register_fake
+def _(input, normalized_shape, weight, eps):
+    _norm_cols("rms_norm", input, normalized_shape, weight)
+    _dtypes("rms_norm", input=input, weight=weight)
+    return input.new_empty(input.shape)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """RMSNorm over the last len(normalized_shape) dimensions, as
+    torch.nn.functional.rms_norm (same arguments, same output dtype, eps
+    None meaning float32's epsilon). float32, float16 or bfloat16; the
+    normalized size at most 65536."""
+    if _direct(input, weight):
+        return _rms_norm_impl(input, normalized_shape, weight, eps)
+    return torch.ops.scree.rms_norm(input, list(normalized_shape), weight, eps)
+
+
+# -- LayerNorm ---------------------------------------------------------------
+
+_LN_NAMES = {"x": "input", "w": "weight", "b": "bias", "y": "output", "x_dtype": "input",
+             "w_dtype": "weight", "cols": "normalized_shape", "rows": "input",
+             "x_stride": "input", "eps": "eps"}
+
+
+def _layer_norm_impl(input, normalized_shape, weight, bias, eps):
+    op = "layer_norm"
+    _on_cuda(op, "input", input)
+    cols = _norm_cols(op, input, normalized_shape, weight, bias)
+    dx = _dtype_code(op, "input", input)
+    if weight is None:
+        w = _ones(input.device, bias.dtype if bias is not None else input.dtype, cols)
+    else:
+        _same_device(op, "weight", weight, input)
+        w = weight.reshape(cols).contiguous()
+    dw = _dtype_code(op, "weight", w)
+    b = 0
+    if bias is not None:
+        _same_device(op, "bias", bias, input)
+        bt = bias.reshape(cols).to(w.dtype).contiguous()
+        b = bt.data_ptr()
+    x, xs = _rows(input, cols)
+    y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    ctx, stream = _launch_state(input)
+    _call(op, _lib.lib().scree_layernorm,
+          _P["scree_layernorm_args"].pack(x.data_ptr(), w.data_ptr(), b, y.data_ptr(), 0, 0,
+                                          x.shape[0], cols, xs, 0, dx, dw, dx, eps),
+          ctx, stream, _LN_NAMES)
+    return y
+
+
+@torch.library.custom_op("scree::layer_norm", mutates_args=())
+def _layer_norm_op(input: torch.Tensor, normalized_shape: Sequence[int],
+                   weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                   eps: float) -> torch.Tensor:
+    return _layer_norm_impl(input, normalized_shape, weight, bias, eps)
+
+
+@_layer_norm_op.register_fake
+def _(input, normalized_shape, weight, bias, eps):
+    _norm_cols("layer_norm", input, normalized_shape, weight, bias)
+    _dtypes("layer_norm", input=input, weight=weight, bias=bias)
+    return input.new_empty(input.shape)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """LayerNorm over the last len(normalized_shape) dimensions, as
+    torch.nn.functional.layer_norm (output in input's dtype)."""
+    if _direct(input, weight, bias):
+        return _layer_norm_impl(input, normalized_shape, weight, bias, eps)
+    return torch.ops.scree.layer_norm(input, list(normalized_shape), weight, bias, float(eps))
+
+
+# -- fused residual add + RMSNorm -------------------------------------------
+
+_ADD_NAMES = {"x": "input", "residual": "residual", "w": "weight", "h": "residual_out",
+              "y": "output", "x_dtype": "input", "w_dtype": "weight", "cols": "weight",
+              "rows": "input", "x_stride": "input", "residual_stride": "residual",
+              "eps": "eps"}
+
+
+def _add_check(op, input, residual, weight):
+    if tuple(residual.shape) != tuple(input.shape):
+        raise ValueError(f"scree.{op}: argument 'residual' has shape {tuple(residual.shape)}, "
+                         f"not input's {tuple(input.shape)}")
+    if residual.dtype != input.dtype:
+        raise TypeError(f"scree.{op}: argument 'residual' has dtype {residual.dtype}, "
+                        f"not input's {input.dtype}")
+    if weight.dim() != 1 or input.dim() < 1 or weight.shape[0] != input.shape[-1]:
+        raise ValueError(f"scree.{op}: argument 'weight' has shape {tuple(weight.shape)}; "
+                         f"expected ({input.shape[-1] if input.dim() else '?'},), the last "
+                         "dimension of input")
+
+
+def _add_rms_norm_impl(input, residual, weight, eps):
+    op = "add_rms_norm"
+    _on_cuda(op, "input", input)
+    _add_check(op, input, residual, weight)
+    _same_device(op, "residual", residual, input)
+    _same_device(op, "weight", weight, input)
+    cols = input.shape[-1]
+    dx = _dtype_code(op, "input", input)
+    dw = _dtype_code(op, "weight", weight)
+    w = weight.contiguous()
+    x, xs = _rows(input, cols)
+    r, rs = _rows(residual, cols)
+    y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    h = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    ctx, stream = _launch_state(input)
+    _call(op, _lib.lib().scree_add_rmsnorm,
+          _P["scree_add_rmsnorm_args"].pack(x.data_ptr(), r.data_ptr(), w.data_ptr(),
+                                            h.data_ptr(), y.data_ptr(), x.shape[0], cols,
+                                            xs, rs, 0, 0, dx, dw, dx, eps),
+          ctx, stream, _ADD_NAMES)
+    return y, h
+
+
+@torch.library.custom_op("scree::add_rms_norm", mutates_args=())
+def _add_rms_norm_op(input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _add_rms_norm_impl(input, residual, weight, eps)
+
+
+@_add_rms_norm_op.register_fake
+def _(input, residual, weight, eps):
+    _add_check("add_rms_norm", input, residual, weight)
+    _dtypes("add_rms_norm", input=input, weight=weight)
+    return input.new_empty(input.shape), input.new_empty(input.shape)
+
+
+def add_rms_norm(input, residual, weight, eps=1e-6):
+    """The residual add fused with RMSNorm, one pass over memory:
+    h = input + residual (in input's dtype), y = rms_norm(h) * weight.
+    Returns (y, h): the normed output and the new residual stream."""
+    if _direct(input, residual, weight):
+        return _add_rms_norm_impl(input, residual, weight, eps)
+    return torch.ops.scree.add_rms_norm(input, residual, weight, float(eps))
+
+
+# -- softmax over the last dimension ----------------------------------------
+
+_SM_NAMES = {"x": "input", "y": "output", "x_dtype": "input", "y_dtype": "dtype",
+             "cols": "input", "rows": "input", "x_stride": "input", "scale": "scale"}
+
+
+def _last_dim(op, input, dim):
+    nd = input.dim()
+    if nd == 0:
+        raise ValueError(f"scree.{op}: argument 'input' must have at least one dimension")
+    if dim not in (-1, nd - 1):
+        raise ValueError(f"scree.{op}: argument 'dim'={dim}: scree takes the softmax along "
+                         f"the last dimension only (-1 or {nd - 1})")
+
+
+def _softmax_impl(input, dim, dtype, scale):
+    op = "softmax"
+    _on_cuda(op, "input", input)
+    _last_dim(op, input, dim)
+    cols = input.shape[-1]
+    out_dtype = dtype if dtype is not None else input.dtype
+    dx = _dtype_code(op, "input", input)
+    y = torch.empty(input.shape, dtype=out_dtype, device=input.device)
+    dy = _dtype_code(op, "dtype", y)
+    x, xs = _rows(input, cols)
+    ctx, stream = _launch_state(input)
+    _call(op, _lib.lib().scree_softmax,
+          _P["scree_softmax_args"].pack(x.data_ptr(), y.data_ptr(), x.shape[0], cols, xs, 0,
+                                        dx, dy, scale),
+          ctx, stream, _SM_NAMES)
+    return y
+
+
+@torch.library.custom_op("scree::softmax", mutates_args=())
+def _softmax_op(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype],
+                scale: float) -> torch.Tensor:
+    return _softmax_impl(input, dim, dtype, scale)
+
+
+@_softmax_op.register_fake
+def _(input, dim, dtype, scale):
+    _last_dim("softmax", input, dim)
+    _dtypes("softmax", input=input)
+    if dtype is not None and dtype not in _DTYPES:
+        raise TypeError(f"scree.softmax: argument 'dtype'={dtype}: float32, float16 or bfloat16")
+    return input.new_empty(input.shape, dtype=dtype if dtype is not None else input.dtype)
+
+
+def softmax(input, dim=-1, *, dtype=None, scale=1.0):
+    """softmax(scale * input) along the last dimension, as
+    torch.nn.functional.softmax(input, dim, dtype=dtype) for dim -1."""
+    if _direct(input):
+        return _softmax_impl(input, dim, dtype, float(scale))
+    return torch.ops.scree.softmax(input, dim, dtype, float(scale))
+
+
+# -- softmax along each sequence's tokens -----------------------------------
+
+_RSM_NAMES = {"x": "input", "y": "output", "x_dtype": "input", "cu_seqlens": "cu_seqlens",
+              "max_seqlen": "max_seqlen", "total": "input", "cols": "input",
+              "x_stride": "input", "scale": "scale", "batch": "cu_seqlens"}
+
+
+def _ragged_softmax_impl(input, cu_seqlens, max_seqlen, scale):
+    op = "ragged_softmax"
+    _on_cuda(op, "input", input)
+    if input.dim() < 1:
+        raise ValueError(f"scree.{op}: argument 'input' must be [total, ...]")
+    cu = _int32(op, "cu_seqlens", cu_seqlens, input)
+    total = input.shape[0]
+    cols = math.prod(input.shape[1:])
+    dx = _dtype_code(op, "input", input)
+    y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    x, xs = _rows(input, cols) if cols else (input, 0)
+    ctx, stream = _launch_state(input)
+    _call(op, _lib.lib().scree_ragged_softmax,
+          _P["scree_ragged_softmax_args"].pack(x.data_ptr(), y.data_ptr(), cu.data_ptr(),
+                                               cu.numel() - 1, total, max_seqlen, cols, xs, 0,
+                                               dx, dx, scale),
+          ctx, stream, _RSM_NAMES)
+    return y
+
+
+@torch.library.custom_op("scree::ragged_softmax", mutates_args=())
+def _ragged_softmax_op(input: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+                       scale: float) -> torch.Tensor:
+    return _ragged_softmax_impl(input, cu_seqlens, max_seqlen, scale)
+
+
+@_ragged_softmax_op.register_fake
+def _(input, cu_seqlens, max_seqlen, scale):
+    _dtypes("ragged_softmax", input=input)
+    if input.dim() < 1 or cu_seqlens.dim() != 1:
+        raise ValueError("scree.ragged_softmax: arguments 'input' [total, ...] and "
+                         "'cu_seqlens' [batch + 1] expected")
+    return input.new_empty(input.shape)
+
+
+def ragged_softmax(input, cu_seqlens, max_seqlen, *, scale=1.0):
+    """Softmax along the token dimension of a packed batch, per sequence and
+    per column: input [total, ...], sequence b holding tokens
+    [cu_seqlens[b], cu_seqlens[b + 1]); max_seqlen bounds the lengths."""
+    if _direct(input, cu_seqlens):
+        return _ragged_softmax_impl(input, cu_seqlens, int(max_seqlen), float(scale))
+    return torch.ops.scree.ragged_softmax(input, cu_seqlens, _as_int(max_seqlen), float(scale))
+
+
+# -- RoPE --------------------------------------------------------------------
+
+_ROPE_NAMES = {"q": "q", "k": "k", "positions": "positions", "cu_seqlens": "cu_seqlens",
+               "cos_sin": "cos_sin", "total": "q", "batch": "cu_seqlens",
+               "max_position": "cos_sin", "heads_q": "q", "heads_kv": "k", "head_dim": "q",
+               "rotary_dim": "rotary_dim", "q_token_stride": "q", "q_head_stride": "q",
+               "k_token_stride": "k", "k_head_stride": "k", "dtype": "q", "theta": "theta"}
+
+
+def _rope_check(op, q, k, cu_seqlens, positions):
+    if q.dim() != 3:
+        raise ValueError(f"scree.{op}: argument 'q' must be [total, heads, head_dim], "
+                         f"got shape {tuple(q.shape)}")
+    if k is not None:
+        if k.dim() != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
+            raise ValueError(f"scree.{op}: argument 'k' must be [total, heads_kv, head_dim] "
+                             f"with q's total and head_dim, got {tuple(k.shape)} "
+                             f"(q {tuple(q.shape)})")
+        if k.dtype != q.dtype:
+            raise TypeError(f"scree.{op}: argument 'k' has dtype {k.dtype}, not q's {q.dtype}")
+    if (cu_seqlens is None) == (positions is None):
+        raise ValueError(f"scree.{op}: give exactly one of 'cu_seqlens' (positions restart at "
+                         "0 for each sequence) and 'positions'")
+
+
+def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
+    op = "rope"
+    _on_cuda(op, "q", q)
+    _rope_check(op, q, k, cu_seqlens, positions)
+    dt = _dtype_code(op, "q", q)
+    cu = pos = 0
+    batch = 0
+    pos64 = 0
+    keep = []
+    if positions is not None:
+        _same_device(op, "positions", positions, q)
+        if positions.dtype not in (torch.int32, torch.int64) or positions.dim() != 1:
+            raise TypeError(f"scree.{op}: argument 'positions' must be a 1-D int32 or int64 "
+                            f"tensor, got {positions.dtype} {tuple(positions.shape)}")
+        p = positions.contiguous()
+        keep.append(p)
+        pos = p.data_ptr()
+        pos64 = 1 if p.dtype == torch.int64 else 0
+    else:
+        c = _int32(op, "cu_seqlens", cu_seqlens, q)
+        keep.append(c)
+        cu = c.data_ptr()
+        batch = c.numel() - 1
+    cs, max_pos = 0, 0
+    if cos_sin is not None:
+        _same_device(op, "cos_sin", cos_sin, q)
+        if cos_sin.dtype != torch.float32 or cos_sin.dim() != 2:
+            raise TypeError(f"scree.{op}: argument 'cos_sin' must be float32 "
+                            "[max_position, rotary_dim]")
+        c2 = cos_sin.contiguous()
+        keep.append(c2)
+        cs, max_pos = c2.data_ptr(), c2.shape[0]
+    for name, t in (("q", q), ("k", k)):
+        if t is not None and t.shape[2] > 1 and t.stride(2) != 1:
+            raise ValueError(f"scree.{op}: argument '{name}' needs a contiguous last dimension "
+                             f"(strides {t.stride()})")
+    kp, kts, khs, hkv = 0, 0, 0, 0
+    if k is not None:
+        _same_device(op, "k", k, q)
+        kp, kts, khs, hkv = k.data_ptr(), k.stride(0), k.stride(1), k.shape[1]
+    ctx, stream = _launch_state(q)
+    _call(op, _lib.lib().scree_rope,
+          _P["scree_rope_args"].pack(q.data_ptr(), kp, pos, cu, cs, q.shape[0], batch, max_pos,
+                                     q.shape[1], hkv, q.shape[2], rotary_dim or 0,
+                                     q.stride(0), q.stride(1), kts, khs, dt,
+                                     1 if interleaved else 0, pos64, theta),
+          ctx, stream, _ROPE_NAMES)
+
+
+@torch.library.custom_op("scree::rope_", mutates_args=("q", "k"))
+def _rope_op(q: torch.Tensor, k: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+             positions: Optional[torch.Tensor], cos_sin: Optional[torch.Tensor], theta: float,
+             rotary_dim: int, interleaved: bool) -> None:
+    _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved)
+
+
+@_rope_op.register_fake
+def _(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
+    _rope_check("rope", q, k, cu_seqlens, positions)
+    _dtypes("rope", q=q)
+
+
+def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=None,
+         interleaved=False, cos_sin=None, inplace=False):
+    """Rotary position embedding on q [total, heads_q, head_dim] and k
+    [total, heads_kv, head_dim] (or None), in one launch. Positions restart
+    at 0 for each sequence of cu_seqlens, or come from positions (int32 or
+    int64 [total]). interleaved=False is the rotate-half (NeoX, HuggingFace
+    LLaMA) layout, True the GPT-J one; rotary_dim (default head_dim) rotates
+    the leading part of each head. cos and sin are computed from theta, or
+    read from cos_sin (float32 [max_position, rotary_dim]: the cos of the
+    rotary_dim / 2 angles, then their sin). Returns (q, k): new tensors,
+    or q and k themselves, rotated in place, with inplace=True."""
+    if not inplace:
+        q = q.clone()
+        k = k.clone() if k is not None else None
+    rd = int(rotary_dim or 0)
+    if _direct(q, k, cu_seqlens, positions, cos_sin):
+        _rope_impl(q, k, cu_seqlens, positions, cos_sin, float(theta), rd, bool(interleaved))
+    else:
+        torch.ops.scree.rope_(q, k, cu_seqlens, positions, cos_sin, float(theta), rd,
+                              bool(interleaved))
+    return q, k
+
+
+# -- SwiGLU ------------------------------------------------------------------
+
+_SWIGLU_NAMES = {"gate": "gate", "up": "up", "y": "output", "dtype": "gate", "cols": "gate",
+                 "rows": "gate", "gate_stride": "gate", "up_stride": "up"}
+
+
+def _swiglu_shape(op, gate, up):
+    if gate.dim() < 1:
+        raise ValueError(f"scree.{op}: argument 'gate' must have at least one dimension")
+    if up is None:
+        if gate.shape[-1] % 2:
+            raise ValueError(f"scree.{op}: argument 'gate' holds gate and up side by side "
+                             f"when up is None, so its last dimension ({gate.shape[-1]}) "
+                             "must be even")
+        return tuple(gate.shape[:-1]) + (gate.shape[-1] // 2,)
+    if tuple(up.shape) != tuple(gate.shape):
+        raise ValueError(f"scree.{op}: argument 'up' has shape {tuple(up.shape)}, not gate's "
+                         f"{tuple(gate.shape)}")
+    if up.dtype != gate.dtype:
+        raise TypeError(f"scree.{op}: argument 'up' has dtype {up.dtype}, not gate's "
+                        f"{gate.dtype}")
+    return tuple(gate.shape)
+
+
+def _swiglu_impl(gate, up):
+    op = "swiglu"
+    _on_cuda(op, "gate", gate)
+    shape = _swiglu_shape(op, gate, up)
+    dt = _dtype_code(op, "gate", gate)
+    cols = shape[-1]
+    y = torch.empty(shape, dtype=gate.dtype, device=gate.device)
+    if up is None:
+        g, gs = _rows(gate, 2 * cols)
+        up_p, us = 0, 0  # up is gate + cols, with gate's stride
+    else:
+        _same_device(op, "up", up, gate)
+        g, gs = _rows(gate, cols)
+        u, us = _rows(up, cols)
+        up_p = u.data_ptr()
+    ctx, stream = _launch_state(gate)
+    _call(op, _lib.lib().scree_swiglu,
+          _P["scree_swiglu_args"].pack(g.data_ptr(), up_p, y.data_ptr(), g.shape[0], cols,
+                                       gs, us, 0, dt, dt),
+          ctx, stream, _SWIGLU_NAMES)
+    return y
+
+
+@torch.library.custom_op("scree::swiglu", mutates_args=())
+def _swiglu_op(gate: torch.Tensor, up: Optional[torch.Tensor]) -> torch.Tensor:
+    return _swiglu_impl(gate, up)
+
+
+@_swiglu_op.register_fake
+def _(gate, up):
+    _dtypes("swiglu", gate=gate)
+    return gate.new_empty(_swiglu_shape("swiglu", gate, up))
+
+
+def swiglu(gate, up=None):
+    """silu(gate) * up, computed in float32, in gate's dtype. With up None,
+    gate holds both side by side on its last dimension (gate first), as the
+    fused gate_up projection of LLaMA-style MLPs writes them."""
+    if _direct(gate, up):
+        return _swiglu_impl(gate, up)
+    return torch.ops.scree.swiglu(gate, up)
+
+
+# -- cross-entropy -----------------------------------------------------------
+
+_CE_NAMES = {"logits": "input", "targets": "target", "dtype": "input", "vocab": "input",
+             "rows": "input", "logits_stride": "input", "loss": "output"}
+
+
+def _ce_check(op, input, target):
+    if input.dim() != 2:
+        raise ValueError(f"scree.{op}: argument 'input' must be [rows, classes], got shape "
+                         f"{tuple(input.shape)}")
+    if target.dim() != 1 or target.shape[0] != input.shape[0]:
+        raise ValueError(f"scree.{op}: argument 'target' must be [rows] = [{input.shape[0]}], "
+                         f"got shape {tuple(target.shape)}")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"scree.{op}: argument 'target' has dtype {target.dtype}; class "
+                        "indices (int64) are needed")
+
+
+def _cross_entropy_impl(input, target, ignore_index):
+    op = "cross_entropy"
+    _on_cuda(op, "input", input)
+    _ce_check(op, input, target)
+    _same_device(op, "target", target, input)
+    dt = _dtype_code(op, "input", input)
+    t = target.to(torch.int64).contiguous()
+    x, xs = _rows(input, input.shape[1])
+    loss = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
+    lse = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
+    ctx, stream = _launch_state(input)
+    _call(op, _lib.lib().scree_cross_entropy,
+          _P["scree_cross_entropy_args"].pack(x.data_ptr(), t.data_ptr(), loss.data_ptr(),
+                                              lse.data_ptr(), x.shape[0], input.shape[1], xs,
+                                              ignore_index, dt),
+          ctx, stream, _CE_NAMES)
+    return loss, lse
+
+
+@torch.library.custom_op("scree::cross_entropy", mutates_args=())
+def _cross_entropy_op(input: torch.Tensor, target: torch.Tensor,
+                      ignore_index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _cross_entropy_impl(input, target, ignore_index)
+
+
+@_cross_entropy_op.register_fake
+def _(input, target, ignore_index):
+    _ce_check("cross_entropy", input, target)
+    _dtypes("cross_entropy", input=input)
+    n = input.shape[0]
+    return input.new_empty((n,), dtype=torch.float32), input.new_empty((n,), dtype=torch.float32)
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    """Cross-entropy of logits input [rows, classes] against class indices
+    target [rows], as torch.nn.functional.cross_entropy (same arguments and
+    result dtype) without class weights, label smoothing or the deprecated
+    size_average / reduce. One pass over the logits; the mean is over the
+    rows whose target is not ignore_index."""
+    for name, v, default in (("weight", weight, None), ("size_average", size_average, None),
+                             ("reduce", reduce, None), ("label_smoothing", label_smoothing, 0.0)):
+        if v is not default and v != default:
+            raise ValueError(f"scree.cross_entropy: argument '{name}' is not supported "
+                             f"(only its default, {default})")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"scree.cross_entropy: argument 'reduction'={reduction!r}: "
+                         "'mean', 'sum' or 'none'")
+    if _direct(input, target):
+        loss, _ = _cross_entropy_impl(input, target, int(ignore_index))
+    else:
+        loss, _ = torch.ops.scree.cross_entropy(input, target, int(ignore_index))
+    if reduction == "none":
+        return loss.to(input.dtype)
+    if reduction == "sum":
+        return loss.sum().to(input.dtype)
+    return (loss.sum() / (target != ignore_index).sum()).to(input.dtype)
+
+
+# -- varlen attention --------------------------------------------------------
+
+_ATTN_NAMES = {"q": "query", "k": "key", "v": "value", "out": "output", "lse": "lse",
+               "cu_seqlens_q": "cu_seq_q", "cu_seqlens_k": "cu_seq_k", "total_q": "query",
+               "total_k": "key", "max_seqlen_q": "max_q", "max_seqlen_k": "max_k",
+               "heads_q": "query", "heads_kv": "key", "head_dim": "query", "dtype": "query",
+               "q_token_stride": "query", "k_token_stride": "key",
+               "v_token_stride": "value", "q_head_stride": "query",
+               "k_head_stride": "key", "v_head_stride": "value", "scale": "scale",
+               "window_left": "window_size", "window_right": "window_size",
+               "batch": "cu_seq_q", "cu_seqlens": "cu_seq_q"}
+
+
+def _attn_check(op, query, key, value, cu_seq_q, cu_seq_k):
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() != 3:
+            raise ValueError(f"scree.{op}: argument '{name}' must be [total, heads, head_dim], "
+                             f"got shape {tuple(t.shape)}")
+    if tuple(key.shape) != tuple(value.shape):
+        raise ValueError(f"scree.{op}: argument 'value' has shape {tuple(value.shape)}, "
+                         f"not key's {tuple(key.shape)}")
+    if key.shape[2] != query.shape[2]:
+        raise ValueError(f"scree.{op}: argument 'key' has head_dim {key.shape[2]}, not "
+                         f"query's {query.shape[2]}")
+    for name, t in (("key", key), ("value", value)):
+        if t.dtype != query.dtype:
+            raise TypeError(f"scree.{op}: argument '{name}' has dtype {t.dtype}, not query's "
+                            f"{query.dtype}")
+    if cu_seq_q.dim() != 1 or cu_seq_k.dim() != 1 or cu_seq_q.shape[0] != cu_seq_k.shape[0]:
+        raise ValueError(f"scree.{op}: arguments 'cu_seq_q' {tuple(cu_seq_q.shape)} and "
+                         f"'cu_seq_k' {tuple(cu_seq_k.shape)} must be 1-D of batch + 1 entries")
+
+
+def _last_contiguous(t):
+    return t if t.stride(2) == 1 or t.shape[2] == 1 else t.contiguous()
+
+
+def _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
+                      window_left, window_right, return_lse):
+    op = "varlen_attn"
+    _on_cuda(op, "query", query)
+    _attn_check(op, query, key, value, cu_seq_q, cu_seq_k)
+    for name, t in (("key", key), ("value", value)):
+        _same_device(op, name, t, query)
+    dt = _dtype_code(op, "query", query)
+    cq = _int32(op, "cu_seq_q", cu_seq_q, query)
+    ck = cq if cu_seq_k is cu_seq_q else _int32(op, "cu_seq_k", cu_seq_k, query)
+    q, k, v = _last_contiguous(query), _last_contiguous(key), _last_contiguous(value)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    tq, hq, d = q.shape
+    if return_lse:
+        lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.empty((0,), dtype=torch.float32, device=q.device)
+    # Causal is a window with no right side (FlashAttention-2's convention);
+    # passed as causal, scree runs its causal kernel.
+    if window_right == 0:
+        causal = True
+    ctx, stream = _launch_state(q)
+    _call(op, _lib.lib().scree_attention,
+          _P["scree_attention_args"].pack(
+              q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+              lse.data_ptr() if return_lse else 0, cq.data_ptr(), ck.data_ptr(),
+              cq.numel() - 1, tq, k.shape[0], max_q, max_k, hq, k.shape[1], d,
+              q.stride(0), k.stride(0), v.stride(0), 0, q.stride(1), k.stride(1), v.stride(1), 0,
+              dt, 1 if causal else 0, 0.0 if scale is None else scale,
+              window_left, -1 if causal else window_right),
+          ctx, stream, _ATTN_NAMES)
+    return out, lse
+
+
+@torch.library.custom_op("scree::varlen_attn", mutates_args=())
+def _varlen_attn_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    cu_seq_q: torch.Tensor, cu_seq_k: torch.Tensor, max_q: int, max_k: int,
+                    causal: bool, scale: Optional[float], window_left: int, window_right: int,
+                    return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
+                             scale, window_left, window_right, return_lse)
+
+
+@_varlen_attn_op.register_fake
+def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window_left,
+      window_right, return_lse):
+    _attn_check("varlen_attn", query, key, value, cu_seq_q, cu_seq_k)
+    _dtypes("varlen_attn", query=query)
+    out = query.new_empty(query.shape)
+    if return_lse:
+        lse = query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
+    else:
+        lse = query.new_empty((0,), dtype=torch.float32)
+    return out, lse
+
+
+def _as_int(n):
+    """An int or SymInt as it is; anything else (a 0-d tensor, as
+    transformers passes maximum lengths) as an int."""
+    return n if isinstance(n, (int, torch.SymInt)) else int(n)
+
+
+def _window(window_size):
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise ValueError(f"scree.varlen_attn: argument 'window_size'={window_size!r} must be a "
+                         "pair (left, right)") from None
+    return int(left), int(right)
+
+
+def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
+                scale=None, window_size=(-1, -1), causal=False):
+    """Attention over a packed batch of sequences, with the signature of
+    torch.nn.attention.varlen.varlen_attn.
+
+    query [T_q, H_q, D], key and value [T_k, H_kv, D] (H_q a multiple of
+    H_kv: GQA and MQA read K and V in place), float16 or bfloat16, D in 32,
+    64, 96, 128, 256; token and head strides multiples of 8 elements.
+    Sequence b is query tokens [cu_seq_q[b], cu_seq_q[b + 1]) against key
+    tokens [cu_seq_k[b], cu_seq_k[b + 1]) (int32 on the device); max_q and
+    max_k bound the lengths. scale defaults to 1/sqrt(D). window_size
+    (left, right), -1 unbounded, masks aligned to the bottom right as
+    FlashAttention-2's; (-1, 0), or causal=True, is causal attention.
+    Returns out [T_q, H_q, D], and with return_aux.lse also the log-sum-exp
+    [H_q, T_q] (float32; the layout PyTorch's op returns)."""
+    left, right = _window(window_size)
+    want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
+    causal = bool(causal)
+    sc = None if scale is None else float(scale)
+    if _direct(query, key, value, cu_seq_q, cu_seq_k):
+        out, lse = _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, int(max_q),
+                                     int(max_k), causal, sc, left, right, want_lse)
+    else:
+        out, lse = torch.ops.scree.varlen_attn(query, key, value, cu_seq_q, cu_seq_k,
+                                               _as_int(max_q), _as_int(max_k), causal, sc, left,
+                                               right, want_lse)
+    return (out, lse) if want_lse else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None):
+    """varlen_attn under flash_attn.flash_attn_varlen_func's argument names
+    (FlashAttention-2). Inference only: dropout_p must be 0, and softcap,
+    alibi_slopes and block_table are not supported. With return_attn_probs
+    it returns (out, softmax_lse [H_q, T_q], None), as FlashAttention does
+    without dropout."""
+    for name, v_, ok in (("dropout_p", dropout_p, dropout_p == 0),
+                         ("softcap", softcap, softcap == 0),
+                         ("alibi_slopes", alibi_slopes, alibi_slopes is None),
+                         ("block_table", block_table, block_table is None)):
+        if not ok:
+            raise ValueError(f"scree.flash_attn_varlen_func: argument '{name}' is not supported "
+                             f"(got {v_!r})")
+    aux = _LseRequest() if return_attn_probs else None
+    res = varlen_attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                      return_aux=aux, scale=softmax_scale, window_size=window_size,
+                      causal=causal)
+    if return_attn_probs:
+        return res[0], res[1], None
+    return res
+
+
+class _LseRequest:
+    lse = True
+
+
+def _varlen_names_ok():
+    """The C field names of every op, to check the maps above in tests."""
+    return {"rms_norm": _RMS_NAMES, "layer_norm": _LN_NAMES, "add_rms_norm": _ADD_NAMES,
+            "softmax": _SM_NAMES, "ragged_softmax": _RSM_NAMES, "rope": _ROPE_NAMES,
+            "swiglu": _SWIGLU_NAMES, "cross_entropy": _CE_NAMES, "varlen_attn": _ATTN_NAMES}
+
+
+OPS = ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "ragged_softmax", "rope_", "swiglu",
+       "cross_entropy", "varlen_attn")

@@ -1,0 +1,191 @@
+"""Plain PyTorch references of scree's ops, in float32 (or float64), on any
+device: what the GPU tests compare scree with, and the CPU kernels that the
+CPU tests register for torch.ops.scree.* (register_cpu_kernels) so that
+opcheck, torch.compile and the HuggingFace path run without a GPU."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    dims = tuple(range(input.dim() - len(normalized_shape), input.dim()))
+    x = input.double()
+    eps = torch.finfo(torch.float32).eps if eps is None else eps
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    if weight is not None:
+        y = y * weight.double()
+    return y.to(input.dtype)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    w = weight.double() if weight is not None else None
+    b = bias.double() if bias is not None else None
+    return F.layer_norm(input.double(), list(normalized_shape), w, b, eps).to(input.dtype)
+
+
+def add_rms_norm(input, residual, weight, eps=1e-6):
+    h = (input.double() + residual.double()).to(input.dtype)  # rounded, as written
+    return rms_norm(h, [h.shape[-1]], weight, eps), h
+
+
+def softmax(input, dim=-1, dtype=None, scale=1.0):
+    return torch.softmax(input.double() * scale, dim).to(dtype or input.dtype)
+
+
+def ragged_softmax(input, cu_seqlens, max_seqlen, scale=1.0):
+    out = torch.empty_like(input)
+    cu = cu_seqlens.tolist()
+    for b in range(len(cu) - 1):
+        s, e = cu[b], cu[b + 1]
+        if e > s:
+            out[s:e] = torch.softmax(input[s:e].double() * scale, 0).to(input.dtype)
+    return out
+
+
+def positions_from_cu(cu_seqlens, total, device):
+    pos = torch.empty(total, dtype=torch.int64, device=device)
+    cu = cu_seqlens.tolist()
+    for b in range(len(cu) - 1):
+        pos[cu[b]:cu[b + 1]] = torch.arange(cu[b + 1] - cu[b], device=device)
+    return pos
+
+
+def rope(q, k=None, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=None,
+         interleaved=False, cos_sin=None):
+    """(q, k) rotated, new tensors."""
+    d = q.shape[-1]
+    rd = rotary_dim or d
+    pos = positions.long() if positions is not None else positions_from_cu(
+        cu_seqlens, q.shape[0], q.device)
+    if cos_sin is not None:
+        cos = cos_sin[pos, :rd // 2].double()
+        sin = cos_sin[pos, rd // 2:].double()
+    else:
+        inv = theta ** (-torch.arange(0, rd, 2, dtype=torch.float64, device=q.device) / rd)
+        ang = pos.double()[:, None] * inv[None, :]
+        cos, sin = ang.cos(), ang.sin()
+    cos, sin = cos[:, None, :], sin[:, None, :]
+
+    def rot(x):
+        if x is None:
+            return None
+        x64 = x.double()
+        r, rest = x64[..., :rd], x64[..., rd:]
+        if interleaved:
+            x1, x2 = r[..., 0::2], r[..., 1::2]
+            o = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).flatten(-2)
+        else:
+            x1, x2 = r[..., :rd // 2], r[..., rd // 2:]
+            o = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
+        return torch.cat((o, rest), -1).to(x.dtype)
+
+    return rot(q), rot(k)
+
+
+def swiglu(gate, up=None):
+    if up is None:
+        gate, up = gate.chunk(2, dim=-1)
+    g = gate.double()
+    return (g * torch.sigmoid(g) * up.double()).to(gate.dtype)
+
+
+def cross_entropy_rows(input, target, ignore_index=-100):
+    """(loss, lse) per row in float32, loss 0 where ignored."""
+    x = input.double()
+    lse = torch.logsumexp(x, -1)
+    t = target.long()
+    keep = t != ignore_index
+    picked = x.gather(1, torch.where(keep, t, 0)[:, None])[:, 0]
+    loss = torch.where(keep, lse - picked, torch.zeros_like(lse))
+    return loss.float(), lse.float()
+
+
+def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal=False, scale=None,
+                window_left=-1, window_right=-1, return_lse=False):
+    """(out, lse [H_q, T_q] float32 or an empty tensor): per sequence, in
+    float64, masks aligned to the bottom right."""
+    tq, hq, d = query.shape
+    hkv = key.shape[1]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if window_right == 0:
+        causal = True
+    out = torch.zeros(query.shape, dtype=query.dtype, device=query.device)
+    lse = torch.full((hq, tq), float("-inf"), dtype=torch.float32, device=query.device)
+    cq, ck = cu_seq_q.tolist(), cu_seq_k.tolist()
+    for b in range(len(cq) - 1):
+        qs, qe, ks, ke = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        lq, lk = qe - qs, ke - ks
+        if lq == 0:
+            continue
+        q = query[qs:qe].double().transpose(0, 1)                     # [H, Lq, d]
+        k = key[ks:ke].double().repeat_interleave(hq // hkv, 1).transpose(0, 1)
+        v = value[ks:ke].double().repeat_interleave(hq // hkv, 1).transpose(0, 1)
+        s = q @ k.transpose(1, 2) * scale                               # [H, Lq, Lk]
+        i = torch.arange(lq, device=query.device)[:, None] + (lk - lq)
+        j = torch.arange(lk, device=query.device)[None, :]
+        keep = torch.ones(lq, lk, dtype=torch.bool, device=query.device)
+        if causal:
+            keep &= j <= i
+        if window_left >= 0:
+            keep &= j >= i - window_left
+        if window_right >= 0 and not causal:
+            keep &= j <= i + window_right
+        s = s.masked_fill(~keep, float("-inf"))
+        m = torch.logsumexp(s, -1)                                      # [H, Lq]
+        p = torch.exp(s - m[..., None]).nan_to_num(0.0)
+        o = (p @ v).transpose(0, 1)                                     # [Lq, H, d]
+        out[qs:qe] = o.to(query.dtype)
+        lse[:, qs:qe] = m.float()
+    if not return_lse:
+        lse = torch.empty((0,), dtype=torch.float32, device=query.device)
+    return out, lse
+
+
+def register_cpu_kernels():
+    """CPU kernels for every torch.ops.scree op, running these references,
+    so that the CPU tests can call the custom ops for real. Idempotent."""
+    import scree  # noqa: F401  (defines the ops)
+    if getattr(register_cpu_kernels, "done", False):
+        return
+    lib = torch.library
+
+    lib.register_kernel("scree::rms_norm", "cpu")(
+        lambda input, normalized_shape, weight, eps: rms_norm(input, normalized_shape, weight,
+                                                              eps))
+    lib.register_kernel("scree::layer_norm", "cpu")(
+        lambda input, normalized_shape, weight, bias, eps: layer_norm(
+            input, normalized_shape, weight, bias, eps))
+    lib.register_kernel("scree::add_rms_norm", "cpu")(
+        lambda input, residual, weight, eps: add_rms_norm(input, residual, weight, eps))
+    lib.register_kernel("scree::softmax", "cpu")(
+        lambda input, dim, dtype, scale: softmax(input, dim, dtype, scale))
+    lib.register_kernel("scree::ragged_softmax", "cpu")(
+        lambda input, cu_seqlens, max_seqlen, scale: ragged_softmax(input, cu_seqlens,
+                                                                    max_seqlen, scale))
+
+    def rope_cpu(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
+        rq, rk = rope(q, k, cu_seqlens, positions, theta, rotary_dim, interleaved, cos_sin)
+        q.copy_(rq)
+        if k is not None:
+            k.copy_(rk)
+
+    lib.register_kernel("scree::rope_", "cpu")(rope_cpu)
+    lib.register_kernel("scree::swiglu", "cpu")(lambda gate, up: swiglu(gate, up))
+    lib.register_kernel("scree::cross_entropy", "cpu")(
+        lambda input, target, ignore_index: cross_entropy_rows(input, target, ignore_index))
+    lib.register_kernel("scree::varlen_attn", "cpu")(
+        lambda query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, wl, wr,
+        return_lse: varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
+                                scale, wl, wr, return_lse))
+    register_cpu_kernels.done = True
+
+
+def random_seqlens(gen, n, lo, hi):
+    return torch.randint(lo, hi + 1, (n,), generator=gen).tolist()
+
+
+def cu_of(lens, device):
+    cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    cu[1:] = torch.tensor(lens, dtype=torch.int32).cumsum(0)
+    return cu.to(device)

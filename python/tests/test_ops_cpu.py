@@ -1,0 +1,432 @@
+"""The ops without a GPU: output shapes from the fake implementations,
+argument errors, torch.library.opcheck, torch.compile(fullgraph=True) of a
+LLaMA-style layer, and the HuggingFace attention path. The custom ops run
+the float64 references of tests/reference.py as CPU kernels here
+(cpu_kernels fixture), so everything around the kernels is exercised."""
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import reference as ref
+import scree
+from scree import _ops
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+
+BF16 = torch.bfloat16
+
+
+def _cuda(*shape, dtype=BF16):
+    return torch.empty(*shape, dtype=dtype, device="cuda")
+
+
+# -- shapes from the fake implementations ------------------------------------
+
+
+def test_fake_shapes_of_every_op():
+    with FakeTensorMode():
+        x = _cuda(2, 5, 64)
+        w = _cuda(64)
+        cu = _cuda(4, dtype=torch.int32)
+        assert scree.rms_norm(x, [64], w).shape == (2, 5, 64)
+        assert scree.rms_norm(x, (5, 64)).dtype == BF16
+        assert scree.layer_norm(x, [64], w, w).shape == (2, 5, 64)
+        y, h = scree.add_rms_norm(x, x, w)
+        assert y.shape == h.shape == (2, 5, 64)
+        assert scree.softmax(x, -1, dtype=torch.float32).dtype == torch.float32
+        assert scree.ragged_softmax(_cuda(10, 3, 4), cu, 6).shape == (10, 3, 4)
+        q, k = scree.rope(_cuda(10, 8, 64), _cuda(10, 2, 64), cu_seqlens=cu)
+        assert q.shape == (10, 8, 64) and k.shape == (10, 2, 64)
+        assert scree.swiglu(_cuda(10, 128)).shape == (10, 64)
+        assert scree.swiglu(_cuda(10, 64), _cuda(10, 64)).shape == (10, 64)
+        assert scree.cross_entropy(_cuda(10, 100), _cuda(10, dtype=torch.int64)).shape == ()
+        assert scree.cross_entropy(_cuda(10, 100), _cuda(10, dtype=torch.int64),
+                                   reduction="none").shape == (10,)
+        q, kv = _cuda(10, 8, 64), _cuda(12, 2, 64)
+        out = scree.varlen_attn(q, kv, kv, cu, cu, 5, 6)
+        assert out.shape == (10, 8, 64) and out.device.type == "cuda"
+        out, lse = scree.varlen_attn(q, kv, kv, cu, cu, 5, 6, return_aux=ref_aux(),
+                                     window_size=(-1, 0))
+        assert lse.shape == (8, 10) and lse.dtype == torch.float32
+        out, lse, none = scree.flash_attn_varlen_func(q, kv, kv, cu, cu, 5, 6, causal=True,
+                                                      return_attn_probs=True)
+        assert lse.shape == (8, 10) and none is None
+
+
+def ref_aux():
+    try:
+        from torch.nn.attention.varlen import AuxRequest
+        return AuxRequest(lse=True)
+    except ImportError:
+        return _ops._LseRequest()
+
+
+def test_meta_tensors():
+    x = torch.empty(3, 64, device="meta", dtype=torch.float16)
+    assert scree.rms_norm(x, [64]).device.type == "meta"
+    q = torch.empty(7, 4, 32, device="meta", dtype=torch.float16)
+    cu = torch.empty(3, device="meta", dtype=torch.int32)
+    assert scree.varlen_attn(q, q, q, cu, cu, 4, 4).shape == (7, 4, 32)
+
+
+# -- argument errors ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("call,exc,match", [
+    (lambda: scree.rms_norm(_cuda(4, 64), [32]), ValueError, "'normalized_shape'"),
+    (lambda: scree.rms_norm(_cuda(4, 64), [64], _cuda(32)), ValueError, "'weight'"),
+    (lambda: scree.rms_norm(_cuda(4, 64, dtype=torch.float64), [64]), TypeError, "'input'"),
+    (lambda: scree.layer_norm(_cuda(4, 64), [64], None, _cuda(8)), ValueError, "'bias'"),
+    (lambda: scree.add_rms_norm(_cuda(4, 64), _cuda(4, 32), _cuda(64)), ValueError,
+     "'residual'"),
+    (lambda: scree.add_rms_norm(_cuda(4, 64), _cuda(4, 64, dtype=torch.float16), _cuda(64)),
+     TypeError, "'residual'"),
+    (lambda: scree.add_rms_norm(_cuda(4, 64), _cuda(4, 64), _cuda(32)), ValueError, "'weight'"),
+    (lambda: scree.softmax(_cuda(4, 64), 0), ValueError, "'dim'"),
+    (lambda: scree.softmax(_cuda(4, 64), dtype=torch.int32), TypeError, "'dtype'"),
+    (lambda: scree.rope(_cuda(4, 64)), ValueError, "'q'"),
+    (lambda: scree.rope(_cuda(4, 2, 64)), ValueError, "'cu_seqlens'"),
+    (lambda: scree.rope(_cuda(4, 2, 64), _cuda(4, 2, 32), cu_seqlens=_cuda(2, dtype=torch.int32)),
+     ValueError, "'k'"),
+    (lambda: scree.swiglu(_cuda(4, 63)), ValueError, "'gate'"),
+    (lambda: scree.swiglu(_cuda(4, 64), _cuda(4, 32)), ValueError, "'up'"),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(3, dtype=torch.int64)), ValueError,
+     "'target'"),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.float32)), TypeError,
+     "'target'"),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), reduction="avg"),
+     ValueError, "'reduction'"),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), label_smoothing=0.1),
+     ValueError, "'label_smoothing'"),
+    (lambda: scree.varlen_attn(_cuda(4, 64), _cuda(4, 2, 64), _cuda(4, 2, 64),
+                               _cuda(2, dtype=torch.int32), _cuda(2, dtype=torch.int32), 4, 4),
+     ValueError, "'query'"),
+    (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 32),
+                               _cuda(2, dtype=torch.int32), _cuda(2, dtype=torch.int32), 4, 4),
+     ValueError, "'value'"),
+    (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64),
+                               _cuda(2, dtype=torch.int32), _cuda(3, dtype=torch.int32), 4, 4),
+     ValueError, "'cu_seq_q'"),
+    (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64),
+                               _cuda(2, dtype=torch.int32), _cuda(2, dtype=torch.int32), 4, 4,
+                               window_size=3), ValueError, "'window_size'"),
+    (lambda: scree.flash_attn_varlen_func(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64),
+                                          _cuda(2, dtype=torch.int32),
+                                          _cuda(2, dtype=torch.int32), 4, 4, dropout_p=0.1),
+     ValueError, "'dropout_p'"),
+])
+def test_argument_errors_name_the_argument(call, exc, match):
+    with FakeTensorMode():
+        with pytest.raises(exc, match=match):
+            call()
+
+
+def test_cpu_tensors_are_refused_by_the_implementation():
+    """Without a kernel registered for the CPU, an op on CPU tensors says so."""
+    x = torch.randn(4, 64)
+    with pytest.raises(ValueError, match="argument 'input' is on cpu"):
+        _ops._rms_norm_impl(x, [64], None, None)
+    q = torch.randn(4, 2, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="argument 'query' is on cpu"):
+        _ops._varlen_attn_impl(q, q, q, torch.zeros(2, dtype=torch.int32),
+                               torch.zeros(2, dtype=torch.int32), 4, 4, False, None, -1, -1,
+                               False)
+
+
+def test_direct_path_only_for_plain_eager_cuda_tensors():
+    x = torch.randn(2, 2)
+    assert not _ops._direct(x)  # CPU
+    with FakeTensorMode():
+        assert not _ops._direct(_cuda(2, 2))
+    m = torch.empty(2, 2, device="meta")
+    assert not _ops._direct(m)
+
+
+# -- opcheck ------------------------------------------------------------------
+
+
+def _opcheck_cases(gen):
+    """(op, args) per custom op, on small CPU inputs."""
+    def r(*s, dtype=torch.float32):
+        return torch.randn(*s, generator=gen).to(dtype)
+    lens = [3, 0, 5, 1]
+    cu = ref.cu_of(lens, "cpu")
+    t = sum(lens)
+    cases = [
+        ("rms_norm", (r(6, 32), [32], r(32), 1e-6)),
+        ("rms_norm", (r(2, 3, 16, dtype=BF16), [3, 16], None, None)),
+        ("layer_norm", (r(6, 32), [32], r(32), r(32), 1e-5)),
+        ("add_rms_norm", (r(6, 32), r(6, 32), r(32), 1e-6)),
+        ("softmax", (r(6, 32), -1, None, 1.0)),
+        ("softmax", (r(6, 32, dtype=BF16), -1, torch.float32, 0.5)),
+        ("ragged_softmax", (r(t, 8), cu, 5, 1.0)),
+        ("rope_", (r(t, 4, 16), r(t, 2, 16), cu, None, None, 10000.0, 0, False)),
+        ("rope_", (r(t, 4, 16), None, None, torch.arange(t), None, 500.0, 8, True)),
+        ("swiglu", (r(6, 64), None)),
+        ("swiglu", (r(6, 32), r(6, 32))),
+        ("cross_entropy", (r(6, 50), torch.tensor([1, 2, -100, 49, 0, 7]), -100)),
+        ("varlen_attn", (r(t, 4, 32), r(t, 2, 32), r(t, 2, 32), cu, cu, 5, 5, True, None, -1, -1,
+                         True)),
+        ("varlen_attn", (r(t, 4, 32), r(t, 4, 32), r(t, 4, 32), cu, cu, 5, 5, False, 0.3, 2, 1,
+                         False)),
+    ]
+    return cases
+
+
+def test_opcheck_every_op(cpu_kernels, gen):
+    seen = set()
+    for name, args in _opcheck_cases(gen):
+        seen.add(name)
+        torch.library.opcheck(getattr(torch.ops.scree, name).default, args)
+    assert seen == set(_ops.OPS)
+
+
+# -- the public functions through the CPU kernels -----------------------------
+
+
+def test_functions_match_references_through_the_ops(cpu_kernels, gen):
+    x = torch.randn(5, 3, 32, generator=gen)
+    w = torch.randn(32, generator=gen)
+    torch.testing.assert_close(scree.rms_norm(x, [32], w, 1e-6), F.rms_norm(x, [32], w, 1e-6))
+    torch.testing.assert_close(scree.layer_norm(x, [32], w, w), F.layer_norm(x, [32], w, w))
+    torch.testing.assert_close(scree.softmax(x, -1, scale=2.0), torch.softmax(2 * x, -1))
+    g = torch.randn(5, 64, generator=gen)
+    torch.testing.assert_close(scree.swiglu(g), F.silu(g[:, :32]) * g[:, 32:])
+    logits = torch.randn(6, 50, generator=gen)
+    tgt = torch.tensor([1, 2, -100, 49, 0, 7])
+    for red in ("mean", "sum", "none"):
+        torch.testing.assert_close(scree.cross_entropy(logits, tgt, reduction=red),
+                                   F.cross_entropy(logits, tgt, reduction=red))
+    q0 = torch.randn(8, 4, 32, generator=gen)
+    k0 = torch.randn(8, 2, 32, generator=gen)
+    q, k = scree.rope(q0, k0, cu_seqlens=ref.cu_of([3, 5], "cpu"))
+    assert not torch.equal(q, q0) and torch.equal(q0, q0.clone())  # not in place
+    qi, ki = q0.clone(), k0.clone()
+    out = scree.rope(qi, ki, cu_seqlens=ref.cu_of([3, 5], "cpu"), inplace=True)
+    assert out[0] is qi and torch.equal(qi, q)
+
+
+# -- torch.compile of a LLaMA-style layer ------------------------------------
+
+
+def _layer_inputs(gen, dtype=torch.float32):
+    import llama_block as lb
+    cfg = lb.CONFIGS["tiny"]
+    lengths = [5, 1, 9, 3]
+    W = lb.make_weights(cfg, "cpu", dtype, gen)
+    x, xp, cu, longest = lb.make_batch(lengths, cfg["hidden"], "cpu", dtype, gen)
+    return lb, cfg, lengths, W, x, xp, cu, longest
+
+
+def test_layer_matches_the_padded_pytorch_layer(cpu_kernels, gen):
+    lb, cfg, lengths, W, x, xp, cu, longest = _layer_inputs(gen)
+    with torch.no_grad():
+        out = lb.scree_layer(x, cu, longest, W, cfg)
+        want = lb.unpad(lb.torch_layer(xp, W, cfg), lengths)
+    torch.testing.assert_close(out, want, atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.parametrize("inplace_rope", [False, True])
+def test_compile_fullgraph_keeps_the_layer_in_one_graph(cpu_kernels, gen, inplace_rope):
+    lb, cfg, lengths, W, x, xp, cu, longest = _layer_inputs(gen)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        from torch._dynamo.backends.common import aot_autograd
+        from functorch.compile import make_boxed_func
+        return aot_autograd(fw_compiler=lambda g, _: make_boxed_func(g.forward))(
+            gm, example_inputs)
+
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, cu: lb.scree_layer(x, cu, longest, W, cfg, inplace_rope),
+                      fullgraph=True, backend=backend)
+    with torch.no_grad():
+        got = f(x, cu)
+        want = lb.scree_layer(x, cu, longest, W, cfg, inplace_rope)
+    assert len(graphs) == 1
+    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    for op in ("rms_norm", "rope_", "varlen_attn", "add_rms_norm", "swiglu"):
+        assert any(f"scree.{op}" in t for t in targets), (op, targets)
+    torch.testing.assert_close(got, want)
+
+
+# -- HuggingFace transformers -------------------------------------------------
+
+
+def _tiny_llama(attn, seed):
+    transformers = pytest.importorskip("transformers")
+    import scree.hf  # noqa: F401  (registers "scree")
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).eval(), cfg
+
+
+def _hf_compare(gen, dtype, device, atol):
+    m_scree, cfg = _tiny_llama("scree", 1)
+    m_sdpa, _ = _tiny_llama("sdpa", 1)
+    m_scree.set_attn_implementation("scree")
+    m_sdpa.set_attn_implementation("sdpa")
+    m_scree.to(device=device, dtype=dtype)
+    m_sdpa.to(device=device, dtype=dtype)
+    lengths = [7, 1, 12, 4]
+    ids = torch.randint(0, cfg.vocab_size, (1, sum(lengths)), generator=gen).to(device)
+    pos = torch.cat([torch.arange(n) for n in lengths])[None].to(device)
+    # use_cache=False: transformers' sdpa masks find packed sequences only
+    # without a cache.
+    with torch.no_grad():
+        a = m_scree(input_ids=ids, position_ids=pos, use_cache=False).logits
+        b = m_sdpa(input_ids=ids, position_ids=pos, use_cache=False).logits
+        # Each sequence alone through sdpa gives the same logits: the packed
+        # batch did not attend across sequences.
+        alone = torch.cat([m_sdpa(input_ids=ids[:, s:s + n]).logits[0] for s, n in
+                           zip([0] + list(torch.tensor(lengths).cumsum(0)[:-1].tolist()),
+                               lengths)])
+    torch.testing.assert_close(a, b, atol=atol, rtol=0)
+    torch.testing.assert_close(a[0], alone, atol=atol, rtol=0)
+    return m_scree, cfg
+
+
+def test_transformers_registration(cpu_kernels):
+    pytest.importorskip("transformers")
+    import scree.hf
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    assert AttentionInterface._global_mapping["scree"] is scree.hf.scree_attention_forward
+    assert "scree" in AttentionMaskInterface._global_mapping
+
+
+def test_transformers_llama_padding_free_matches_sdpa(cpu_kernels, gen):
+    _hf_compare(gen, torch.float32, "cpu", 1e-4)
+
+
+def test_transformers_llama_padded_and_generate(cpu_kernels, gen):
+    """A padded batch (2-D mask, left padding) and greedy generation with a
+    KV cache give sdpa's tokens."""
+    m_scree, cfg = _tiny_llama("scree", 2)
+    m_sdpa, _ = _tiny_llama("sdpa", 2)
+    m_scree.set_attn_implementation("scree")
+    m_sdpa.set_attn_implementation("sdpa")
+    ids = torch.randint(0, cfg.vocab_size, (2, 9), generator=gen)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, :4] = 0  # left padding
+    with torch.no_grad():
+        a = m_scree(input_ids=ids, attention_mask=mask).logits
+        b = m_sdpa(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=1e-4, rtol=0)
+        ga = m_scree.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
+                              pad_token_id=0)
+        gb = m_sdpa.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
+                             pad_token_id=0)
+    assert torch.equal(ga, gb)
+
+
+# -- the implementations' argument structs, without a GPU ---------------------
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Runs the real implementations on CPU tensors with the C call replaced
+    by a recorder: each call's struct, unpacked into a dict by field name."""
+    from scree import _lib
+    calls = []
+    by_entry = {}
+    for struct_name, entry in _lib.ENTRIES.items():
+        by_entry[entry] = struct_name
+
+    class Entry:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, ctx, packed, stream):
+            sname = by_entry[self.name]
+            fields = [f for f, _ in _lib.ARG_STRUCTS[sname]]
+            calls.append((self.name, dict(zip(fields, _lib.PACKERS[sname].unpack(packed)))))
+            return 0
+
+    class FakeLib:
+        def __getattr__(self, name):
+            return Entry(name)
+
+    monkeypatch.setattr(_ops, "_on_cuda", lambda op, name, t: None)
+    monkeypatch.setattr(_ops, "_launch_state", lambda t: (None, None))
+    monkeypatch.setattr(_lib, "lib", lambda: FakeLib())
+    return calls
+
+
+def test_implementations_fill_the_structs(captured, gen):
+    b = torch.bfloat16
+    x = torch.randn(6, 4, 64, generator=gen).to(b)
+    w = torch.randn(64, generator=gen).to(b)
+    _ops._rms_norm_impl(x, [64], w, None)
+    name, a = captured[-1]
+    assert name == "scree_rmsnorm" and a["x"] == x.data_ptr() and a["w"] == w.data_ptr()
+    assert (a["rows"], a["cols"], a["x_stride"], a["x_dtype"], a["w_dtype"]) == (24, 64, 64, 2, 2)
+    assert a["eps"] == pytest.approx(torch.finfo(torch.float32).eps)
+    v = torch.randn(10, 128, generator=gen)[::2, :64]  # strided rows
+    _ops._rms_norm_impl(v, [64], None, 1e-6)
+    a = captured[-1][1]
+    assert (a["x"], a["rows"], a["x_stride"], a["x_dtype"]) == (v.data_ptr(), 5, 256, 0)
+    e = torch.randn(1, 64).expand(4, 64)  # broadcast rows: copied, never read with stride 0
+    _ops._rms_norm_impl(e, [64], None, 1e-6)
+    assert captured[-1][1]["x_stride"] == 64 and captured[-1][1]["x"] != e.data_ptr()
+
+    _ops._layer_norm_impl(x, [64], w, w, 1e-5)
+    a = captured[-1][1]
+    assert a["b"] == w.data_ptr() and a["mean"] == 0 and a["rows"] == 24
+    y, h = _ops._add_rms_norm_impl(x, x + 1, w, 1e-6)
+    a = captured[-1][1]
+    assert (a["h"], a["y"], a["cols"]) == (h.data_ptr(), y.data_ptr(), 64)
+    _ops._softmax_impl(x, -1, torch.float32, 0.5)
+    a = captured[-1][1]
+    assert (a["x_dtype"], a["y_dtype"], a["scale"], a["rows"]) == (2, 0, 0.5, 24)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int64)
+    _ops._ragged_softmax_impl(x, cu, 4, 1.0)
+    a = captured[-1][1]
+    assert (a["batch"], a["total"], a["cols"], a["max_seqlen"]) == (2, 6, 256, 4)
+
+    qkv = torch.randn(6, 12, 64, generator=gen).to(b)
+    q, k = qkv[:, :8], qkv[:, 8:10]
+    _ops._rope_impl(q, k, cu, None, None, 500000.0, 0, True)
+    a = captured[-1][1]
+    assert (a["q"], a["k"], a["q_token_stride"], a["q_head_stride"]) == \
+        (q.data_ptr(), k.data_ptr(), 12 * 64, 64)
+    assert (a["heads_q"], a["heads_kv"], a["head_dim"], a["batch"], a["layout"]) == \
+        (8, 2, 64, 2, 1)
+    _ops._rope_impl(q, None, None, torch.arange(6), None, 1e4, 32, False)
+    a = captured[-1][1]
+    assert (a["k"], a["positions_int64"], a["cu_seqlens"], a["rotary_dim"]) == (0, 1, 0, 32)
+
+    gu = torch.randn(5, 128, generator=gen)
+    out = _ops._swiglu_impl(gu, None)
+    a = captured[-1][1]
+    assert out.shape == (5, 64) and (a["up"], a["cols"], a["gate_stride"]) == (0, 64, 128)
+    _ops._swiglu_impl(gu[:, :64], gu[:, 64:])
+    a = captured[-1][1]
+    assert a["up"] == gu[:, 64:].data_ptr() and a["up_stride"] == 128
+
+    logits = torch.randn(6, 50, generator=gen)
+    _ops._cross_entropy_impl(logits, torch.arange(6, dtype=torch.int32), -100)
+    a = captured[-1][1]
+    assert (a["rows"], a["vocab"], a["ignore_index"]) == (6, 50, -100)
+
+    q3 = torch.randn(6, 3, 8, 64, generator=gen).to(b)
+    q, k, v = q3[:, 0], q3[:, 1, :2], q3[:, 2, :2]
+    out, lse = _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, None, -1, 0, True)
+    a = captured[-1][1]
+    assert (a["q_token_stride"], a["q_head_stride"], a["k_token_stride"]) == (3 * 8 * 64, 64,
+                                                                               3 * 8 * 64)
+    assert (a["heads_q"], a["heads_kv"], a["batch"], a["causal"], a["window_right"]) == \
+        (8, 2, 2, 1, -1)
+    assert a["lse"] == lse.data_ptr() and lse.shape == (8, 6) and a["scale"] == 0.0
+    _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, 0.25, 16, 4, False)
+    a = captured[-1][1]
+    assert (a["lse"], a["causal"], a["window_left"], a["window_right"], a["scale"]) == \
+        (0, 0, 16, 4, 0.25)
