@@ -403,6 +403,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=3, help="attention: warm-up measurements")
     ap.add_argument("--max-sets", type=int, default=16, help="attention: most input copies rotated")
     ap.add_argument("--json", help="write results here as JSON")
+    ap.add_argument("--rowwise-ops", help="row-wise table: only these ops (comma-separated; "
+                    "rmsnorm included, timed as the others are)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="row-wise table: leave torch.compile out (quicker A/B runs)")
     args = ap.parse_args()
     for name in ("reps", "attn_reps", "inner", "max_sets"):
         if getattr(args, name) < 1:
@@ -466,7 +470,12 @@ def main():
     if do_rowwise:
         gbps = out.get("copy_gbps") or copy_bandwidth()
         out["copy_gbps"] = gbps
-        only = args.op if args.op in rowwise_torch.OPS else None
+        only = [args.op] if args.op in rowwise_torch.OPS else None
+        if args.rowwise_ops:
+            only = [o for o in args.rowwise_ops.split(",") if o]
+            bad = [o for o in only if o not in rowwise_torch.OPS]
+            if bad:
+                sys.exit(f"--rowwise-ops: unknown {', '.join(bad)}")
         out["rowwise"] = rowwise_torch.run(args, lib, ctx, spec, l2, time_batched, gbps, only)
         dump()
     lib.scree_destroy(ctx)

@@ -304,7 +304,8 @@ def rel_err(got, ref):
 
 
 def run(args, lib, ctx, spec, l2, time_batched, copy_gbps, only_op=None):
-    """Runs every case; returns the results (dicts). Exits on a wrong answer."""
+    """Runs every case (of the ops in only_op, a list, if given); returns the
+    results (dicts). Exits on a wrong answer."""
     global torch, F
     import torch as _t
     import torch.nn.functional as _F
@@ -332,7 +333,7 @@ def run(args, lib, ctx, spec, l2, time_batched, copy_gbps, only_op=None):
     print(hdr, flush=True)
     results = []
     for op, label, d, p in cases(spec):
-        if only_op and op != only_op:
+        if only_op and op not in only_op:
             continue
         c = make(op, d, p, nsets_for)
         n = len(c.sets)
@@ -366,7 +367,7 @@ def run(args, lib, ctx, spec, l2, time_batched, copy_gbps, only_op=None):
         # The ragged softmax's per-sequence loop compiles one graph per
         # distinct length (minutes for 64 sequences) and still launches one
         # kernel per sequence: not measured, shown as n/a.
-        if op != "ragged_softmax":
+        if op != "ragged_softmax" and not getattr(args, "no_compile", False):
             try:
                 cf = torch.compile(c.eager, dynamic=False)
                 cf(c.sets[0])
