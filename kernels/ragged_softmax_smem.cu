@@ -12,9 +12,13 @@
  * with every copy of the CTA in flight at once (cp.async, no registers
  * held), and the softmax is computed from there.
  *
- * Thread mapping: one CTA per (sequence b = blockIdx.x, block of SPAN
- * columns = blockIdx.y). Lane l = threadIdx.x % TPR owns the VEC
- * contiguous columns blockIdx.y * SPAN + l * VEC + [0, VEC); group
+ * Thread mapping: one CTA per (block j of SPAN columns, sequence b), with
+ * j = blockIdx.x / SPLIT and b = blockIdx.y + gridDim.y * blockIdx.z: the
+ * CTAs launched together cover whole token rows of one or two sequences,
+ * so the DRAM pages of a row are read while they are open (sequence-major
+ * order left each row's strips to CTAs launched far apart). Lane
+ * l = threadIdx.x % TPR owns the VEC contiguous columns
+ * j * SPAN + l * VEC + [0, VEC); group
  * g = threadIdx.x / TPR owns tokens start + g + ROWS * k, k = 0, 1, ...
  * (a warp reads 32 / TPR consecutive tokens' strips, contiguous in shared
  * memory). Macros (the host sets them from the config):
@@ -53,7 +57,8 @@
  * Columns, special values, in-place use, 64-bit offsets and what the host
  * guarantees are as in ragged_softmax.cu; in addition the dynamic shared
  * memory is stage * SPAN elements of x, stage a multiple of ROWS and at
- * most STOK; gridDim.x = batch * SPLIT, in clusters of SPLIT along x.
+ * most STOK; gridDim.x = column blocks * SPLIT, in clusters of SPLIT along
+ * x; gridDim.y * gridDim.z >= batch (CTAs past it return).
  * In place is safe without a barrier: every element is read
  * and written by one thread, which reads it before writing it.
  *
@@ -111,17 +116,20 @@ __device__ __forceinline__ void scree_cluster_sync() {
 
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
 scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int cols,
-                          long long x_stride, long long y_stride, float scale_log2, int stage) {
+                          long long x_stride, long long y_stride, float scale_log2, int stage,
+                          int batch) {
   extern __shared__ __align__(16) unsigned char scree_stage_raw[];
   /* The sequence, and this CTA's part of it: with SPLIT > 1, CTA r of the
    * cluster takes token groups r, r + SPLIT, ... (ROWS tokens each). */
-  const int seq = (int)blockIdx.x / SCREE_SPLIT, part = (int)blockIdx.x % SCREE_SPLIT;
+  const int seq = (int)(blockIdx.y + gridDim.y * blockIdx.z);
+  if (seq >= batch) return; /* the whole cluster (same y and z) */
+  const int part = (int)blockIdx.x % SCREE_SPLIT, strip = (int)blockIdx.x / SCREE_SPLIT;
   const int start = cu_seqlens[seq];
   const int len = cu_seqlens[seq + 1] - start;
   if (len <= 0) return; /* the whole cluster: no barrier is reached */
 
   const int lane = threadIdx.x % SCREE_TPR, group = threadIdx.x / SCREE_TPR;
-  const int c0 = (int)blockIdx.y * SCREE_SPAN + lane * SCREE_VEC;
+  const int c0 = strip * SCREE_SPAN + lane * SCREE_VEC;
   const int nc = cols - c0; /* columns of this lane inside the row (<= 0: idle) */
   const bool active = nc > 0;
   const int first = part * SCREE_ROWS + group; /* this thread's first token */

@@ -246,8 +246,9 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   return SCREE_OK;
 }
 
-/* Grid (batch * split, column blocks of tpr * vec), block tpr * rows,
- * clusters of split CTAs along x (cuLaunchKernelEx) when split > 1, and a
+/* Grid (column blocks of tpr * vec, times split; the batch over y and z),
+ * block tpr * rows, clusters of split CTAs along x (cuLaunchKernelEx) when
+ * split > 1, and a
  * stage of a CTA's part of the longest sequence (rounded up to the
  * groups), at most stok. */
 static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
@@ -267,10 +268,14 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   long long ys = a->y_stride ? a->y_stride : a->cols;
   const double s = a->scale != 0.f ? (double)a->scale : 1.0;
   float scale_log2 = (float)(s * 1.4426950408889634);
-  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &stage};
-  const unsigned gx = (unsigned)(a->batch * split), gy = (unsigned)cdiv(a->cols, span);
+  int batch = (int)a->batch;
+  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &stage, &batch};
+  /* Column blocks fastest: the CTAs that run together read whole rows. */
+  const unsigned gx = (unsigned)(cdiv(a->cols, span) * split);
+  const unsigned gy = (unsigned)(a->batch < 65535 ? a->batch : 65535);
+  const unsigned gz = (unsigned)cdiv(a->batch, gy);
   if (split == 1) {
-    const CUresult r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, 1, (unsigned)(tpr * rows), 1, 1,
+    const CUresult r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, gz, (unsigned)(tpr * rows), 1, 1,
                                              smem, stream, params, NULL);
     if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax_smem)");
     return SCREE_OK;
@@ -284,7 +289,7 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
   attr.value.cluster_dim.x = (unsigned)split;
   attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-  scree__cu_launch_config lc = {gx, gy, 1, (unsigned)(tpr * rows), 1, 1, smem, stream, &attr, 1};
+  scree__cu_launch_config lc = {gx, gy, gz, (unsigned)(tpr * rows), 1, 1, smem, stream, &attr, 1};
   const CUresult r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernelEx(ragged_softmax_smem)");
   return SCREE_OK;
