@@ -308,6 +308,43 @@ static int on_miss(void *user, const scree__cmiss *m) {
   return 0;
 }
 
+/* "op bucket variant": what a dry run prints for a task, and what shards
+ * rank it by. */
+static void task_id(const task *t, char *buf, size_t n) {
+  char b[128], v[128];
+  scree__bucket_str(t->op, &t->bucket, b, sizeof b);
+  scree__variant_str(t->op, &t->var, v, sizeof v);
+  snprintf(buf, n, "%s %s %s", t->op->name, b, v);
+}
+
+enum { ID_LEN = 320 };
+
+/* Keeps this shard's tasks, in their order. 0, or -1 when out of memory. */
+static int apply_shard(tasks *ts, const cli_shard *s) {
+  if (!s->on || ts->n == 0) return 0;
+  char *ids = malloc((size_t)ts->n * ID_LEN);
+  const char **p = malloc((size_t)ts->n * sizeof *p);
+  unsigned char *keep = malloc((size_t)ts->n);
+  int rc = -1;
+  if (ids && p && keep) {
+    for (int i = 0; i < ts->n; i++) {
+      task_id(&ts->t[i], ids + (size_t)i * ID_LEN, ID_LEN);
+      p[i] = ids + (size_t)i * ID_LEN;
+    }
+    if (cli_shard_select(p, ts->n, s, keep) >= 0) {
+      int m = 0;
+      for (int i = 0; i < ts->n; i++)
+        if (keep[i]) ts->t[m++] = ts->t[i];
+      ts->n = m;
+      rc = 0;
+    }
+  }
+  free(ids);
+  free(p);
+  free(keep);
+  return rc;
+}
+
 static int make_context(const cli_common *c, int device, scree_context **ctx,
                         const char *cmd) {
   scree_options o;
@@ -326,11 +363,49 @@ static int make_context(const cli_common *c, int device, scree_context **ctx,
              : CLI_FAIL;
 }
 
+/* prewarm --dry-run: the buckets this task would tune, one "op bucket
+ * variant" line each, without a GPU. Misses are those of the user cache
+ * for --arch (every arch without it). */
+static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const cli_shard *s) {
+  if (from_misses) {
+    scree__cache *user = NULL;
+    int rc = cli_open_user_cache(c, &user, "prewarm", 1);
+    if (rc) return rc;
+    if (user) {
+      miss_ctx mc = {.ts = ts, .arch = c->arch};
+      const scree_status st = scree__cache_foreach_miss(user, c->arch, c->op, on_miss, &mc);
+      rc = cli_cache_failed(user, st, "prewarm");
+      scree__cache_close(user);
+      if (rc) return rc;
+    }
+  }
+  const int all = ts->n;
+  if (apply_shard(ts, s)) {
+    fprintf(stderr, "scree-tune prewarm: out of memory\n");
+    return CLI_FAIL;
+  }
+  char id[ID_LEN];
+  for (int i = 0; i < ts->n; i++) {
+    task_id(&ts->t[i], id, sizeof id);
+    printf("%s\n", id);
+  }
+  if (!c->quiet) {
+    if (s->on)
+      fprintf(stderr, "scree-tune prewarm: dry run: shard %d/%d (%s): %d of %d bucket(s)\n",
+              s->k, s->n, s->source, ts->n, all);
+    else
+      fprintf(stderr, "scree-tune prewarm: dry run: %d bucket(s)\n", ts->n);
+  }
+  return CLI_OK;
+}
+
 static int prewarm(int argc, char **argv, tasks *tsp) {
   cli_common c = {0};
   long rows[64], cols[64], rows_max = 0;
   int nrows = 0, ncols = 0, ndt = 0, explore = 0, force = 0, reps = 25, device = 0;
-  int from_misses = 0, have_op = 0;
+  int from_misses = 0, have_op = 0, dry_run = 0;
+  const char *shard_spec = NULL, *shard_count = NULL;
+  cli_shard shard = {0};
   scree_dtype dts[3];
   const char *shapes = NULL, *model = NULL, *variant = NULL;
   const char *shape_list[64];
@@ -368,6 +443,12 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       reps = atoi(v);
     } else if ((v = cli_value(argc, argv, &i, "--device", "prewarm"))) {
       device = atoi(v);
+    } else if ((v = cli_value(argc, argv, &i, "--shard", "prewarm"))) {
+      shard_spec = v;
+    } else if ((v = cli_value(argc, argv, &i, "--shard-count", "prewarm"))) {
+      shard_count = v;
+    } else if (!strcmp(argv[i], "--dry-run")) {
+      dry_run = 1;
     } else if (!strcmp(argv[i], "--explore")) {
       explore = 1;
     } else if (!strcmp(argv[i], "--force")) {
@@ -378,12 +459,19 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
                !strcmp(argv[i], "--dtype") || !strcmp(argv[i], "--shapes") ||
                !strcmp(argv[i], "--model") || !strcmp(argv[i], "--reps") ||
                !strcmp(argv[i], "--rows-max") || !strcmp(argv[i], "--device") ||
-               !strcmp(argv[i], "--shape") || !strcmp(argv[i], "--variant")) {
+               !strcmp(argv[i], "--shape") || !strcmp(argv[i], "--variant") ||
+               !strcmp(argv[i], "--shard") || !strcmp(argv[i], "--shard-count")) {
       return CLI_USAGE; /* cli_value printed the missing value */
     } else {
       return cli_unknown("prewarm", argv[i]);
     }
   }
+  if (shard_count && (!shard_spec || strcmp(shard_spec, "auto"))) {
+    fprintf(stderr, "scree-tune prewarm: --shard-count goes with --shard auto (an Indexed "
+                    "Job's completions)\n");
+    return CLI_USAGE;
+  }
+  if (shard_spec && cli_shard_parse(shard_spec, shard_count, &shard)) return CLI_USAGE;
   if (c.op && !scree__op_find(c.op)) {
     fprintf(stderr, "scree-tune prewarm: unknown op %s\n", c.op);
     return CLI_USAGE;
@@ -450,6 +538,8 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     return CLI_USAGE;
   }
 
+  if (dry_run) return dry_run_list(&c, tsp, from_misses, &shard);
+
   scree_context *ctx = NULL;
   int rc = make_context(&c, device, &ctx, "prewarm");
   if (rc) return rc;
@@ -474,6 +564,13 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     if (!c.quiet && !c.json)
       printf("%d recorded miss(es) for %s\n", tsp->n - before, dev.arch);
   }
+  if (apply_shard(tsp, &shard)) {
+    fprintf(stderr, "scree-tune prewarm: out of memory\n");
+    scree_destroy(ctx);
+    return CLI_FAIL;
+  }
+  if (shard.on && !c.quiet && !c.json)
+    printf("shard %d/%d (%s): %d bucket(s)\n", shard.k, shard.n, shard.source, tsp->n);
   if (c.json) printf("{\"device\": "), cli_json_str(stdout, dev.name),
       printf(", \"arch\": \"%s\", \"results\": [", dev.arch);
   else if (!c.quiet)
