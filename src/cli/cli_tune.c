@@ -188,69 +188,49 @@ static int parse_dtypes(const char *s, scree_dtype *out, int cap) {
   return n;
 }
 
-typedef struct preset {
-  const char *name;
-  long hidden, heads_q, heads_kv, head_dim, inter, vocab;
-  int gpt2; /* LayerNorm and GELU, learned positions: no RoPE, no SwiGLU */
-} preset;
+typedef struct preset_ctx {
+  tasks *ts;
+  const scree__preset *p;
+  scree_dtype dt;
+} preset_ctx;
 
-/* The shapes of each model's block (config.json of the published models). */
-static const preset presets[] = {
-    {"llama-3-8b", 4096, 32, 8, 128, 14336, 128256, 0},
-    {"llama-3-70b", 8192, 64, 8, 128, 28672, 128256, 0},
-    {"mistral-7b", 4096, 32, 8, 128, 14336, 32000, 0},
-    {"qwen2.5-7b", 3584, 28, 4, 128, 18944, 152064, 0},
-    {"gpt2", 768, 12, 12, 64, 3072, 50257, 1},
-};
-
-/* A task for a shape of a named op (the op must be registered). */
-static void add_op_shape(tasks *ts, const char *name, const char *shape, scree_dtype dt) {
-  const scree__op *op = scree__op_find(name);
-  if (op) add_shape(ts, op, shape, NULL, dt);
-}
-
-/* The row-wise buckets of a preset, for prefill batches of 1 ... 16384
- * tokens (every power-of-two row bucket): the norms over the hidden size
- * (RMSNorm and the fused residual add + RMSNorm; GPT-2: LayerNorm), RoPE
- * on the model's q and k heads, SwiGLU over the intermediate size, and the
- * cross-entropy over the vocabulary. */
-static void add_model_rowwise(tasks *ts, const preset *p, scree_dtype dt) {
-  char s[256];
-  for (long r = 1; r <= 16384; r *= 2) {
-    if (p->gpt2) {
-      snprintf(s, sizeof s, "rows=%ld,cols=%ld", r, p->hidden);
-      add_op_shape(ts, "layernorm", s, dt);
-    } else {
-      add_rmsnorm(ts, r, p->hidden, dt);
-      snprintf(s, sizeof s, "rows=%ld,cols=%ld", r, p->hidden);
-      add_op_shape(ts, "add_rmsnorm", s, dt);
-      snprintf(s, sizeof s, "total=%ld,batch=1,heads_q=%ld,heads_kv=%ld,head_dim=%ld,rotary_dim=%ld",
-               r, p->heads_q, p->heads_kv, p->head_dim, p->head_dim);
-      add_op_shape(ts, "rope", s, dt);
-      snprintf(s, sizeof s, "rows=%ld,cols=%ld", r, p->inter);
-      add_op_shape(ts, "swiglu", s, dt);
-    }
-    snprintf(s, sizeof s, "rows=%ld,vocab=%ld", r, p->vocab);
-    add_op_shape(ts, "cross_entropy", s, dt);
+/* One call shape of a preset line (presets/models.txt); the op's problem
+ * builder vets it, so a shape the op cannot serve names its line. */
+static int on_preset_shape(void *user, const scree__preset_line *l, const char *shape,
+                           const char *variant) {
+  preset_ctx *pc = user;
+  if (add_shape(pc->ts, l->op, shape, variant, pc->dt) < 0) {
+    fprintf(stderr, "scree-tune prewarm: model %s: %s:%d\n", pc->p->name, pc->p->source,
+            l->line);
+    return 1;
   }
+  return 0;
 }
 
-/* The attention buckets of a preset: causal prefill with sequences up to
- * 1k, 4k and 8k tokens in batches of 16k and 64k tokens. */
-static void add_model_attention(tasks *ts, const preset *p, scree_dtype dt) {
-  static const long maxes[] = {1024, 4096, 8192}, totals[] = {16384, 65536};
-  char shape[256], variant[128];
-  snprintf(variant, sizeof variant, "dtype=%s,head_dim=%ld,causal=1,window=0",
-           scree_dtype_name(dt), p->head_dim);
-  for (int m = 0; m < 3; m++)
-    for (int t = 0; t < 2; t++) {
-      snprintf(shape, sizeof shape,
-               "batch=%ld,total_q=%ld,total_k=%ld,max_seqlen_q=%ld,max_seqlen_k=%ld,"
-               "heads_q=%ld,heads_kv=%ld,head_dim=%ld,window_left=-1,window_right=-1",
-               totals[t] / maxes[m], totals[t], totals[t], maxes[m], maxes[m], p->heads_q,
-               p->heads_kv, p->head_dim);
-      add_shape(ts, scree__op_find("attention"), shape, variant, dt);
-    }
+/* The tasks of --model NAME in each dtype, from the presets (the embedded
+ * presets/ files, $SCREE_PRESETS, --presets FILE). */
+static int add_model(tasks *ts, const char *model, const char *presets_file,
+                     const scree_dtype *dts, int ndt) {
+  scree__presets ps;
+  char why[1024];
+  if (scree__presets_load(presets_file, &ps, why, sizeof why)) {
+    fprintf(stderr, "scree-tune prewarm: presets: %s\n", why);
+    return -1;
+  }
+  const scree__preset *p = scree__preset_find(&ps, model);
+  int rc = 0;
+  if (!p) {
+    fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:\n", model);
+    for (int k = 0; k < ps.n; k++)
+      fprintf(stderr, "  %-18s %s\n", ps.p[k].name, ps.p[k].about);
+    rc = -1;
+  }
+  for (int d = 0; p && !rc && d < ndt; d++) {
+    preset_ctx pc = {ts, p, dts[d]};
+    rc = scree__preset_expand(p, dts[d], on_preset_shape, &pc) ? -1 : 0;
+  }
+  scree__presets_free(&ps);
+  return rc;
 }
 
 /* Reads {"shapes": [[r, c], ...], "dtypes": ["fp16", ...]}; bf16 if the
@@ -407,7 +387,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   const char *shard_spec = NULL, *shard_count = NULL;
   cli_shard shard = {0};
   scree_dtype dts[3];
-  const char *shapes = NULL, *model = NULL, *variant = NULL;
+  const char *shapes = NULL, *model = NULL, *variant = NULL, *presets_file = NULL;
   const char *shape_list[64];
   int nshape = 0;
   for (int i = 1; i < argc; i++) {
@@ -439,6 +419,8 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       shapes = v;
     } else if ((v = cli_value(argc, argv, &i, "--model", "prewarm"))) {
       model = v;
+    } else if ((v = cli_value(argc, argv, &i, "--presets", "prewarm"))) {
+      presets_file = v;
     } else if ((v = cli_value(argc, argv, &i, "--reps", "prewarm"))) {
       reps = atoi(v);
     } else if ((v = cli_value(argc, argv, &i, "--device", "prewarm"))) {
@@ -460,7 +442,8 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
                !strcmp(argv[i], "--model") || !strcmp(argv[i], "--reps") ||
                !strcmp(argv[i], "--rows-max") || !strcmp(argv[i], "--device") ||
                !strcmp(argv[i], "--shape") || !strcmp(argv[i], "--variant") ||
-               !strcmp(argv[i], "--shard") || !strcmp(argv[i], "--shard-count")) {
+               !strcmp(argv[i], "--shard") || !strcmp(argv[i], "--shard-count") ||
+               !strcmp(argv[i], "--presets")) {
       return CLI_USAGE; /* cli_value printed the missing value */
     } else {
       return cli_unknown("prewarm", argv[i]);
@@ -515,22 +498,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       }
     }
   }
-  if (model) {
-    const preset *p = NULL;
-    for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++)
-      if (!strcmp(presets[k].name, model)) p = &presets[k];
-    if (!p) {
-      fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:", model);
-      for (size_t k = 0; k < sizeof presets / sizeof presets[0]; k++)
-        fprintf(stderr, " %s", presets[k].name);
-      fprintf(stderr, "\n");
-      return CLI_USAGE;
-    }
-    for (int d = 0; d < ndt; d++) {
-      add_model_rowwise(tsp, p, dts[d]);
-      if (dts[d] != SCREE_DTYPE_FP32) add_model_attention(tsp, p, dts[d]);
-    }
-  }
+  if (model && add_model(tsp, model, presets_file, dts, ndt)) return CLI_USAGE;
   if (shapes && read_shapes_file(shapes, tsp) < 0) return CLI_USAGE;
   if (!from_misses && tsp->n == 0) {
     fprintf(stderr, "scree-tune prewarm: nothing to tune: give --op/--cols/--rows, "
