@@ -17,6 +17,7 @@
 #include "store/cache.h"
 #include "store/keys.h"
 #include "store/safelist.h"
+#include "store/tuned.h"
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
 #include "tuner/worker.h"

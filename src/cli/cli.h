@@ -101,6 +101,13 @@ int cli_shard_parse(const char *spec, const char *count_opt, cli_shard *out);
  * built in. Returns how many are kept, -1 when out of memory. */
 int cli_shard_select(const char *const *ids, int n, const cli_shard *s, unsigned char *keep);
 
+/* The shipped tuned configs (cli_shipped.c): export --text OUT (or "-"),
+ * verify --shipped (list = 1: a line per entry, else the summary only),
+ * prewarm --from-shipped. Each returns an exit code. */
+int cli_export_text(const cli_common *c, const char *out);
+int cli_shipped_report(const cli_common *c, int list);
+int cli_prewarm_from_shipped(const cli_common *c, int force);
+
 int cmd_prewarm(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_list(int argc, char **argv);

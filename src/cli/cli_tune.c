@@ -50,13 +50,16 @@ const char *const usage_prewarm =
     "2 usage, 3 no GPU or NVRTC, 4 cache error\n";
 
 const char *const usage_verify =
-    "usage: scree-tune verify [--retime] [--cache PATH] [--arch A] [--op OP]\n"
+    "usage: scree-tune verify [--retime | --shipped] [--cache PATH] [--arch A] [--op OP]\n"
     "                         [--device N] [--quiet] [--json]\n\n"
     "Re-checks every cached winner for this GPU's architecture: loads its\n"
     "cubin (hash-checked) and compares its output with the CPU reference on\n"
     "random inputs. With --retime it also times each one and flags entries\n"
     "now slower than recorded (by more than 10% or 3x the recorded spread).\n"
-    "Entries for another kernel source (stale) are reported, not run.\n\n"
+    "Entries for another kernel source (stale) are reported, not run.\n"
+    "--shipped checks the shipped tuned configs (caches/, SCREE_TUNED_CONFIGS)\n"
+    "instead, without a GPU: each line, and whether its kernel source is\n"
+    "this build's (stale ones are ignored at run time).\n\n"
     "exit codes: 0 all correct, 1 some entry wrong or not loadable,\n"
     "2 usage, 3 no GPU, 4 cache error\n";
 
@@ -383,7 +386,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   cli_common c = {0};
   long rows[64], cols[64], rows_max = 0;
   int nrows = 0, ncols = 0, ndt = 0, explore = 0, force = 0, reps = 25, device = 0;
-  int from_misses = 0, have_op = 0, dry_run = 0;
+  int from_misses = 0, have_op = 0, dry_run = 0, from_shipped = 0;
   const char *shard_spec = NULL, *shard_count = NULL;
   cli_shard shard = {0};
   scree_dtype dts[3];
@@ -431,6 +434,8 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       shard_count = v;
     } else if (!strcmp(argv[i], "--dry-run")) {
       dry_run = 1;
+    } else if (!strcmp(argv[i], "--from-shipped")) {
+      from_shipped = 1;
     } else if (!strcmp(argv[i], "--explore")) {
       explore = 1;
     } else if (!strcmp(argv[i], "--force")) {
@@ -455,6 +460,15 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     return CLI_USAGE;
   }
   if (shard_spec && cli_shard_parse(shard_spec, shard_count, &shard)) return CLI_USAGE;
+  if (from_shipped) {
+    if (nshape || ncols || nrows || rows_max || shapes || model || from_misses || shard_spec ||
+        dry_run) {
+      fprintf(stderr, "scree-tune prewarm: --from-shipped compiles the shipped tuned configs "
+                      "alone (with --arch, --op, --force)\n");
+      return CLI_USAGE;
+    }
+    return cli_prewarm_from_shipped(&c, force);
+  }
   if (c.op && !scree__op_find(c.op)) {
     fprintf(stderr, "scree-tune prewarm: unknown op %s\n", c.op);
     return CLI_USAGE;
@@ -729,7 +743,7 @@ static int on_entry(void *user, const scree__centry *e) {
 
 int cmd_verify(int argc, char **argv) {
   cli_common c = {0};
-  int retime = 0, device = 0;
+  int retime = 0, device = 0, shipped = 0;
   for (int i = 1; i < argc; i++) {
     int r = cli_common_opt(&c, argc, argv, &i, "verify");
     if (r < 0) return CLI_USAGE;
@@ -737,11 +751,15 @@ int cmd_verify(int argc, char **argv) {
     const char *v;
     if (!strcmp(argv[i], "--retime"))
       retime = 1;
+    else if (!strcmp(argv[i], "--shipped"))
+      shipped = 1;
     else if ((v = cli_value(argc, argv, &i, "--device", "verify")))
       device = atoi(v);
     else
       return cli_unknown("verify", argv[i]);
   }
+  /* The shipped tuned configs need no GPU: stale ones are listed. */
+  if (shipped) return cli_shipped_report(&c, 1);
   scree__cache *cache = NULL;
   int rc = cli_open_user_cache(&c, &cache, "verify", 1);
   if (rc) return rc;
@@ -764,6 +782,7 @@ int cmd_verify(int argc, char **argv) {
   else
     printf("%d checked on %s: %d wrong, %d slower than recorded, %d stale, %d for other archs\n",
            v.checked, dev.arch, v.wrong, v.slower, v.stale, v.other_arch);
+  if (!c.json) cli_shipped_report(&c, 0);
   scree_destroy(ctx);
   rc = cli_cache_failed(cache, st, "verify");
   scree__cache_close(cache);

@@ -2,6 +2,7 @@
  * shards (disjoint, complete, balanced, independent of input order, from
  * Slurm and Indexed Job variables), dry runs, user presets, and --devices
  * failing cleanly where there is no GPU. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,101 @@ START_TEST(user_presets) {
 }
 END_TEST
 
+static void put(const char *db, const char *arch, const char *bucket, const char *config,
+                double us, const char *src_hash) {
+  scree__cache *c;
+  char why[512];
+  ck_assert_int_eq(scree__cache_open(db, 0, &c, NULL, why, sizeof why), SCREE_OK);
+  scree__centry e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.key.op, sizeof e.key.op, "rmsnorm");
+  snprintf(e.key.bucket, sizeof e.key.bucket, "%s", bucket);
+  snprintf(e.key.dtype, sizeof e.key.dtype, "x=bf16,w=bf16,y=bf16");
+  snprintf(e.key.arch, sizeof e.key.arch, "%s", arch);
+  snprintf(e.key.src_hash, sizeof e.key.src_hash, "%s", src_hash);
+  snprintf(e.config, sizeof e.config, "%s", config);
+  snprintf(e.device_name, sizeof e.device_name, "NVIDIA H100 80GB HBM3");
+  e.median_us = us;
+  e.sm_count = 132;
+  static const char blob[] = "\177ELF synthetic cubin";
+  e.cubin = (void *)blob;
+  e.cubin_size = sizeof blob;
+  ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_OK);
+  scree__cache_close(c);
+}
+
+/* export --text, read back, verify --shipped, prewarm --from-shipped (a
+ * compile with NVRTC, no GPU). */
+START_TEST(shipped_text_round_trip) {
+  char db[400], file[400];
+  snprintf(db, sizeof db, "%s/c.db", dir);
+  const char *h = scree__source_hash(scree__op_find("rmsnorm"));
+  put(db, "sm_90", "rows<=16384,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 73.81, h);
+  put(db, "sm_80", "rows<=16384,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 120.0, h);
+  char old[65];
+  snprintf(old, sizeof old, "%064d", 7);
+  put(db, "sm_90", "rows<=1024,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 10.25, old);
+  ck_assert_int_eq(sh("$T export --text shipped.txt --cache c.db"), 0);
+  ck_assert_msg(strstr(out, "exported 3 winner(s) as text to shipped.txt, 0 skipped"), "%s", out);
+  ck_assert_int_eq(sh("$T export --text - --cache c.db --arch sm_80 | grep -v '^#'"), 0);
+  ck_assert_msg(!strncmp(out, "rmsnorm rows<=16384,cols=4096 x=bf16,w=bf16,y=bf16 0 sm_80 "
+                              "NVIDIA_H100_80GB_HBM3 tpr=256,rows=1,vec=8,cache=2 120.000 ", 113),
+                "%s", out);
+  /* Read back: the same keys and configs. */
+  snprintf(file, sizeof file, "%s/shipped.txt", dir);
+  char why[512];
+  char *text = scree__read_text(file, why, sizeof why);
+  ck_assert_ptr_nonnull(text);
+  scree__tuned t = {0};
+  ck_assert_int_eq(scree__tuned_parse(text, file, &t, why, sizeof why), SCREE_OK);
+  free(text);
+  ck_assert_int_eq(t.n, 3);
+  scree__cache *c;
+  ck_assert_int_eq(scree__cache_open(db, 1, &c, NULL, why, sizeof why), SCREE_OK);
+  for (int i = 0; i < t.n; i++) {
+    scree__centry e;
+    ck_assert_int_eq(scree__cache_get(c, &t.e[i].key, &e), SCREE_OK);
+    ck_assert_str_eq(e.config, t.e[i].config);
+    ck_assert_str_eq(t.e[i].device, "NVIDIA_H100_80GB_HBM3");
+    ck_assert(fabs(e.median_us - t.e[i].median_us) < 1e-3);
+    scree__centry_free(&e);
+  }
+  scree__cache_close(c);
+  scree__tuned_free(&t);
+  /* verify --shipped: no GPU; the entry of an older kernel source is stale. */
+  ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=shipped.txt $T verify --shipped"), 0);
+  ck_assert_msg(strstr(out, "3 shipped tuned config(s) in 1 file(s): 1 stale"), "%s", out);
+  ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=shipped.txt $T verify --shipped -q | grep -c stale"),
+                   0);
+  ck_assert_int_eq(atoi(out), 2); /* the entry and the summary */
+  ck_assert_int_eq(sh("printf 'rmsnorm rows<=3,cols=4 x=bf16,w=bf16,y=bf16 0 sm_90 G c 1 h\n' "
+                      "> bad.txt && SCREE_TUNED_CONFIGS=bad.txt $T verify --shipped"),
+                   1);
+  ck_assert_msg(strstr(out, "bad.txt:1: "), "%s", out);
+  /* prewarm --from-shipped: compiled with NVRTC, stored without timing. */
+  const int rc = sh("SCREE_TUNED_CONFIGS=shipped.txt $T prewarm --from-shipped --arch sm_90 "
+                    "--cache new.db");
+  if (rc == 3) {
+    ck_assert_msg(strstr(out, "NVRTC"), "%s", out);
+    return; /* no NVRTC here */
+  }
+  ck_assert_msg(rc == 0, "%s", out);
+  ck_assert_msg(strstr(out, "1 shipped config(s) compiled (1 compile(s)"), "%s", out);
+  ck_assert_msg(strstr(out, "1 stale, 1 for other archs, 0 failed"), "%s", out);
+  ck_assert_int_eq(sh("$T list --cache new.db"), 0);
+  ck_assert_msg(strstr(out, "tpr=128,rows=1,vec=8,cache=4") && strstr(out, "73.81") &&
+                    strstr(out, "NVIDIA H100 80GB HBM3"),
+                "%s", out);
+  ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=shipped.txt $T prewarm --from-shipped --arch sm_90 "
+                      "--cache new.db"),
+                   0);
+  ck_assert_msg(strstr(out, "0 shipped config(s) compiled (0 compile(s)") &&
+                    strstr(out, "1 cached already"),
+                "%s", out);
+  ck_assert_int_eq(sh("$T prewarm --from-shipped --model gpt2 --cache new.db"), 2);
+}
+END_TEST
+
 START_TEST(devices_without_a_gpu) {
   /* No GPU here (CI): a clean exit 3 with the reason. Skipped where there is one. */
   if (sh("$T info >/dev/null") == 0) return;
@@ -170,6 +266,7 @@ int main(void) {
   tcase_add_test(tc, shards_partition_the_list);
   tcase_add_test(tc, shard_auto_from_the_scheduler);
   tcase_add_test(tc, user_presets);
+  tcase_add_test(tc, shipped_text_round_trip);
   tcase_add_test(tc, devices_without_a_gpu);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
