@@ -84,6 +84,8 @@ int cli_parse_dtype(const char *s, scree_dtype *out);
 
 /* Shards of a prewarm (cli_shard.c, docs/cluster.md). */
 #define CLI_MAX_SHARDS 65536
+/* The most GPUs one prewarm --devices uses. */
+#define CLI_MAX_DEVICES 64
 typedef struct cli_shard {
   int on;          /* 0: the whole list */
   int k, n;        /* this task's shard k of n, 0 <= k < n */

@@ -1,5 +1,6 @@
 /* cli_tune.c - scree-tune prewarm and verify: the commands that need a GPU. */
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +347,409 @@ static int make_context(const cli_common *c, int device, scree_context **ctx,
              : CLI_FAIL;
 }
 
+/* ---- running a prewarm on one GPU or several ------------------------------ */
+
+/* One GPU of a prewarm: its context (and so its tuning worker process). */
+typedef struct gpu {
+  int ordinal, group, alive, tuned, failed;
+  double busy_s;
+  scree_context *ctx;
+  scree_device_info dev;
+  pthread_t thread;
+  struct prun *r;
+} gpu;
+
+/* A bucket to tune again on another GPU of its group. */
+typedef struct retry {
+  int task, group, exclude;
+} retry;
+
+/* The state the GPUs of a prewarm share, under lock. */
+typedef struct prun {
+  const cli_common *c;
+  tasks *ts;
+  int explore, force, reps, multi;
+  gpu *g;
+  int ng, ngroups;
+  pthread_mutex_t lock;
+  pthread_cond_t cv;
+  int next[CLI_MAX_DEVICES]; /* per group: the next task of its queue */
+  int live[CLI_MAX_DEVICES]; /* per group: GPUs still taking work */
+  retry *rq;
+  int nrq;
+  int failures, first, done, total;
+  double t0;
+  cli_progress bar; /* --devices: one for the whole job */
+} prun;
+
+/* What one bucket's run gave. */
+typedef struct outcome {
+  scree__ckey key;
+  int cached;
+  double cached_us;
+  char config[128];
+  scree_status st;
+  scree__tune_result res;
+  char err[512];
+} outcome;
+
+/* Failures that are not the config's: another GPU may do better. */
+static int worth_retrying(scree_status st) {
+  return st != SCREE_OK && st != SCREE_ERROR_WRONG_ANSWER && st != SCREE_ERROR_COMPILE &&
+         st != SCREE_ERROR_INVALID_CONFIG && st != SCREE_ERROR_LOAD &&
+         st != SCREE_ERROR_NO_NVRTC;
+}
+
+/* Tunes task t on g (or finds it cached); no output. */
+static void run_task(prun *r, gpu *g, task *t, outcome *out) {
+  memset(out, 0, sizeof *out);
+  scree__cache *user = scree__user_cache(g->ctx);
+  scree__make_key(g->ctx, t->op, &t->var, &t->bucket, &out->key);
+  scree__centry e;
+  if (!r->force && scree__cache_get(user, &out->key, &e) == SCREE_OK) {
+    const int ok = e.cubin_ok;
+    if (ok) {
+      out->cached = 1;
+      out->cached_us = e.median_us;
+      snprintf(out->config, sizeof out->config, "%s", e.config);
+    }
+    scree__centry_free(&e);
+    if (ok) {
+      if (t->from_miss) scree__cache_delete_miss(user, &t->miss_key);
+      return;
+    }
+  }
+  scree__tune_opts o;
+  scree__tune_opts_init(&o);
+  o.explore = r->explore;
+  o.reps = r->reps;
+  /* Another prewarm, another GPU of this one, or a process tuning on a
+   * miss may tune the bucket meanwhile: then its row is taken, unless
+   * --force. */
+  o.reuse_cached = !r->force;
+  cli_progress prog;
+  char label[160];
+  snprintf(label, sizeof label, "%s %s", out->key.bucket, out->key.dtype);
+  cli_progress_init(&prog, r->c->quiet || r->c->json || r->multi, label);
+  o.progress = cli_progress_update;
+  o.user = &prog;
+  const double t0 = cli_now();
+  out->st = scree__tune(g->ctx, t->op, &t->var, &t->bucket, &o, &out->res);
+  cli_progress_done(&prog);
+  g->busy_s += cli_now() - t0;
+  if (out->st == SCREE_OK) {
+    scree__config_str(t->op, &out->res.cfg, out->config, sizeof out->config);
+    if (t->from_miss) scree__cache_delete_miss(user, &t->miss_key);
+  } else {
+    snprintf(out->err, sizeof out->err, "%s", scree_last_error(g->ctx));
+  }
+}
+
+/* Prints one bucket's line (the caller holds r->lock). note: "" or what
+ * happens next to a failed bucket. */
+static void report(prun *r, const gpu *g, const outcome *o, const char *note) {
+  const cli_common *c = r->c;
+  const scree__tune_result *res = &o->res;
+  if (r->multi) cli_progress_done(&r->bar);
+  if (o->cached) {
+    if (!c->quiet && !c->json) {
+      if (r->multi) printf("%-3d ", g->ordinal);
+      printf("%-9s %-24s %-20s %-32s %9.2f %12s %9s %6s %5s %6s\n", o->key.op, o->key.bucket,
+             o->key.dtype, cli_esc(o->config), o->cached_us, "", "cached", "", "", "");
+    }
+  } else if (c->json) {
+    printf("%s\n {\"op\": \"%s\", \"bucket\": ", r->first ? "" : ",", o->key.op);
+    cli_json_str(stdout, o->key.bucket);
+    printf(", \"dtype\": ");
+    cli_json_str(stdout, o->key.dtype);
+    if (r->multi) printf(", \"gpu\": %d", g->ordinal);
+    printf(", \"status\": \"%s\", \"config\": ", scree_status_name(o->st));
+    cli_json_str(stdout, o->config);
+    printf(", \"median_us\": ");
+    cli_json_num(stdout, "%.3f", res->median_us);
+    printf(", \"spread_us\": ");
+    cli_json_num(stdout, "%.3f", res->spread_us);
+    printf(", \"default_us\": ");
+    cli_json_num(stdout, "%.3f", res->default_us);
+    printf(", \"candidates\": %d, \"timed\": %d, \"failed\": %d, \"known_bad\": %d, "
+           "\"seconds\": ", res->candidates, res->timed, res->failed, res->known_bad);
+    cli_json_num(stdout, "%.3f", res->seconds);
+    printf(", \"flops\": ");
+    cli_json_num(stdout, "%.6g", res->flops);
+    printf(", \"bytes\": ");
+    cli_json_num(stdout, "%.6g", res->bytes);
+    printf(", \"problem\": ");
+    cli_json_str(stdout, res->problem);
+    printf("}");
+    r->first = 0;
+  } else if (o->st != SCREE_OK) {
+    if (r->multi) printf("%-3d ", g->ordinal);
+    printf("%-9s %-24s %-20s FAILED%s: %s\n", o->key.op, o->key.bucket, o->key.dtype, note,
+           cli_esc(o->err));
+  } else if (!c->quiet) {
+    char rate[32];
+    cli_rate(rate, sizeof rate, res->flops, res->bytes, res->median_us);
+    if (r->multi) printf("%-3d ", g->ordinal);
+    printf("%-9s %-24s %-20s %-32s %9.2f %12s %9.2f %5.2fx %5d %6.2f\n", o->key.op,
+           o->key.bucket, o->key.dtype, o->config, res->median_us, rate, res->default_us,
+           res->default_us > 0 ? res->default_us / res->median_us : 0, res->candidates,
+           res->seconds);
+  }
+  fflush(stdout);
+  if (r->multi) cli_progress_update(&r->bar, r->done, r->total, "buckets");
+}
+
+/* One GPU's loop: retries meant for it first, then its group's queue. */
+static void *gpu_main(void *p) {
+  gpu *g = p;
+  prun *r = g->r;
+  pthread_mutex_lock(&r->lock);
+  while (g->alive) {
+    int ti = -1, retried = 0, pending = 0;
+    for (int k = 0; k < r->nrq && ti < 0; k++) {
+      if (r->rq[k].group != g->group) continue;
+      pending = 1;
+      if (r->rq[k].exclude == g->ordinal) continue;
+      ti = r->rq[k].task;
+      retried = 1;
+      r->rq[k] = r->rq[--r->nrq];
+    }
+    if (ti < 0 && r->next[g->group] < r->ts->n) ti = r->next[g->group]++;
+    if (ti < 0) {
+      /* A retry only the others may take: wait while one of them works. */
+      if (pending && r->live[g->group] > 1) {
+        pthread_cond_wait(&r->cv, &r->lock);
+        continue;
+      }
+      break;
+    }
+    pthread_mutex_unlock(&r->lock);
+    outcome o;
+    run_task(r, g, &r->ts->t[ti], &o);
+    pthread_mutex_lock(&r->lock);
+    if (o.st == SCREE_ERROR_CUDA && !o.cached) g->alive = 0; /* its context is gone */
+    if (!o.cached && worth_retrying(o.st) && !retried && r->live[g->group] > 1) {
+      r->rq[r->nrq++] = (retry){ti, g->group, g->ordinal};
+      report(r, g, &o, " (will retry on another GPU of this model)");
+      g->failed++;
+    } else {
+      r->done++;
+      if (o.st != SCREE_OK) {
+        r->failures++;
+        g->failed++;
+      } else if (!o.cached) {
+        g->tuned++;
+      }
+      report(r, g, &o, "");
+    }
+    pthread_cond_broadcast(&r->cv);
+  }
+  r->live[g->group]--;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->lock);
+  return NULL;
+}
+
+/* --devices all | 0,1,3: the ordinals, each once. CLI_OK, CLI_USAGE or
+ * CLI_NO_GPU with the reason on stderr. */
+static int parse_devices(const char *spec, int *ords, int *n) {
+  *n = 0;
+  if (!strcmp(spec, "all")) {
+    scree_runtime_info ri;
+    scree_get_runtime_info(&ri);
+    if (ri.device_count <= 0) {
+      fprintf(stderr, "scree-tune prewarm: --devices all: no GPU here (%s)\n",
+              ri.driver_error[0] ? ri.driver_error : "no device");
+      return CLI_NO_GPU;
+    }
+    for (int d = 0; d < ri.device_count && d < CLI_MAX_DEVICES; d++) ords[(*n)++] = d;
+    return CLI_OK;
+  }
+  for (const char *s = spec; *s;) {
+    char *end;
+    errno = 0;
+    const long d = strtol(s, &end, 10);
+    if (end == s || errno || d < 0 || d > 1024 || (*end && *end != ',') ||
+        *n == CLI_MAX_DEVICES) {
+      fprintf(stderr, "scree-tune prewarm: --devices %s: give all, or GPU ordinals separated by"
+                      " commas (at most %d), such as 0,1,2\n", spec, CLI_MAX_DEVICES);
+      return CLI_USAGE;
+    }
+    for (int k = 0; k < *n; k++)
+      if (ords[k] == d) {
+        fprintf(stderr, "scree-tune prewarm: --devices %s: GPU %ld is named twice\n", spec, d);
+        return CLI_USAGE;
+      }
+    ords[(*n)++] = (int)d;
+    s = *end ? end + 1 : end;
+  }
+  return CLI_OK;
+}
+
+static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spec, int device,
+                       int from_misses, const cli_shard *shard, int explore, int force,
+                       int reps) {
+  cli_common c = *cp;
+  int ords[CLI_MAX_DEVICES], nords = 1, rc = CLI_OK;
+  ords[0] = device;
+  if (devices_spec && (rc = parse_devices(devices_spec, ords, &nords))) return rc;
+  gpu *g = calloc((size_t)nords, sizeof *g);
+  if (!g) return CLI_FAIL;
+  /* A context per GPU, each with its tuning worker; a GPU whose context
+   * cannot be made is reported and left out. */
+  int ng = 0, first_rc = CLI_OK;
+  for (int k = 0; k < nords; k++) {
+    gpu *x = &g[ng];
+    const int r = make_context(&c, ords[k], &x->ctx, "prewarm");
+    if (r) {
+      if (!first_rc) first_rc = r;
+      continue;
+    }
+    if (!scree__user_cache(x->ctx)) {
+      fprintf(stderr, "scree-tune prewarm: the user cache could not be opened; "
+                      "nothing would be kept (see SCREE_LOG_LEVEL=warn)\n");
+      scree_destroy(x->ctx);
+      first_rc = CLI_CACHE;
+      break;
+    }
+    x->ordinal = ords[k];
+    x->alive = 1;
+    scree_context_device(x->ctx, &x->dev);
+    ng++;
+  }
+  if (first_rc == CLI_CACHE || ng == 0) {
+    for (int k = 0; k < ng; k++) scree_destroy(g[k].ctx);
+    free(g);
+    return first_rc ? first_rc : CLI_NO_GPU;
+  }
+  scree__cache *user = scree__user_cache(g[0].ctx);
+  const scree_device_info *dev = &g[0].dev;
+  if (from_misses) {
+    miss_ctx mc = {.ts = tsp, .arch = dev->arch};
+    const int before = tsp->n;
+    const scree_status mst = scree__cache_foreach_miss(user, dev->arch, c.op, on_miss, &mc);
+    if (mst) rc = cli_cache_failed(user, mst, "prewarm");
+    else if (!c.quiet && !c.json)
+      printf("%d recorded miss(es) for %s\n", tsp->n - before, dev->arch);
+  }
+  if (!rc && apply_shard(tsp, shard)) {
+    fprintf(stderr, "scree-tune prewarm: out of memory\n");
+    rc = CLI_FAIL;
+  }
+  prun r = {.c = &c, .ts = tsp, .explore = explore, .force = force, .reps = reps,
+            .multi = devices_spec != NULL, .g = g, .ng = ng, .first = 1};
+  r.rq = calloc((size_t)(tsp->n ? tsp->n : 1) * (size_t)ng, sizeof *r.rq);
+  if (!rc && !r.rq) rc = CLI_FAIL;
+  if (rc) {
+    for (int k = 0; k < ng; k++) scree_destroy(g[k].ctx);
+    free(g);
+    free(r.rq);
+    return rc;
+  }
+  /* Groups: GPUs of one model (name, SM count, arch) share a queue, so a
+   * bucket is tuned once per model; each model tunes every bucket. */
+  for (int k = 0; k < ng; k++) {
+    g[k].r = &r;
+    g[k].group = -1;
+    for (int j = 0; j < k && g[k].group < 0; j++)
+      if (!strcmp(g[j].dev.name, g[k].dev.name) && g[j].dev.sm_count == g[k].dev.sm_count &&
+          !strcmp(g[j].dev.arch, g[k].dev.arch))
+        g[k].group = g[j].group;
+    if (g[k].group < 0) g[k].group = r.ngroups++;
+    r.live[g[k].group]++;
+  }
+  r.total = tsp->n * r.ngroups;
+  if (shard->on && !c.quiet && !c.json)
+    printf("shard %d/%d (%s): %d bucket(s)\n", shard->k, shard->n, shard->source, tsp->n);
+  if (r.multi && !c.quiet && !c.json)
+    for (int k = 0; k < ng; k++)
+      printf("gpu %d: %s (%s, %d SMs), model group %d\n", g[k].ordinal, cli_esc(g[k].dev.name),
+             g[k].dev.arch, g[k].dev.sm_count, g[k].group);
+  if (c.json) {
+    printf("{\"device\": ");
+    cli_json_str(stdout, dev->name);
+    printf(", \"arch\": \"%s\", ", dev->arch);
+    if (r.multi) {
+      printf("\"gpus\": [");
+      for (int k = 0; k < ng; k++) {
+        printf("%s{\"gpu\": %d, \"name\": ", k ? ", " : "", g[k].ordinal);
+        cli_json_str(stdout, g[k].dev.name);
+        printf(", \"group\": %d}", g[k].group);
+      }
+      printf("], ");
+    }
+    printf("\"results\": [");
+  } else if (!c.quiet) {
+    if (r.multi) printf("%-3s ", "gpu");
+    printf("%-9s %-24s %-20s %-32s %9s %12s %9s %6s %5s %6s\n", "op", "bucket", "dtype",
+           "winner", "us", "rate", "default", "gain", "cand", "s");
+  }
+  fflush(stdout);
+  pthread_mutex_init(&r.lock, NULL);
+  pthread_cond_init(&r.cv, NULL);
+  cli_progress_init(&r.bar, c.quiet || c.json || !r.multi, "prewarm");
+  r.t0 = cli_now();
+  if (ng == 1) {
+    gpu_main(&g[0]);
+  } else {
+    int started[CLI_MAX_DEVICES] = {0};
+    for (int k = 0; k < ng; k++)
+      if (pthread_create(&g[k].thread, NULL, gpu_main, &g[k]) == 0) {
+        started[k] = 1;
+      } else {
+        pthread_mutex_lock(&r.lock);
+        r.live[g[k].group]--;
+        g[k].alive = 0;
+        pthread_mutex_unlock(&r.lock);
+        fprintf(stderr, "scree-tune prewarm: gpu %d: cannot start its thread\n", g[k].ordinal);
+      }
+    for (int k = 0; k < ng; k++)
+      if (started[k]) pthread_join(g[k].thread, NULL);
+  }
+  cli_progress_done(&r.bar);
+  /* What no GPU of its model was left to take, and what no GPU reached. */
+  for (int k = 0; k < r.nrq; k++) {
+    char id[ID_LEN];
+    task_id(&tsp->t[r.rq[k].task], id, sizeof id);
+    r.failures++;
+    if (!c.json) printf("%s: FAILED: not retried: no other GPU of its model is left\n", id);
+  }
+  for (int grp = 0; grp < r.ngroups; grp++)
+    if (r.next[grp] < tsp->n) {
+      r.failures += tsp->n - r.next[grp];
+      if (!c.json)
+        printf("%d bucket(s) not tuned: every GPU of model group %d stopped\n",
+               tsp->n - r.next[grp], grp);
+    }
+  const int skipped = cli_report_refused(user, "prewarm");
+  if (c.json) {
+    printf("\n], \"seconds\": %.3f, \"failures\": %d, \"skipped\": %d", cli_now() - r.t0,
+           r.failures, skipped);
+    if (r.multi) {
+      printf(", \"per_gpu\": [");
+      for (int k = 0; k < ng; k++)
+        printf("%s{\"gpu\": %d, \"tuned\": %d, \"failed\": %d, \"busy_s\": %.3f}", k ? ", " : "",
+               g[k].ordinal, g[k].tuned, g[k].failed, g[k].busy_s);
+      printf("]");
+    }
+    printf("}\n");
+  } else if (!c.quiet) {
+    printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", tsp->n, cli_now() - r.t0,
+           r.failures, scree__cache_path(user));
+    if (r.multi)
+      for (int k = 0; k < ng; k++)
+        printf("gpu %d (%s): %d tuned, %d failed, %.1f s tuning%s\n", g[k].ordinal,
+               cli_esc(g[k].dev.name), g[k].tuned, g[k].failed, g[k].busy_s,
+               g[k].alive ? "" : "; stopped (its CUDA context broke)");
+  }
+  pthread_cond_destroy(&r.cv);
+  pthread_mutex_destroy(&r.lock);
+  for (int k = 0; k < ng; k++) scree_destroy(g[k].ctx);
+  free(g);
+  free(r.rq);
+  return r.failures || first_rc ? CLI_FAIL : CLI_OK;
+}
+
 /* prewarm --dry-run: the buckets this task would tune, one "op bucket
  * variant" line each, without a GPU. Misses are those of the user cache
  * for --arch (every arch without it). */
@@ -387,7 +791,8 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   long rows[64], cols[64], rows_max = 0;
   int nrows = 0, ncols = 0, ndt = 0, explore = 0, force = 0, reps = 25, device = 0;
   int from_misses = 0, have_op = 0, dry_run = 0, from_shipped = 0;
-  const char *shard_spec = NULL, *shard_count = NULL;
+  const char *shard_spec = NULL, *shard_count = NULL, *devices_spec = NULL;
+  int have_device = 0;
   cli_shard shard = {0};
   scree_dtype dts[3];
   const char *shapes = NULL, *model = NULL, *variant = NULL, *presets_file = NULL;
@@ -428,6 +833,9 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
       reps = atoi(v);
     } else if ((v = cli_value(argc, argv, &i, "--device", "prewarm"))) {
       device = atoi(v);
+      have_device = 1;
+    } else if ((v = cli_value(argc, argv, &i, "--devices", "prewarm"))) {
+      devices_spec = v;
     } else if ((v = cli_value(argc, argv, &i, "--shard", "prewarm"))) {
       shard_spec = v;
     } else if ((v = cli_value(argc, argv, &i, "--shard-count", "prewarm"))) {
@@ -448,7 +856,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
                !strcmp(argv[i], "--rows-max") || !strcmp(argv[i], "--device") ||
                !strcmp(argv[i], "--shape") || !strcmp(argv[i], "--variant") ||
                !strcmp(argv[i], "--shard") || !strcmp(argv[i], "--shard-count") ||
-               !strcmp(argv[i], "--presets")) {
+               !strcmp(argv[i], "--presets") || !strcmp(argv[i], "--devices")) {
       return CLI_USAGE; /* cli_value printed the missing value */
     } else {
       return cli_unknown("prewarm", argv[i]);
@@ -460,6 +868,10 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     return CLI_USAGE;
   }
   if (shard_spec && cli_shard_parse(shard_spec, shard_count, &shard)) return CLI_USAGE;
+  if (devices_spec && have_device) {
+    fprintf(stderr, "scree-tune prewarm: give --device N or --devices LIST, not both\n");
+    return CLI_USAGE;
+  }
   if (from_shipped) {
     if (nshape || ncols || nrows || rows_max || shapes || model || from_misses || shard_spec ||
         dry_run) {
@@ -522,129 +934,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
 
   if (dry_run) return dry_run_list(&c, tsp, from_misses, &shard);
 
-  scree_context *ctx = NULL;
-  int rc = make_context(&c, device, &ctx, "prewarm");
-  if (rc) return rc;
-  scree__cache *user = scree__user_cache(ctx);
-  if (!user) {
-    fprintf(stderr, "scree-tune prewarm: the user cache could not be opened; "
-                    "nothing would be kept (see SCREE_LOG_LEVEL=warn)\n");
-    scree_destroy(ctx);
-    return CLI_CACHE;
-  }
-  scree_device_info dev;
-  scree_context_device(ctx, &dev);
-  if (from_misses) {
-    miss_ctx mc = {.ts = tsp, .arch = dev.arch};
-    const int before = tsp->n;
-    const scree_status mst = scree__cache_foreach_miss(user, dev.arch, c.op, on_miss, &mc);
-    if (mst) {
-      rc = cli_cache_failed(user, mst, "prewarm");
-      scree_destroy(ctx);
-      return rc;
-    }
-    if (!c.quiet && !c.json)
-      printf("%d recorded miss(es) for %s\n", tsp->n - before, dev.arch);
-  }
-  if (apply_shard(tsp, &shard)) {
-    fprintf(stderr, "scree-tune prewarm: out of memory\n");
-    scree_destroy(ctx);
-    return CLI_FAIL;
-  }
-  if (shard.on && !c.quiet && !c.json)
-    printf("shard %d/%d (%s): %d bucket(s)\n", shard.k, shard.n, shard.source, tsp->n);
-  if (c.json) printf("{\"device\": "), cli_json_str(stdout, dev.name),
-      printf(", \"arch\": \"%s\", \"results\": [", dev.arch);
-  else if (!c.quiet)
-    printf("%-9s %-24s %-20s %-32s %9s %12s %9s %6s %5s %6s\n", "op", "bucket", "dtype",
-           "winner", "us", "rate", "default", "gain", "cand", "s");
-  int failures = 0, first = 1;
-  const double t0 = cli_now();
-  for (int i = 0; i < tsp->n; i++) {
-    task *t = &tsp->t[i];
-    scree__ckey key;
-    scree__make_key(ctx, t->op, &t->var, &t->bucket, &key);
-    scree__centry e;
-    if (!force && scree__cache_get(user, &key, &e) == SCREE_OK) {
-      const int ok = e.cubin_ok;
-      if (ok && !c.quiet && !c.json)
-        printf("%-9s %-24s %-20s %-32s %9.2f %12s %9s %6s %5s %6s\n", key.op, key.bucket,
-               key.dtype, cli_esc(e.config), e.median_us, "", "cached", "", "", "");
-      scree__centry_free(&e);
-      if (ok) {
-        if (t->from_miss) scree__cache_delete_miss(user, &t->miss_key);
-        continue;
-      }
-    }
-    scree__tune_opts o;
-    scree__tune_opts_init(&o);
-    o.explore = explore;
-    o.reps = reps;
-    /* Another prewarm (or a process tuning on a miss) may tune the bucket
-     * meanwhile: then its row is taken, unless --force. */
-    o.reuse_cached = !force;
-    cli_progress prog;
-    char label[160];
-    snprintf(label, sizeof label, "%s %s", key.bucket, key.dtype);
-    cli_progress_init(&prog, c.quiet || c.json, label);
-    o.progress = cli_progress_update;
-    o.user = &prog;
-    scree__tune_result res;
-    scree_status st = scree__tune(ctx, t->op, &t->var, &t->bucket, &o, &res);
-    char rate[32] = "";
-    if (st == SCREE_OK) cli_rate(rate, sizeof rate, res.flops, res.bytes, res.median_us);
-    cli_progress_done(&prog);
-    char cs[128] = "";
-    if (st == SCREE_OK) scree__config_str(t->op, &res.cfg, cs, sizeof cs);
-    if (c.json) {
-      printf("%s\n {\"op\": \"%s\", \"bucket\": ", first ? "" : ",", key.op);
-      cli_json_str(stdout, key.bucket);
-      printf(", \"dtype\": ");
-      cli_json_str(stdout, key.dtype);
-      printf(", \"status\": \"%s\", \"config\": ", scree_status_name(st));
-      cli_json_str(stdout, cs);
-      printf(", \"median_us\": ");
-      cli_json_num(stdout, "%.3f", res.median_us);
-      printf(", \"spread_us\": ");
-      cli_json_num(stdout, "%.3f", res.spread_us);
-      printf(", \"default_us\": ");
-      cli_json_num(stdout, "%.3f", res.default_us);
-      printf(", \"candidates\": %d, \"timed\": %d, \"failed\": %d, \"known_bad\": %d, "
-             "\"seconds\": ", res.candidates, res.timed, res.failed, res.known_bad);
-      cli_json_num(stdout, "%.3f", res.seconds);
-      printf(", \"flops\": ");
-      cli_json_num(stdout, "%.6g", res.flops);
-      printf(", \"bytes\": ");
-      cli_json_num(stdout, "%.6g", res.bytes);
-      printf(", \"problem\": ");
-      cli_json_str(stdout, res.problem);
-      printf("}");
-      first = 0;
-    } else if (st != SCREE_OK) {
-      printf("%-9s %-24s %-20s FAILED: %s\n", key.op, key.bucket, key.dtype,
-             cli_esc(scree_last_error(ctx)));
-    } else if (!c.quiet) {
-      printf("%-9s %-24s %-20s %-32s %9.2f %12s %9.2f %5.2fx %5d %6.2f\n", key.op, key.bucket,
-             key.dtype, cs, res.median_us, rate, res.default_us,
-             res.default_us > 0 ? res.default_us / res.median_us : 0, res.candidates,
-             res.seconds);
-    }
-    if (st != SCREE_OK) {
-      failures++;
-      if (st == SCREE_ERROR_CUDA) break; /* the CUDA context is gone */
-    } else if (t->from_miss) {
-      scree__cache_delete_miss(user, &t->miss_key);
-    }
-  }
-  const int skipped = cli_report_refused(user, "prewarm");
-  if (c.json)
-    printf("\n], \"seconds\": %.3f, \"failures\": %d, \"skipped\": %d}\n", cli_now() - t0,
-           failures, skipped);
-  else if (!c.quiet)
-    printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", tsp->n, cli_now() - t0, failures,
-           scree__cache_path(user));
-  scree_destroy(ctx);
-  return failures ? CLI_FAIL : CLI_OK;
+  return run_prewarm(&c, tsp, devices_spec, device, from_misses, &shard, explore, force, reps);
 }
 
 int cmd_prewarm(int argc, char **argv) {
