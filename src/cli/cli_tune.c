@@ -776,6 +776,7 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
     task_id(&ts->t[i], id, sizeof id);
     printf("%s\n", id);
   }
+  fflush(stdout); /* the list before the summary, where both go to one file */
   if (!c->quiet) {
     if (s->on)
       fprintf(stderr, "scree-tune prewarm: dry run: shard %d/%d (%s): %d of %d bucket(s)\n",
