@@ -27,17 +27,29 @@ const char *const usage_prewarm =
     "                        power-of-two row bucket from 1 to N\n"
     "  --shapes FILE         a JSON file {\"shapes\": [[rows, cols], ...],\n"
     "                        \"dtypes\": [\"fp16\", ...]} (bench/rowwise_shapes.json)\n"
-    "  --model NAME          a preset: llama-3-8b, llama-3-70b, mistral-7b,\n"
-    "                        qwen2.5-7b, gpt2: every op of the model's block for\n"
-    "                        batches of 1..16384 tokens (RMSNorm and fused\n"
-    "                        residual RMSNorm over the hidden size, or LayerNorm\n"
-    "                        for gpt2; RoPE on its q/k heads; SwiGLU over the\n"
-    "                        intermediate size; cross-entropy over the vocabulary)\n"
-    "                        and causal attention with the model's heads for\n"
-    "                        sequences up to 1k, 4k and 8k in batches of 16k\n"
-    "                        and 64k tokens\n"
+    "  --model NAME          a model preset (presets/models.txt): llama-3-8b,\n"
+    "                        llama-3-70b, mistral-7b, qwen2.5-7b, deepseek-moe-16b,\n"
+    "                        gpt2: every op of the model's layers for prefill\n"
+    "                        batches of 1..16384 tokens, and causal attention for\n"
+    "                        sequences up to 1k, 4k and 8k in batches of 16k and\n"
+    "                        64k tokens\n"
+    "  --presets FILE        more presets, in the same form (also SCREE_PRESETS=\n"
+    "                        FILE[:FILE..]); a model of the same name replaces one\n"
     "  --from-misses         every miss recorded in the user cache for this\n"
-    "                        GPU's arch (each is removed once tuned)\n\n"
+    "                        GPU's arch (each is removed once tuned)\n"
+    "  --from-shipped        compile the shipped tuned configs (caches/, or\n"
+    "                        SCREE_TUNED_CONFIGS) for --arch (default: this GPU's,\n"
+    "                        else every arch) into the user cache, with NVRTC\n"
+    "                        alone: nothing is timed and no GPU is needed\n\n"
+    "a cluster (docs/cluster.md):\n"
+    "  --devices all|N,N..   one tuning worker per GPU; GPUs of one model share the\n"
+    "                        buckets, each model tunes all of them\n"
+    "  --shard K/N | auto    this task's share (K of 0..N-1) of the buckets; auto\n"
+    "                        reads SLURM_ARRAY_TASK_ID/_MIN/_STEP/_COUNT or\n"
+    "                        JOB_COMPLETION_INDEX with --shard-count N (or\n"
+    "                        SCREE_SHARD_COUNT)\n"
+    "  --dry-run             print the buckets (op bucket variant shape) and stop:\n"
+    "                        no GPU\n\n"
     "options:\n"
     "  --dtype fp16|bf16|fp32[,..]  dtypes for --op/--model (default bf16)\n"
     "  --explore             time the whole config space, not only the safelist\n"
@@ -45,7 +57,7 @@ const char *const usage_prewarm =
     "  --reps N              timed launches per candidate (default 25)\n"
     "  --cache PATH          the user cache (default $SCREE_CACHE_DIR/tune.db,\n"
     "                        $XDG_CACHE_HOME/scree/tune.db or ~/.cache/scree/tune.db)\n"
-    "  --device N            GPU ordinal (default 0)\n"
+    "  --device N            GPU ordinal (default 0; see --devices)\n"
     "  --quiet, --json\n\n"
     "exit codes: 0 all tuned, 1 some bucket found no correct config,\n"
     "2 usage, 3 no GPU or NVRTC, 4 cache error\n";
@@ -70,6 +82,7 @@ typedef struct task {
   scree__bucket bucket;
   int from_miss;
   scree__ckey miss_key;
+  char shape[256]; /* the first call shape that gave the bucket ("" for a miss without one) */
 } task;
 
 typedef struct tasks {
@@ -152,7 +165,9 @@ static int add_shape(tasks *ts, const scree__op *op, const char *shape, const ch
   }
   scree__bucket b;
   scree__bucket_of(op, &var, args, &b);
-  return add_task(ts, op, &var, &b);
+  const int i = add_task(ts, op, &var, &b);
+  if (i >= 0 && !ts->t[i].shape[0]) snprintf(ts->t[i].shape, sizeof ts->t[i].shape, "%s", shape);
+  return i;
 }
 
 static void add_rmsnorm(tasks *ts, long rows, long cols, scree_dtype dt) {
@@ -287,6 +302,8 @@ static int on_miss(void *user, const scree__cmiss *m) {
   }
   const int i = add_task(mc->ts, op, &var, &bucket);
   if (i < 0) return 1;
+  if (!mc->ts->t[i].shape[0])
+    snprintf(mc->ts->t[i].shape, sizeof mc->ts->t[i].shape, "%s", m->example);
   mc->ts->t[i].from_miss = 1;
   mc->ts->t[i].miss_key = m->key;
   return 0;
@@ -751,7 +768,9 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
 }
 
 /* prewarm --dry-run: the buckets this task would tune, one "op bucket
- * variant" line each, without a GPU. Misses are those of the user cache
+ * variant shape" line each (shape: the first call shape given for the
+ * bucket, which bench_ops --file takes as "op variant shape"), without a
+ * GPU. Misses are those of the user cache
  * for --arch (every arch without it). */
 static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const cli_shard *s) {
   if (from_misses) {
@@ -774,7 +793,7 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
   char id[ID_LEN];
   for (int i = 0; i < ts->n; i++) {
     task_id(&ts->t[i], id, sizeof id);
-    printf("%s\n", id);
+    printf("%s %s\n", id, ts->t[i].shape[0] ? ts->t[i].shape : "-");
   }
   fflush(stdout); /* the list before the summary, where both go to one file */
   if (!c->quiet) {
