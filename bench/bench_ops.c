@@ -251,6 +251,9 @@ int main(int argc, char **argv) {
   const char *file = SCREE_BENCH_FILE, *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
   const char *csv_path = NULL, *keep_cache = NULL;
   int reps = 30, inner = 10, sweep = 0, check_only = 0;
+  /* Each case's first call tunes its bucket: the shipped tuned configs
+   * (caches/) must not answer instead, unless SCREE_TUNED_CONFIGS is set. */
+  setenv("SCREE_TUNED_CONFIGS", "none", 0);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--file") && i + 1 < argc)
       file = argv[++i], json = "";
