@@ -8,7 +8,7 @@
  * configurations (bench/attention_configs.json).
  *
  *   bench_ops [--file F] [--json-configs F] [--op NAME] [--only NAME]
- *             [--reps N] [--inner N] [--csv F] [--sweep]
+ *             [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep]
  *
  * --check-entries parses every case (op, variant, shape, lengths) and builds
  * its problem on the host, without a GPU: a CPU test runs it, so a typo in
@@ -249,8 +249,11 @@ static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *
 
 int main(int argc, char **argv) {
   const char *file = SCREE_BENCH_FILE, *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
-  const char *csv_path = NULL;
+  const char *csv_path = NULL, *keep_cache = NULL;
   int reps = 30, inner = 10, sweep = 0, check_only = 0;
+  /* Each case's first call tunes its bucket: the shipped tuned configs
+   * (caches/) must not answer instead, unless SCREE_TUNED_CONFIGS is set. */
+  setenv("SCREE_TUNED_CONFIGS", "none", 0);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--file") && i + 1 < argc)
       file = argv[++i], json = "";
@@ -270,10 +273,12 @@ int main(int argc, char **argv) {
       sweep = 1;
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
       csv_path = argv[++i];
+    else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
+      keep_cache = argv[++i];
     else {
       fprintf(stderr,
               "usage: %s [--file ops.txt | --json-configs attention_configs.json] [--op NAME] "
-              "[--only NAME] [--reps N] [--inner N] [--csv F] [--sweep] [--check-entries]\n",
+              "[--only NAME] [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep] [--check-entries]\n",
               argv[0]);
       return 2;
     }
@@ -312,7 +317,9 @@ int main(int argc, char **argv) {
   snprintf(db, sizeof db, "%s/tune.db", dir);
   scree_options o;
   scree_options_init(&o);
-  o.cache_path = db;
+  /* --cache keeps the tunes (scripts/gen-shipped-configs.sh); a bucket it
+   * holds already is not tuned again. */
+  o.cache_path = keep_cache ? keep_cache : db;
   o.cache_search_path = "";
   /* A sweep times the whole space itself: its first calls take the default. */
   o.miss_policy = sweep ? SCREE_MISS_DEFAULT : SCREE_MISS_TUNE;

@@ -1,6 +1,7 @@
 /*
  * admin.h - what scree-tune and the benchmarks use beyond the public API:
- * the op registry and text forms, the cache and safelist files, the tuner,
+ * the op registry and text forms, the model presets, the cache and
+ * safelist files, the tuner,
  * verify and the problem harness, and through them the context's device
  * handles (ctx->cu, scree__ctx_enter) and the compiler (scree__compile) for
  * the demo's device buffers and offline compiles. Explicitly internal: not
@@ -11,10 +12,12 @@
 #define SCREE_ADMIN_H
 
 #include "api/api.h"
+#include "ops/presets.h"
 #include "ops/registry.h"
 #include "store/cache.h"
 #include "store/keys.h"
 #include "store/safelist.h"
+#include "store/tuned.h"
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
 #include "tuner/worker.h"

@@ -3,7 +3,8 @@
  * scree_<op>() checks its arguments (the op's validate hook), then looks up
  * the plan for (op, variant, bucket, alignment class) in the in-memory plan
  * table and launches. Only the first call of a plan consults the caches
- * (user, then shipped) and, on a miss, follows the miss policy: the default
+ * (user, then shipped, then the shipped tuned configs) and, on a miss,
+ * follows the miss policy: the default
  * config (recording the miss), tuning now, or an error. */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "api/api.h"
 #include "ops/registry.h"
 #include "store/safelist.h"
+#include "store/tuned.h"
 #include "tuner/tuner.h"
 
 typedef struct pkey {
@@ -99,6 +101,29 @@ static int from_cache(scree_context *ctx, const scree__op *op, const scree__vari
   return have;
 }
 
+/* The shipped tuned config of a bucket (text, no cubin: the caller
+ * compiles it), an entry tuned on this device's model first. 1 if found
+ * and it passes the check for this device. */
+static int from_tuned(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                      const scree__ckey *key, scree__config *cfg) {
+  if (!ctx->caches) return 0;
+  const scree__tentry *te = scree__cache_stack_tuned(ctx->caches, key, ctx->info.name);
+  if (!te) return 0;
+  char why[256];
+  scree__target t;
+  scree__target_of(ctx, &t);
+  if (scree__config_parse(op, te->config, cfg, why, sizeof why) ||
+      !scree__config_check(op, cfg, var, &t, why, sizeof why)) {
+    scree__log(ctx, SCREE_LOG_WARN, "%s %s: ignoring shipped tuned config \"%s\": %s", op->name,
+               key->bucket, te->config, why);
+    return 0;
+  }
+  scree__count(&ctx->counters.shipped_cache_hits);
+  scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: shipped tuned config (%s, %.2f us): %s", op->name,
+             key->bucket, key->dtype, te->device, te->median_us, te->config);
+  return 1;
+}
+
 /* Decides the config of a new plan: cache, then the miss policy; loads the
  * kernel. *temporary: the config serves this call only, not the plan
  * (another process is tuning the bucket; SCREE_TUNE_BUSY=default). */
@@ -111,6 +136,8 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op, const sc
   *temporary = 0;
   if (from_cache(ctx, op, var, args, &key, &cfg)) {
     /* the cache answers */
+  } else if (from_tuned(ctx, op, var, &key, &cfg)) {
+    /* a shipped tuned config: compiled below */
   } else if (ctx->miss_policy == SCREE_MISS_ERROR) {
     return scree__fail(ctx, SCREE_ERROR_CACHE_MISS,
                        "no tuned config for %s %s %s on %s (miss policy: error); "

@@ -82,6 +82,34 @@ double cli_now(void);
 void cli_rate(char *buf, size_t size, double flops, double bytes, double us);
 int cli_parse_dtype(const char *s, scree_dtype *out);
 
+/* Shards of a prewarm (cli_shard.c, docs/cluster.md). */
+#define CLI_MAX_SHARDS 65536
+/* The most GPUs one prewarm --devices uses. */
+#define CLI_MAX_DEVICES 64
+typedef struct cli_shard {
+  int on;          /* 0: the whole list */
+  int k, n;        /* this task's shard k of n, 0 <= k < n */
+  char source[64]; /* where k/n came from, for messages */
+} cli_shard;
+/* Parses --shard's value: "K/N", or "auto" (SLURM_ARRAY_TASK_ID less
+ * SLURM_ARRAY_TASK_MIN, over SLURM_ARRAY_TASK_STEP, of
+ * SLURM_ARRAY_TASK_COUNT; else JOB_COMPLETION_INDEX of count_opt or
+ * $SCREE_SHARD_COUNT). CLI_OK, or CLI_USAGE with the reason on stderr. */
+int cli_shard_parse(const char *spec, const char *count_opt, cli_shard *out);
+/* Marks keep[i] for the ids (distinct strings, one per bucket) of shard
+ * s: the ids ranked by their text and dealt round-robin, so that the N
+ * shards of one list are disjoint, together the whole list, within one
+ * bucket of each other in size, and the same whatever order the list was
+ * built in. Returns how many are kept, -1 when out of memory. */
+int cli_shard_select(const char *const *ids, int n, const cli_shard *s, unsigned char *keep);
+
+/* The shipped tuned configs (cli_shipped.c): export --text OUT (or "-"),
+ * verify --shipped (list = 1: a line per entry, else the summary only),
+ * prewarm --from-shipped. Each returns an exit code. */
+int cli_export_text(const cli_common *c, const char *out);
+int cli_shipped_report(const cli_common *c, int list);
+int cli_prewarm_from_shipped(const cli_common *c, int force);
+
 int cmd_prewarm(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_list(int argc, char **argv);

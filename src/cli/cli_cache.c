@@ -20,10 +20,14 @@ const char *const usage_show =
     "spread, device, SM count, driver, NVRTC and scree versions, when, and\n"
     "the cubin's size and sha256 (and whether it still matches).\n";
 const char *const usage_export =
-    "usage: scree-tune export OUT.db [--arch A] [--op OP] [--cache PATH] [--quiet]\n\n"
+    "usage: scree-tune export OUT.db [--arch A] [--op OP] [--cache PATH] [--quiet]\n"
+    "       scree-tune export --text FILE|- [--arch A] [--op OP] [--cache PATH] [--quiet]\n\n"
     "Writes the matching winners, cubins included, into a new standalone\n"
     "cache file to ship with a deployment (list it in SCREE_CACHE_PATH there).\n"
-    "OUT.db must not exist.\n";
+    "OUT.db must not exist. --text writes them as reviewable text instead,\n"
+    "one line a winner without its cubin (op bucket dtype causal arch device\n"
+    "config median_us src_hash), as the shipped tuned configs in caches/ are\n"
+    "kept; FILE is replaced atomically, - is stdout.\n";
 const char *const usage_merge =
     "usage: scree-tune merge SRC.db [SRC.db ...] [--no-strict-modes] [--cache PATH] [--quiet]\n"
     "                        [--json]\n\n"
@@ -265,11 +269,15 @@ int cmd_show(int argc, char **argv) {
 
 int cmd_export(int argc, char **argv) {
   cli_common c = {0};
-  const char *out = NULL;
+  const char *out = NULL, *text = NULL;
   for (int i = 1; i < argc; i++) {
     int r = cli_common_opt(&c, argc, argv, &i, "export");
     if (r < 0) return CLI_USAGE;
     if (r) continue;
+    if (!strcmp(argv[i], "--text")) {
+      if (!(text = cli_value(argc, argv, &i, "--text", "export"))) return CLI_USAGE;
+      continue;
+    }
     if (argv[i][0] == '-' || out) return cli_unknown("export", argv[i]);
     if (!argv[i][0]) {
       fprintf(stderr, "scree-tune export: the output file name is empty (give OUT.db)\n");
@@ -277,6 +285,11 @@ int cmd_export(int argc, char **argv) {
     }
     out = argv[i];
   }
+  if (text && out) {
+    fprintf(stderr, "scree-tune export: give OUT.db or --text FILE, not both\n");
+    return CLI_USAGE;
+  }
+  if (text) return cli_export_text(&c, text);
   if (!out) {
     fprintf(stderr, "scree-tune export: give the output file (see --help)\n");
     return CLI_USAGE;

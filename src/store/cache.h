@@ -325,10 +325,13 @@ typedef enum {
   SCREE__LEVEL_SHIPPED = 2
 } scree__cache_level;
 
+struct scree__tuned;  /* store/tuned.h */
+struct scree__tentry; /* store/tuned.h */
 typedef struct scree__cache_stack {
   scree__cache *user;     /* NULL when the user cache could not be opened */
   scree__cache **shipped; /* in search-path order */
   int nshipped;
+  struct scree__tuned *tuned; /* shipped tuned configs (text), the lowest level; may be NULL */
 } scree__cache_stack;
 
 /* The default user cache path: $SCREE_CACHE_DIR/tune.db, else
@@ -346,12 +349,20 @@ scree_status scree__cache_default_path(char *buf, size_t size);
  * '\n' with none after the last; "" if all went well). If the user
  * cache cannot be opened at all the stack opens without it (user == NULL)
  * and warn says so; a recovered (corrupt, moved aside) user cache is
- * reported there too. Returns SCREE_OK unless s is NULL
+ * reported there too. The shipped tuned configs (text) are loaded too; a
+ * file of them that does not parse is skipped and described in warn.
+ * Returns SCREE_OK unless s is NULL
  * (SCREE_ERROR_INVALID_ARGUMENT) or memory runs out. */
 scree_status scree__cache_stack_open(scree__cache_stack *s,
                                      const char *user_path,
                                      const char *search_path, char *warn,
                                      size_t warn_size);
+/* The stack's lowest level: the shipped tuned config for k (store/tuned.h:
+ * the embedded caches/ files or $SCREE_TUNED_CONFIGS), preferring an entry
+ * tuned on `device` (a device name; may be NULL), or NULL. It has a config
+ * and a time, no cubin: the caller compiles it. */
+const struct scree__tentry *scree__cache_stack_tuned(const scree__cache_stack *s,
+                                                     const scree__ckey *k, const char *device);
 /* Closes every cache of the stack and zeroes it. NULL-safe. */
 void scree__cache_stack_close(scree__cache_stack *s);
 /* Lookup in order: user, then the shipped caches in list order. An entry

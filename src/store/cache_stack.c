@@ -3,6 +3,8 @@
  * the file format. */
 #include "store/cache_internal.h"
 
+#include "store/tuned.h"
+
 /* ------------------------------------------------------------------------ */
 /* Layering                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -80,6 +82,12 @@ scree_status scree__cache_stack_open(scree__cache_stack *s,
       append_line(warn, warn_size, "user cache %s: %s", up, why);
   }
 
+  /* The shipped tuned configs (text): the lowest level. */
+  s->tuned = calloc(1, sizeof *s->tuned);
+  if (!s->tuned || scree__tuned_load(s->tuned, warn, warn_size) != SCREE_OK) {
+    scree__cache_stack_close(s);
+    return SCREE_ERROR_OUT_OF_MEMORY;
+  }
   const char *sp = search_path ? search_path : getenv("SCREE_CACHE_PATH");
   if (!sp) return SCREE_OK;
   char *list = strdup(sp);
@@ -122,6 +130,8 @@ void scree__cache_stack_close(scree__cache_stack *s) {
   scree__cache_close(s->user);
   for (int i = 0; i < s->nshipped; i++) scree__cache_close(s->shipped[i]);
   free(s->shipped);
+  scree__tuned_free(s->tuned);
+  free(s->tuned);
   memset(s, 0, sizeof *s);
 }
 
@@ -155,3 +165,9 @@ scree_status scree__cache_stack_get(scree__cache_stack *s,
   return SCREE_ERROR_NOT_FOUND;
 }
 
+
+const struct scree__tentry *scree__cache_stack_tuned(const scree__cache_stack *s,
+                                                     const scree__ckey *k, const char *device) {
+  if (!s || !s->tuned || !k) return NULL;
+  return scree__tuned_find(s->tuned, k, device);
+}
