@@ -31,11 +31,18 @@ SCREE_TUNED_CONFIGS=none SCREE_NVRTC_OPTIONAL=1 SCREE_NVRTC_LIBRARY=/nonexistent
 echo "== after a local tune"
 SCREE_TUNED_CONFIGS=none "$build/bench/bench_ops" --file "$w/cases.txt" --cache "$w/local.db" \
   --csv "$w/local.csv" | tail -3
-# case,op,variant,shape,us,...: the cases are the same lines in both runs.
-awk -F, 'NR == FNR { if (FNR > 1) local[$1] = $5; next }
-         FNR > 1 && ($1 in local) && $5 > 0 && local[$1] > 0 {
-           r = $5 / local[$1]; n++; s += log(r)
-           printf "%-16s %-14s shipped %10.2f us  local %10.2f us  %.3fx\n", $1, $2, $5, local[$1], r
-         }
-         END { if (n) printf "%d case(s): shipped / local time, geometric mean %.3f\n", n, exp(s / n) }' \
-  "$w/local.csv" "$w/shipped.csv"
+# case,op,variant,shape,us,...: the cases are the same lines in both runs
+# (variant and shape are quoted and hold commas: a CSV reader, not awk -F,).
+python3 - "$w/local.csv" "$w/shipped.csv" <<'PY'
+import csv, math, sys
+local = {r["case"]: float(r["us"]) for r in csv.DictReader(open(sys.argv[1]))}
+n, s = 0, 0.0
+for r in csv.DictReader(open(sys.argv[2])):
+    us, lu = float(r["us"]), local.get(r["case"], 0.0)
+    if us > 0 and lu > 0:
+        n, s = n + 1, s + math.log(us / lu)
+        print(f"{r['case']:<16} {r['op']:<14} shipped {us:10.2f} us  local {lu:10.2f} us  "
+              f"{us / lu:.3f}x")
+if n:
+    print(f"{n} case(s): shipped / local time, geometric mean {math.exp(s / n):.3f}")
+PY
