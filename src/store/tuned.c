@@ -214,9 +214,13 @@ int scree__tuned_write(FILE *f, const scree__centry *e) {
   }
   dev[n] = 0;
   if (!n) snprintf(dev, sizeof dev, "unknown");
-  /* Three decimals read best; a time below a nanosecond keeps its digits. */
+  /* Three decimals read best; a time below a nanosecond, or one too long
+   * for them (a crafted row's 7e31 us, which a %.3f in 32 bytes cut to
+   * 7e30), keeps its significant digits instead. */
   char us[32];
-  snprintf(us, sizeof us, e->median_us >= 0.001 ? "%.3f" : "%.6g", e->median_us);
+  const double m = e->median_us;
+  const int k = snprintf(us, sizeof us, m >= 0.001 && m < 1e12 ? "%.3f" : "%.9g", m);
+  if (k < 0 || (size_t)k >= sizeof us) return -1;
   fprintf(f, "%s %s %s %d %s %s %s %s %s\n", e->key.op, e->key.bucket, e->key.dtype,
           e->key.causal, e->key.arch, dev, e->config, us, e->key.src_hash);
   return ferror(f) ? -1 : 0;

@@ -46,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(!memcmp(&back.e[i].key, &t.e[i].key, sizeof t.e[i].key), "entry %d: key", i);
     FUZZ_CHECK(!strcmp(back.e[i].config, t.e[i].config), "entry %d: config", i);
     FUZZ_CHECK(!strcmp(back.e[i].device, t.e[i].device), "entry %d: device", i);
-    /* Written with three decimals (or six digits below a nanosecond). */
+    /* Written with three decimals (six significant digits below a
+     * nanosecond, nine from 1e12 us up). */
     const double a = back.e[i].median_us, b = t.e[i].median_us;
     FUZZ_CHECK(a > 0 && (a - b < 1e-3 + 1e-6 * b) && (b - a < 1e-3 + 1e-6 * b),
                "entry %d: %g came back as %g", i, b, a);
