@@ -97,6 +97,20 @@ typedef struct scree__embedded {
 /* A malloc'd, NUL-terminated copy of the embedded file `name`, or NULL. */
 char *scree__embedded_text(const scree__embedded *table, size_t count,
                            const char *name);
+/* Calls fn(user, "embedded:<name>", text) with a NUL-terminated copy of
+ * each file of the table (fn may change it; it is freed after), in order,
+ * while fn returns SCREE_OK; returns
+ * what fn last returned, or SCREE_ERROR_OUT_OF_MEMORY when a copy cannot
+ * be made. */
+scree_status scree__embedded_each(const scree__embedded *table, size_t count,
+                                  scree_status (*fn)(void *user, const char *name, char *text),
+                                  void *user);
+/* Calls fn(user, path) for each non-empty element of a ':'-separated list
+ * (an environment variable's), in order, while fn returns SCREE_OK;
+ * returns what fn last returned, or SCREE_ERROR_OUT_OF_MEMORY. */
+scree_status scree__path_list_each(const char *list,
+                                   scree_status (*fn)(void *user, const char *path),
+                                   void *user);
 /* Runs fn(user, i) for every i in [0, n) on up to `threads` threads (0:
  * the online CPUs, at most 32; the caller's thread works too) and returns
  * when all are done. fn must be thread-safe. */

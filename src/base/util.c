@@ -89,6 +89,34 @@ char *scree__embedded_text(const scree__embedded *table, size_t count,
   return NULL;
 }
 
+scree_status scree__embedded_each(const scree__embedded *table, size_t count,
+                                  scree_status (*fn)(void *user, const char *name, char *text),
+                                  void *user) {
+  scree_status st = SCREE_OK;
+  for (size_t i = 0; i < count && !st; i++) {
+    char *text = scree__embedded_text(table, count, table[i].name);
+    if (!text) return SCREE_ERROR_OUT_OF_MEMORY;
+    char name[128];
+    snprintf(name, sizeof name, "embedded:%s", table[i].name);
+    st = fn(user, name, text);
+    free(text);
+  }
+  return st;
+}
+
+scree_status scree__path_list_each(const char *list,
+                                   scree_status (*fn)(void *user, const char *path),
+                                   void *user) {
+  char *copy = strdup(list);
+  if (!copy) return SCREE_ERROR_OUT_OF_MEMORY;
+  scree_status st = SCREE_OK;
+  char *save = NULL;
+  for (char *p = strtok_r(copy, ":", &save); p && !st; p = strtok_r(NULL, ":", &save))
+    st = fn(user, p);
+  free(copy);
+  return st;
+}
+
 typedef struct pfor {
   void (*fn)(void *user, int i);
   void *user;

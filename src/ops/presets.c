@@ -546,32 +546,32 @@ static scree_status load_file(const char *path, scree__presets *out, char *why, 
   return st;
 }
 
+/* scree__presets_load's sources: an embedded file, a file named in
+ * SCREE_PRESETS. */
+typedef struct pload {
+  scree__presets *out;
+  char *why;
+  size_t why_size;
+} pload;
+
+static scree_status load_embedded(void *user, const char *name, char *text) {
+  pload *l = user;
+  return scree__presets_parse(text, name, l->out, l->why, l->why_size);
+}
+
+static scree_status load_listed(void *user, const char *path) {
+  pload *l = user;
+  return load_file(path, l->out, l->why, l->why_size);
+}
+
 scree_status scree__presets_load(const char *file, scree__presets *out, char *why,
                                  size_t why_size) {
   memset(out, 0, sizeof *out);
-  scree_status st = SCREE_OK;
-  for (size_t i = 0; i < scree__embedded_preset_count && !st; i++) {
-    const char *nm = scree__embedded_presets[i].name;
-    char *text = scree__embedded_text(scree__embedded_presets, scree__embedded_preset_count, nm);
-    if (!text) {
-      st = SCREE_ERROR_OUT_OF_MEMORY;
-      break;
-    }
-    char name[128];
-    snprintf(name, sizeof name, "embedded:%s", nm);
-    st = scree__presets_parse(text, name, out, why, why_size);
-    free(text);
-  }
+  pload l = {out, why, why_size};
+  scree_status st = scree__embedded_each(scree__embedded_presets, scree__embedded_preset_count,
+                                         load_embedded, &l);
   const char *env = getenv("SCREE_PRESETS");
-  if (!st && env && *env) {
-    char *list = strdup(env);
-    if (!list) st = SCREE_ERROR_OUT_OF_MEMORY;
-    char *save = NULL;
-    for (char *p = list ? strtok_r(list, ":", &save) : NULL; p && !st;
-         p = strtok_r(NULL, ":", &save))
-      st = load_file(p, out, why, why_size);
-    free(list);
-  }
+  if (!st && env && *env) st = scree__path_list_each(env, load_listed, &l);
   if (!st && file) st = load_file(file, out, why, why_size);
   if (st) scree__presets_free(out);
   return st;

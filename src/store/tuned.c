@@ -143,40 +143,42 @@ static scree_status load_one(scree__tuned *t, const char *name, char *text, char
   return SCREE_OK;
 }
 
+/* scree__tuned_load's sources: an embedded file, a file named in
+ * SCREE_TUNED_CONFIGS (one that cannot be read is skipped with a warning). */
+typedef struct tload {
+  scree__tuned *t;
+  char *warn;
+  size_t warn_size;
+} tload;
+
+static scree_status load_embedded(void *user, const char *name, char *text) {
+  tload *l = user;
+  return load_one(l->t, name, text, l->warn, l->warn_size);
+}
+
+static scree_status load_listed(void *user, const char *path) {
+  tload *l = user;
+  char why[512];
+  char *text = scree__read_text(path, why, sizeof why);
+  if (!text) {
+    append_line(l->warn, l->warn_size, "shipped tuned configs skipped: %s", why);
+    return SCREE_OK;
+  }
+  const scree_status st = load_one(l->t, path, text, l->warn, l->warn_size);
+  free(text);
+  return st;
+}
+
 scree_status scree__tuned_load(scree__tuned *t, char *warn, size_t warn_size) {
   memset(t, 0, sizeof *t);
   const char *env = getenv("SCREE_TUNED_CONFIGS");
+  tload l = {t, warn, warn_size};
   scree_status st = SCREE_OK;
-  if (!env) {
-    for (size_t i = 0; i < scree__embedded_tuned_count && !st; i++) {
-      const char *nm = scree__embedded_tuneds[i].name;
-      char *text = scree__embedded_text(scree__embedded_tuneds, scree__embedded_tuned_count, nm);
-      if (!text) {
-        st = SCREE_ERROR_OUT_OF_MEMORY;
-        break;
-      }
-      char name[128];
-      snprintf(name, sizeof name, "embedded:%s", nm);
-      st = load_one(t, name, text, warn, warn_size);
-      free(text);
-    }
-  } else if (*env && strcmp(env, "none")) {
-    char *list = strdup(env);
-    if (!list) st = SCREE_ERROR_OUT_OF_MEMORY;
-    char *save = NULL;
-    for (char *p = list ? strtok_r(list, ":", &save) : NULL; p && !st;
-         p = strtok_r(NULL, ":", &save)) {
-      char why[512];
-      char *text = scree__read_text(p, why, sizeof why);
-      if (!text) {
-        append_line(warn, warn_size, "shipped tuned configs skipped: %s", why);
-        continue;
-      }
-      st = load_one(t, p, text, warn, warn_size);
-      free(text);
-    }
-    free(list);
-  }
+  if (!env)
+    st = scree__embedded_each(scree__embedded_tuneds, scree__embedded_tuned_count,
+                              load_embedded, &l);
+  else if (*env && strcmp(env, "none"))
+    st = scree__path_list_each(env, load_listed, &l);
   if (st) scree__tuned_free(t);
   return st;
 }
