@@ -565,9 +565,14 @@ scree_status scree__worker_trials(scree_context *ctx, const scree__op *op,
   const double bucket_end = scree__now() + bucket_s;
   /* A worker that ended since the last tune (its parent thread exited,
    * or it was killed from outside) is replaced without blame. */
-  if (w->pid > 0 && waitpid(w->pid, NULL, WNOHANG) != 0) {
-    close(w->fd);
-    w->pid = 0;
+  if (w->pid > 0) {
+    const pid_t p = waitpid(w->pid, NULL, WNOHANG);
+    /* ECHILD: the process ignores SIGCHLD (children are reaped unasked);
+     * then whether the worker still exists is what counts. */
+    if (p == w->pid || (p < 0 && errno == ECHILD && kill(w->pid, 0) != 0)) {
+      close(w->fd);
+      w->pid = 0;
+    }
   }
   int next = 0, fresh_fail = 0;
   char line[1024];
