@@ -48,6 +48,41 @@ scree_status scree__cache_default_path(char *buf, size_t size) {
   return SCREE_OK;
 }
 
+/* scree__cache_stack_open's shipped caches, one path of the search path
+ * at a time: one that is refused or does not open is skipped with the
+ * reason in warn; only running out of memory stops the list. */
+typedef struct shipped_open {
+  scree__cache_stack *s;
+  int cap, strict;
+  char *warn;
+  size_t warn_size;
+} shipped_open;
+
+static scree_status open_shipped(void *user, const char *p) {
+  shipped_open *o = user;
+  scree__cache_stack *s = o->s;
+  char why[2048] = "";
+  scree__cache *c = NULL;
+  scree_status st = o->strict ? scree__cache_trust_check(p, why, sizeof why) : SCREE_OK;
+  if (st == SCREE_OK) st = scree__cache_open(p, 1, &c, NULL, why, sizeof why);
+  if (st != SCREE_OK) {
+    append_line(o->warn, o->warn_size, "shipped cache %s skipped: %s", p, why);
+    return SCREE_OK;
+  }
+  if (s->nshipped == o->cap) {
+    const int nc = o->cap ? o->cap * 2 : 4;
+    scree__cache **q = realloc(s->shipped, (size_t)nc * sizeof *q);
+    if (!q) {
+      scree__cache_close(c);
+      return SCREE_ERROR_OUT_OF_MEMORY;
+    }
+    s->shipped = q;
+    o->cap = nc;
+  }
+  s->shipped[s->nshipped++] = c;
+  return SCREE_OK;
+}
+
 scree_status scree__cache_stack_open(scree__cache_stack *s,
                                      const char *user_path,
                                      const char *search_path, char *warn,
@@ -90,38 +125,11 @@ scree_status scree__cache_stack_open(scree__cache_stack *s,
   }
   const char *sp = search_path ? search_path : getenv("SCREE_CACHE_PATH");
   if (!sp) return SCREE_OK;
-  char *list = strdup(sp);
-  if (!list) {
+  shipped_open o = {s, 0, scree__cache_strict_modes(), warn, warn_size};
+  if (scree__path_list_each(sp, open_shipped, &o) != SCREE_OK) {
     scree__cache_stack_close(s);
     return SCREE_ERROR_OUT_OF_MEMORY;
   }
-  int cap = 0;
-  char *save = NULL;
-  const int strict = scree__cache_strict_modes();
-  for (char *p = strtok_r(list, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
-    scree__cache *c = NULL;
-    why[0] = 0;
-    scree_status st = strict ? scree__cache_trust_check(p, why, sizeof why) : SCREE_OK;
-    if (st == SCREE_OK) st = scree__cache_open(p, 1, &c, NULL, why, sizeof why);
-    if (st != SCREE_OK) {
-      append_line(warn, warn_size, "shipped cache %s skipped: %s", p, why);
-      continue;
-    }
-    if (s->nshipped == cap) {
-      int nc = cap ? cap * 2 : 4;
-      scree__cache **q = realloc(s->shipped, (size_t)nc * sizeof *q);
-      if (!q) {
-        scree__cache_close(c);
-        free(list);
-        scree__cache_stack_close(s);
-        return SCREE_ERROR_OUT_OF_MEMORY;
-      }
-      s->shipped = q;
-      cap = nc;
-    }
-    s->shipped[s->nshipped++] = c;
-  }
-  free(list);
   return SCREE_OK;
 }
 
