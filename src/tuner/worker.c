@@ -383,26 +383,6 @@ struct scree__worker {
   char path[PATH_MAX];
 };
 
-void scree__worker_free(struct scree__worker *w) {
-  if (!w) return;
-  if (w->pid > 0) {
-    /* Closing the socket ends a worker between requests; one that is
-     * stuck on the GPU is killed. */
-    close(w->fd);
-    int status;
-    const double until = scree__now() + 2.0;
-    while (waitpid(w->pid, &status, WNOHANG) == 0) {
-      if (scree__now() > until) {
-        kill(w->pid, SIGKILL);
-        waitpid(w->pid, &status, 0);
-        break;
-      }
-      usleep(2000);
-    }
-  }
-  free(w);
-}
-
 /* Ends the worker: at once (hard), or after it exits by itself (within
  * 5 s); how it ended goes to how. */
 static void stop(struct scree__worker *w, int hard, char *how, size_t n) {
@@ -429,6 +409,14 @@ static void stop(struct scree__worker *w, int hard, char *how, size_t n) {
   }
   w->pid = 0;
   w->fd = -1;
+}
+
+void scree__worker_free(struct scree__worker *w) {
+  if (!w) return;
+  /* Closing the socket ends a worker between requests; one that is stuck
+   * on the GPU is killed after stop's wait. */
+  stop(w, 0, NULL, 0);
+  free(w);
 }
 
 static int executable(const char *p) {
