@@ -456,6 +456,10 @@ static void run_task(prun *r, gpu *g, task *t, outcome *out) {
   g->busy_s += cli_now() - t0;
   if (out->st == SCREE_OK) {
     scree__config_str(t->op, &out->res.cfg, out->config, sizeof out->config);
+    if (!out->res.tuned) { /* another process or GPU stored it meanwhile */
+      out->cached = 1;
+      out->cached_us = out->res.median_us;
+    }
     if (t->from_miss) scree__cache_delete_miss(user, &t->miss_key);
   } else {
     snprintf(out->err, sizeof out->err, "%s", scree_last_error(g->ctx));

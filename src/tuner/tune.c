@@ -465,7 +465,7 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
       pthread_mutex_unlock(&tu->lock);
       return SCREE_OK;
     }
-    const double limit = (o.bucket_limit_s > 0 ? o.bucket_limit_s : 600) + 120;
+    const double limit = scree__tune_bucket_limit(&o) + 120;
     scree__log(ctx, SCREE_LOG_INFO, "tune %s %s %s: another process is tuning it; waiting",
                op->name, key.bucket, key.dtype);
     if (scree__cache_tune_lock(uc, &key, 1, limit, &lockfd) == 0) {
@@ -475,7 +475,6 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
                          "(%s.tune-lock) for over %.0f s",
                          op->name, key.bucket, key.dtype, scree__cache_path(uc), limit);
     }
-    res->waited = 1;
   }
   if (o.reuse_cached && reuse(ctx, op, var, &key, res)) {
     scree__cache_tune_unlock(lockfd);

@@ -53,7 +53,6 @@ typedef struct scree__tune_result {
   int known_bad;        /* skipped: recorded bad before */
   int workers;          /* worker processes started for this tune */
   int busy;             /* busy_default: another process is tuning it */
-  int waited;           /* waited for another process's tune of it */
   int tuned;            /* 1: candidates were run; 0: an entry was reused */
   double seconds;       /* wall time of the whole run */
   char bucket[96];

@@ -538,6 +538,11 @@ static double env_seconds(const char *name, double dflt) {
   return e && *e && !*end && v > 0 && v < 1e7 ? v : dflt;
 }
 
+double scree__tune_bucket_limit(const scree__tune_opts *o) {
+  return o->bucket_limit_s > 0 ? o->bucket_limit_s
+                               : env_seconds("SCREE_TUNE_BUCKET_TIMEOUT", 600);
+}
+
 scree_status scree__worker_trials(scree_context *ctx, const scree__op *op,
                                   const scree__variant *var, const scree__bucket *b,
                                   uint64_t seed, const scree__tune_opts *o, scree__trial *t,
@@ -548,8 +553,7 @@ scree_status scree__worker_trials(scree_context *ctx, const scree__op *op,
   const double cand_s = o->candidate_limit_s > 0
                             ? o->candidate_limit_s
                             : env_seconds("SCREE_TUNE_CANDIDATE_TIMEOUT", 30);
-  const double bucket_s =
-      o->bucket_limit_s > 0 ? o->bucket_limit_s : env_seconds("SCREE_TUNE_BUCKET_TIMEOUT", 600);
+  const double bucket_s = scree__tune_bucket_limit(o);
   const double bucket_end = scree__now() + bucket_s;
   /* A worker that ended since the last tune (its parent thread exited,
    * or it was killed from outside) is replaced without blame. */

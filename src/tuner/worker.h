@@ -39,6 +39,10 @@ void scree__trial_run(scree_context *ctx, const scree__op *op, const scree__vari
                       scree__run *chk, scree__run *tp, CUstream stream,
                       const scree__tune_opts *o, scree__trial *t);
 
+/* A bucket's wall-clock limit in seconds: o->bucket_limit_s, else
+ * SCREE_TUNE_BUCKET_TIMEOUT, else 600. */
+double scree__tune_bucket_limit(const scree__tune_opts *o);
+
 /* The worker process of a context's tuner (NULL until the first tune). */
 struct scree__worker;
 /* Ends the worker process, if any, and frees w. */
