@@ -274,10 +274,7 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
   if (rc != SQLITE_OK) {
     put_why(why, why_size, "export: %s", dst->err);
     st = status_of(rc);
-  } else if ((rc = sqlite3_prepare_v2(c->db, "SELECT cubin FROM winners WHERE rowid = ?1", -1,
-                                      &cs, NULL)) != SQLITE_OK ||
-             (rc = sqlite3_prepare_v2(c->db, "SELECT " WMETA " FROM winners" FILTER WORDER, -1,
-                                      &s, NULL)) != SQLITE_OK) {
+  } else if (!(cs = stmt(c, ST_GET_CUBIN, &rc)) || !(s = stmt(c, ST_LIST_WINNERS, &rc))) {
     put_why(why, why_size, "export: reading %s: %s", c->path,
             sqlite3_errmsg(c->db));
     st = status_of(rc);
@@ -311,8 +308,8 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
       st = status_of(rc);
     }
   }
-  sqlite3_finalize(s);
-  sqlite3_finalize(cs);
+  if (s) done(s);
+  if (cs) done(cs);
   release(c);
   txn_rollback(dst);
   scree__cache_close(dst);

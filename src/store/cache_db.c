@@ -69,21 +69,32 @@ const char *const STMT_SQL[ST_COUNT] = {
                     " last_seen = max(last_seen, excluded.last_seen)",
     [ST_MISS_DEL] = ("DELETE FROM misses WHERE op = ?1 AND bucket = ?2 AND"
                      " dtype = ?3 AND causal = ?4 AND arch = ?5"),
+    /* The listings (cache_iter.c): filtered by arch (?1) and op (?2), NULL
+     * for all; the last column is the rowid. */
+    [ST_LIST_WINNERS] = "SELECT " WMETA " FROM winners" FILTER WORDER,
+    [ST_LIST_BAD] = "SELECT " BCOLS ", rowid FROM bad_configs" FILTER
+                    " ORDER BY op, arch, dtype, causal, config, bucket, src_hash,"
+                    " nvrtc_version",
+    [ST_LIST_MISS] = "SELECT " MCOLS ", rowid FROM misses" FILTER
+                     " ORDER BY count DESC, op, arch, bucket, dtype, causal",
+    /* A winner's cubin, once its row has passed (cache_admin.c). */
+    [ST_GET_CUBIN] = "SELECT cubin FROM winners WHERE rowid = ?1",
 };
 
-/* Statements that must prepare on a valid version-1 file: they name every
- * column, so a file missing one is refused at open. */
-const char *const PROBE_SQL[] = {
-    "SELECT " WCOLS ", cubin FROM winners LIMIT 0",
-    "SELECT " BCOLS " FROM bad_configs LIMIT 0",
-    "SELECT " MCOLS " FROM misses LIMIT 0",
-    "SELECT key, value FROM meta LIMIT 0",
-    "SELECT rowid FROM winners LIMIT 0",
-    "SELECT rowid FROM bad_configs LIMIT 0",
-    "SELECT rowid FROM misses LIMIT 0",
-};
-
-const size_t SCREE__CACHE_NPROBE = sizeof PROBE_SQL / sizeof PROBE_SQL[0];
+/* Run on a version-1 file at open: it prepares only if every table has
+ * every column and a rowid (the NOT EXISTS subqueries name them all and are
+ * always true: LIMIT 0; the outer SELECT has no FROM, so that no name in
+ * them can resolve to another table's column), and it counts which of the
+ * four are tables, not views that could compute their rows. One statement
+ * with one result column, not one probe per table: each statement prepared
+ * costs a parse, and SQLite copies the names of its result columns. */
+const char VALIDATE_SQL[] =
+    "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN"
+    " ('winners', 'bad_configs', 'misses', 'meta'))"
+    " WHERE NOT EXISTS (SELECT " WCOLS ", cubin, rowid FROM winners LIMIT 0)"
+    " AND NOT EXISTS (SELECT " BCOLS ", rowid FROM bad_configs LIMIT 0)"
+    " AND NOT EXISTS (SELECT " MCOLS ", rowid FROM misses LIMIT 0)"
+    " AND NOT EXISTS (SELECT key, value FROM meta LIMIT 0)";
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */

@@ -52,17 +52,20 @@ enum {
   ST_BAD_GET,
   ST_MISS_PUT,
   ST_MISS_DEL,
+  ST_LIST_WINNERS,
+  ST_LIST_BAD,
+  ST_LIST_MISS,
+  ST_GET_CUBIN,
   ST_COUNT
 };
 
 
 extern const char SCREE__CACHE_SCHEMA_SQL[];
 extern const char *const SCREE__CACHE_STMT_SQL[ST_COUNT];
-extern const char *const SCREE__CACHE_PROBE_SQL[];
-extern const size_t SCREE__CACHE_NPROBE;
+extern const char SCREE__CACHE_VALIDATE_SQL[];
 #define SCHEMA_SQL SCREE__CACHE_SCHEMA_SQL
 #define STMT_SQL SCREE__CACHE_STMT_SQL
-#define PROBE_SQL SCREE__CACHE_PROBE_SQL
+#define VALIDATE_SQL SCREE__CACHE_VALIDATE_SQL
 
 struct scree__cache {
   sqlite3 *db;

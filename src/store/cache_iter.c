@@ -10,20 +10,21 @@
 /* Reads one row into dst: 0, or -1 with the reason the row is refused. */
 typedef int (*row_fn)(sqlite3_stmt *s, void *dst, char *why, size_t why_size);
 
-/* Runs a filtered SELECT whose column rowid_col is the rowid and collects
- * every row that fn accepts into a malloc'd array of elem-sized records;
- * the others are counted as refused. */
-static scree_status collect(scree__cache *c, const char *sql, const char *table,
-                            int rowid_col, const char *arch, const char *op, size_t elem,
-                            row_fn fn, void **rows, size_t *nrows) {
+/* Runs the filtered SELECT of statement id (kept prepared on the handle:
+ * the listings run again and again on one), whose column rowid_col is the
+ * rowid, and collects every row that fn accepts into a malloc'd array of
+ * elem-sized records; the others are counted as refused. */
+static scree_status collect(scree__cache *c, int id, const char *table, int rowid_col,
+                            const char *arch, const char *op, size_t elem, row_fn fn,
+                            void **rows, size_t *nrows) {
   *rows = NULL;
   *nrows = 0;
   size_t cap = 0;
   scree_status st = SCREE_OK;
   hold(c);
-  sqlite3_stmt *s = NULL;
-  int rc = sqlite3_prepare_v2(c->db, sql, -1, &s, NULL);
-  if (rc == SQLITE_OK) {
+  int rc;
+  sqlite3_stmt *s = stmt(c, id, &rc);
+  if (s) {
     bind_filter(s, 1, arch);
     bind_filter(s, 2, op);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -49,7 +50,7 @@ static scree_status collect(scree__cache *c, const char *sql, const char *table,
     set_err(c, "%s: %s", c->path, sqlite3_errmsg(c->db));
     st = status_of(rc);
   }
-  sqlite3_finalize(s);
+  if (s) done(s);
   release(c);
   if (st != SCREE_OK) {
     free(*rows);
@@ -93,12 +94,8 @@ scree_status scree__cache_foreach_miss(scree__cache *c, const char *arch,
   if (!c || !fn) return SCREE_ERROR_INVALID_ARGUMENT;
   void *rows;
   size_t n;
-  scree_status st = collect(c,
-                            "SELECT " MCOLS ", rowid FROM misses" FILTER
-                            " ORDER BY count DESC, op, arch, bucket, dtype,"
-                            " causal",
-                            "misses", 9, arch, op, sizeof(scree__cmiss), miss_row, &rows,
-                            &n);
+  scree_status st = collect(c, ST_LIST_MISS, "misses", 9, arch, op, sizeof(scree__cmiss),
+                            miss_row, &rows, &n);
   for (size_t i = 0; st == SCREE_OK && i < n; i++)
     if (fn(user, (scree__cmiss *)rows + i)) break;
   free(rows);
@@ -113,12 +110,8 @@ scree_status scree__cache_foreach_bad(scree__cache *c, const char *arch,
   if (!c || !fn) return SCREE_ERROR_INVALID_ARGUMENT;
   void *rows;
   size_t n;
-  scree_status st = collect(c,
-                            "SELECT " BCOLS ", rowid FROM bad_configs" FILTER
-                            " ORDER BY op, arch, dtype, causal, config,"
-                            " bucket, src_hash, nvrtc_version",
-                            "bad_configs", 10, arch, op, sizeof(scree__cbad), bad_row, &rows,
-                            &n);
+  scree_status st = collect(c, ST_LIST_BAD, "bad_configs", 10, arch, op,
+                            sizeof(scree__cbad), bad_row, &rows, &n);
   for (size_t i = 0; st == SCREE_OK && i < n; i++)
     if (fn(user, (scree__cbad *)rows + i)) break;
   free(rows);
@@ -133,8 +126,8 @@ scree_status scree__cache_foreach_entry(scree__cache *c, const char *arch,
   if (!c || !fn) return SCREE_ERROR_INVALID_ARGUMENT;
   void *rows;
   size_t n;
-  scree_status st = collect(c, "SELECT " WMETA " FROM winners" FILTER WORDER, "winners", 18,
-                            arch, op, sizeof(meta_row), entry_meta_row, &rows, &n);
+  scree_status st = collect(c, ST_LIST_WINNERS, "winners", 18, arch, op, sizeof(meta_row),
+                            entry_meta_row, &rows, &n);
   for (size_t i = 0; st == SCREE_OK && i < n; i++) {
     meta_row *m = (meta_row *)rows + i;
     if (!with_cubin) {

@@ -74,9 +74,12 @@ static int exec_retry(sqlite3 *db, const char *sql) {
   }
 }
 
-/* Creates the schema in a fresh file. Another process may be doing the same
- * right now: the check is repeated under the write lock. */
-static int init_schema(sqlite3 *db, char *why, size_t why_size) {
+/* Creates the schema in a fresh file; *created = 1 if this call created it.
+ * Another process may be doing the same right now: the check is repeated
+ * under the write lock, and where the file is no longer empty it is left as
+ * it is (*created = 0). */
+static int init_schema(sqlite3 *db, int *created, char *why, size_t why_size) {
+  *created = 0;
   int rc = exec_retry(db, "BEGIN IMMEDIATE");
   if (rc != SQLITE_OK) goto fail;
   int64_t uv = 0, ntab = 0;
@@ -84,7 +87,8 @@ static int init_schema(sqlite3 *db, char *why, size_t why_size) {
       (rc = query_int(db, "SELECT count(*) FROM sqlite_master", &ntab)) !=
           SQLITE_OK)
     goto fail;
-  if (uv == 0 && ntab == 0) {
+  const int fresh = uv == 0 && ntab == 0;
+  if (fresh) {
     char sql[256];
     snprintf(sql, sizeof sql,
              "INSERT INTO meta(key, value) VALUES('created_by', '%s'),"
@@ -99,6 +103,7 @@ static int init_schema(sqlite3 *db, char *why, size_t why_size) {
          is_busy(rc) && now_ms() < deadline)
     nap_ms(5);
   if (rc != SQLITE_OK) goto fail;
+  *created = fresh;
   return SQLITE_OK;
 fail:
   put_why(why, why_size, "cannot create the schema: %s", sqlite3_errmsg(db));
@@ -158,6 +163,20 @@ static int wal_is_empty(const char *path) {
   const int r = stat(wal, &sb) == 0 ? sb.st_size == 0 : errno == ENOENT ? 1 : -1;
   free(wal);
   return r;
+}
+
+/* Checks that db holds the four tables, with every column and a rowid
+ * (VALIDATE_SQL): 0, or -1 with the reason and *res set. */
+static int check_tables(sqlite3 *db, const char *path, open_result *res, char *why,
+                        size_t why_size) {
+  int64_t ntables = 0;
+  const int rc = query_int(db, VALIDATE_SQL, &ntables);
+  if (rc == SQLITE_OK && ntables == 4) return 0;
+  put_why(why, why_size, "%s is not a valid scree cache: %s", path,
+          rc != SQLITE_OK ? sqlite3_errmsg(db) : "winners, bad_configs, misses and meta must"
+                                                 " be tables");
+  *res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+  return -1;
 }
 
 /* Opens and validates path. OPEN_CORRUPT means the file (or a directory in
@@ -249,9 +268,15 @@ open_result open_db(const char *path, int readonly, int wal,
                                      : "; it was written by an older scree");
     goto fail;
   }
-  if ((rc = query_int(db, "SELECT count(*) FROM sqlite_master", &ntab)) !=
-          SQLITE_OK ||
-      (rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK) {
+  if ((rc = query_int(db, "SELECT count(*) FROM sqlite_master", &ntab)) != SQLITE_OK) {
+    put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
+    res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
+    goto fail;
+  }
+  /* A file of this version: its tables are checked in the same read
+   * transaction (the same snapshot). */
+  if (uv == SCREE__CACHE_SCHEMA && check_tables(db, path, &res, why, why_size) != 0) goto fail;
+  if ((rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK) {
     put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
     res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
     goto fail;
@@ -266,50 +291,31 @@ open_result open_db(const char *path, int readonly, int wal,
       goto fail;
     }
     char w2[256] = "";
-    if ((rc = init_schema(db, w2, sizeof w2)) != SQLITE_OK) {
+    int created = 0;
+    if ((rc = init_schema(db, &created, w2, sizeof w2)) != SQLITE_OK) {
       put_why(why, why_size, "%s: %s", path, w2);
       res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
       goto fail;
     }
-    if ((rc = query_int(db, "PRAGMA user_version", &uv)) != SQLITE_OK) {
-      put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
-      goto fail;
+    /* Another process created it first: checked as any other file. A schema
+     * this call created is what SCHEMA_SQL says. */
+    if (!created) {
+      if ((rc = query_int(db, "PRAGMA user_version", &uv)) != SQLITE_OK) {
+        put_why(why, why_size, "cannot read %s: %s", path, sqlite3_errmsg(db));
+        goto fail;
+      }
+      if (uv != SCREE__CACHE_SCHEMA) {
+        put_why(why, why_size, "%s: schema version %lld after creating it", path,
+                (long long)uv);
+        goto fail;
+      }
+      if (check_tables(db, path, &res, why, why_size) != 0) goto fail;
     }
   } else if (uv == 0) {
     put_why(why, why_size,
             "%s is an SQLite database but not a scree cache (user_version 0,"
             " %lld schema objects); refusing to use it",
             path, (long long)ntab);
-    goto fail;
-  }
-  if (uv != SCREE__CACHE_SCHEMA) {
-    put_why(why, why_size, "%s: schema version %lld after creating it", path,
-            (long long)uv);
-    goto fail;
-  }
-  for (size_t i = 0; i < SCREE__CACHE_NPROBE; i++) {
-    sqlite3_stmt *s = NULL;
-    rc = sqlite3_prepare_v2(db, PROBE_SQL[i], -1, &s, NULL);
-    sqlite3_finalize(s);
-    if (rc != SQLITE_OK) {
-      put_why(why, why_size, "%s is not a valid scree cache: %s", path,
-              sqlite3_errmsg(db));
-      res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
-      goto fail;
-    }
-  }
-  /* Tables, not views that could compute their rows (the probes above
-   * refuse tables without rowids). */
-  int64_t ntables = 0;
-  if ((rc = query_int(db,
-                      "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN"
-                      " ('winners', 'bad_configs', 'misses', 'meta')",
-                      &ntables)) != SQLITE_OK ||
-      ntables != 4) {
-    put_why(why, why_size, "%s is not a valid scree cache: %s", path,
-            rc != SQLITE_OK ? sqlite3_errmsg(db) : "winners, bad_configs, misses and meta must"
-                                                   " be tables");
-    res = is_corrupt(rc) ? OPEN_CORRUPT : OPEN_FAIL;
     goto fail;
   }
   /* Only now that the file is known to be a scree cache is it changed. */
