@@ -120,9 +120,9 @@ scree_status scree__cache_merge(
     put_why(why, why_size, "%s", c->err);
     goto out;
   }
-  if ((rc = sqlite3_prepare_v2(src->db, "SELECT cubin FROM winners WHERE rowid = ?1", -1, &cs,
-                               NULL)) == SQLITE_OK)
-    rc = sqlite3_prepare_v2(src->db, "SELECT " WMETA " FROM winners" WORDER, -1, &s, NULL);
+  /* The source's listing statements, unfiltered (src is closed below,
+   * which finalizes them). */
+  if ((cs = stmt(src, ST_GET_CUBIN, &rc))) s = stmt(src, ST_LIST_WINNERS, &rc);
   while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     scree__centry theirs, mine;
     int ok;
@@ -169,13 +169,12 @@ scree_status scree__cache_merge(
   }
 
   /* Bad configs: union, keeping c's row where both have one. */
-  sqlite3_finalize(s);
-  s = NULL;
+  done(s);
   if (!(bs = stmt(c, ST_BAD_MERGE, &rc))) {
     st = status_of(rc);
     goto fail;
   }
-  rc = sqlite3_prepare_v2(src->db, "SELECT " BCOLS ", rowid FROM bad_configs", -1, &s, NULL);
+  s = stmt(src, ST_LIST_BAD, &rc);
   while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
     scree__cbad b;
     char bwhy[256];
@@ -225,8 +224,6 @@ fail:
   put_why(why, why_size, "merge failed, nothing merged: %s", c->err);
   if (st == SCREE_OK) st = SCREE_ERROR_CACHE;
 out:
-  sqlite3_finalize(s);
-  sqlite3_finalize(cs);
   release(c);
   scree__cache_close(src);
   return st;
