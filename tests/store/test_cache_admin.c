@@ -193,6 +193,29 @@ START_TEST(merge_semantics) {
                    SCREE_ERROR_CACHE);
   ck_assert_msg(strstr(why, "version 2"), "why: %s", why);
   ck_assert_int_eq(n.added + n.replaced + n.conflicts, 0);
+
+  /* A damaged file (a cell pointer past its page, as in the fuzz
+   * regression) is refused whole, every time, and nothing is merged. */
+  char *dmg = pjoin(dir, "damaged.db");
+  x = open_rw(dmg);
+  put_ok(x, &D, CFG[5], 0.1, 5, 1);
+  scree__cache_close(x);
+  db_exec(dmg, "PRAGMA journal_mode = DELETE");
+  const long long psz = db_int(dmg, "PRAGMA page_size");
+  const long long root = db_int(dmg, "SELECT rootpage FROM sqlite_master WHERE name = 'winners'");
+  FILE *f = fopen(dmg, "r+b");
+  ck_assert_ptr_nonnull(f);
+  const unsigned char ptr[2] = {0xff, 0xff}; /* the first cell pointer of a leaf */
+  ck_assert_int_eq(fseek(f, (long)((root - 1) * psz + (root == 1 ? 100 : 0) + 8), SEEK_SET), 0);
+  ck_assert_int_eq(fwrite(ptr, 1, 2, f), 2);
+  ck_assert_int_eq(fclose(f), 0);
+  for (int twice = 0; twice < 2; twice++) {
+    memset(&n, 0, sizeof n);
+    ck_assert_int_eq(scree__cache_merge(c, dmg, 1, &n, NULL, NULL, why, sizeof why),
+                     SCREE_ERROR_CACHE);
+    ck_assert_msg(strstr(why, "is damaged") && strstr(why, dmg), "why: %s", why);
+    ck_assert_int_eq(n.added + n.replaced + n.conflicts, 0);
+  }
   ck_assert_int_eq(scree__cache_get(c, &D, &g), SCREE_OK);
   ck_assert_str_eq(g.config, CFG[3]);
   scree__centry_free(&g);
