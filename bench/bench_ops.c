@@ -9,6 +9,7 @@
  *
  *   bench_ops [--file F] [--json-configs F] [--op NAME] [--only NAME]
  *             [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep]
+ *             [--sweep-impl NAME] [--sweep-grep A,B]
  *
  * --check-entries parses every case (op, variant, shape, lengths) and builds
  * its problem on the host, without a GPU: a CPU test runs it, so a typo in
@@ -17,7 +18,9 @@
  * --sweep also times every config of the op's space that this device can
  * run on each case (each checked on the edge-case batch first), prints the
  * five fastest and writes all of them to the CSV: the measurements behind
- * safe_configs/ (bench/make_safelist.py).
+ * safe_configs/ (bench/make_safelist.py). --sweep-impl NAME sweeps only the
+ * configs of that implementation (impl=NAME); --sweep-grep A,B only those
+ * whose config string holds every field A, B ("vec=8,band=1").
  *
  * Method: a private cache and the tune-on-miss policy, so the first call of
  * each case tunes its bucket (printed: how long it took); then --reps
@@ -189,6 +192,32 @@ static void compile_one(void *p, int i) {
 }
 
 /* Every config this device can run on the case, checked then timed. */
+static const char *g_sweep_impl; /* --sweep-impl: only this implementation */
+static const char *g_sweep_grep; /* --sweep-grep: only configs holding each of these */
+
+/* 1 if cs holds every comma-separated part of g_sweep_grep ("vec=8,band=1"
+ * matches "...vec=8,...,band=1"; a part matches at a field's start). */
+static int sweep_wanted(const char *cs) {
+  if (!g_sweep_grep) return 1;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", g_sweep_grep);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    const size_t n = strlen(tok);
+    const char *p = cs;
+    int found = 0;
+    while ((p = strstr(p, tok))) {
+      if ((p == cs || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) {
+        found = 1;
+        break;
+      }
+      p++;
+    }
+    if (!found) return 0;
+  }
+  return 1;
+}
+
 static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *var,
                       const void *call, scree__run *big, CUstream stream, FILE *csv) {
   const int total = scree__config_space(c->op, NULL, 0);
@@ -201,7 +230,11 @@ static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *
   for (int i = 0; i < total; i++) {
     scree__config a = all[i];
     const scree__impl *im = &c->op->impls[a.impl];
+    if (g_sweep_impl && strcmp(im->name, g_sweep_impl)) continue;
     if (im->adapt) im->adapt(&a, var, call);
+    char cs[128];
+    scree__config_str(c->op, &a, cs, sizeof cs);
+    if (!sweep_wanted(cs)) continue;
     if (scree__config_check(c->op, &a, var, &t, NULL, 0)) s[n++].cfg = a;
   }
   cjob j = {ctx, c->op, var, s};
@@ -271,6 +304,10 @@ int main(int argc, char **argv) {
       check_only = 1;
     else if (!strcmp(argv[i], "--sweep"))
       sweep = 1;
+    else if (!strcmp(argv[i], "--sweep-impl") && i + 1 < argc)
+      sweep = 1, g_sweep_impl = argv[++i];
+    else if (!strcmp(argv[i], "--sweep-grep") && i + 1 < argc)
+      sweep = 1, g_sweep_grep = argv[++i];
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc)
       csv_path = argv[++i];
     else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
@@ -278,7 +315,8 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: %s [--file ops.txt | --json-configs attention_configs.json] [--op NAME] "
-              "[--only NAME] [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep] [--check-entries]\n",
+              "[--only NAME] [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep] "
+              "[--sweep-impl NAME] [--sweep-grep A,B] [--check-entries]\n",
               argv[0]);
       return 2;
     }
