@@ -37,13 +37,18 @@
  * (k < stage / ROWS) into shared memory, slot (g + ROWS * k) * TPR + l.
  * (2) While they land, tokens past the stage (a sequence longer than
  * `stage`: the caller's max_seqlen said less, or the config's STOK is
- * smaller) are streamed into the online state as in ragged_softmax.cu.
- * (3) After its own copies complete (each thread reads back only what it
- * copied: no barrier), the staged tokens' max, then their sum, merged into
- * that state. (4) Across the groups of a warp by shuffles, then across
- * warps through shared memory (one barrier), then (SPLIT > 1) across the
- * cluster's CTAs (two cluster barriers). (5) Outputs: staged tokens from
- * shared memory, streamed ones read again (last first).
+ * smaller) are streamed into an online (max, sum) state as in
+ * ragged_softmax.cu. (3) After its own copies complete (each thread reads
+ * back only what it copied: no barrier), the staged tokens' max (16-bit x:
+ * two elements per max.f16x2 / max.bf16x2, one conversion per column).
+ * (4) That max across the warp's groups (shuffles), the warps (shared
+ * memory, one barrier) and, with SPLIT > 1, the cluster's CTAs (two
+ * cluster barriers); then each thread's sum of 2^(z - max) over its staged
+ * tokens plus its streamed sum taken to that max (one exponential per
+ * column), summed the same way. Merging (max, sum) pairs instead costs two
+ * exponentials per column at every step: a fifth of the kernel's
+ * exponentials on long sequences. (5) Outputs 2^(z - (max + log2 sum)):
+ * staged tokens from shared memory, streamed ones read again (last first).
  *
  * Why SPLIT: a CTA reads one strip of every token row it holds, one L2 line
  * (or a 32-byte sector of one) per token. Strips of 32 bytes keep the whole
@@ -99,10 +104,9 @@ __device__ __forceinline__ unsigned scree_cluster_map(unsigned saddr, unsigned r
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(saddr), "r"(rank));
   return r;
 }
-__device__ __forceinline__ float2 scree_cluster_ld2(unsigned addr) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr)
-               : "memory");
+__device__ __forceinline__ float scree_cluster_ld1(unsigned addr) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
   return v;
 }
 __device__ __forceinline__ void scree_cluster_sync() {
@@ -113,6 +117,96 @@ __device__ __forceinline__ void scree_cluster_sync() {
 
 /* Slots between a thread's consecutive staged tokens. */
 #define SCREE_KSTRIDE (SCREE_ROWS * SCREE_TPR)
+
+/* 16-bit x in 32-bit words: the max (or, for a negative scale, the min)
+ * of two tokens' elements, two at a time (max.f16x2 / max.bf16x2, sm_80),
+ * converted once per column rather than once per element. A NaN is passed
+ * over here; the sum, which takes every element, carries it. */
+#if SCREE_X_DTYPE != 0 && SCREE_VEC >= 2
+#define SCREE_PACKED 1
+#if SCREE_X_DTYPE == 2
+#define SCREE_PK "bf16x2"
+#define SCREE_PK_INF 0x7f807f80u
+#else
+#define SCREE_PK "f16x2"
+#define SCREE_PK_INF 0x7c007c00u
+#endif
+__device__ __forceinline__ unsigned scree_pk_max(unsigned a, unsigned b) {
+  unsigned d;
+  asm("max." SCREE_PK " %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ unsigned scree_pk_min(unsigned a, unsigned b) {
+  unsigned d;
+  asm("min." SCREE_PK " %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+#else
+#define SCREE_PACKED 0
+#endif
+
+/* Across the token groups, per column: the max (MAX) or the sum of v;
+ * every thread gets its lane's result. First the groups of a warp (lanes
+ * TPR apart), then the warps through red: each warp's first group leaves
+ * its values, and every thread reads those of its lane (reads the groups
+ * of a warp share, one wavefront each). A barrier before the writes keeps
+ * the last reduction's reads whole. */
+template <bool MAX>
+__device__ __forceinline__ void scree_rsm_reduce(float (&v)[SCREE_VEC],
+                                                 float (*red)[SCREE_TPR][SCREE_VEC]) {
+#pragma unroll
+  for (int o = SCREE_TPR; o < 32; o <<= 1)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float w = __shfl_xor_sync(0xffffffffu, v[e], o);
+      v[e] = MAX ? fmaxf(v[e], w) : v[e] + w;
+    }
+#if SCREE_WARPS > 1
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % SCREE_TPR;
+  if (!MAX) __syncthreads();
+  if (threadIdx.x % 32 < SCREE_TPR)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) red[warp][lane][e] = v[e];
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) v[e] = MAX ? SCREE_NEG_INF : 0.f;
+#pragma unroll 4
+  for (int w = 0; w < SCREE_WARPS; w++)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++)
+      v[e] = MAX ? fmaxf(v[e], red[w][lane][e]) : v[e] + red[w][lane][e];
+#else
+  (void)red;
+#endif
+}
+
+#if SCREE_SPLIT > 1
+/* Then across the CTAs of the cluster: each leaves its lanes' values (the
+ * first group's threads), and every thread combines those of its lane from
+ * every CTA's shared memory. The barrier after the reads keeps each CTA's
+ * buffer alive (and unchanged) until every CTA has read it. */
+template <bool MAX> __device__ __forceinline__ void scree_rsm_cluster(float (&v)[SCREE_VEC]) {
+  __shared__ float part[SCREE_TPR][SCREE_VEC];
+  const int lane = threadIdx.x % SCREE_TPR;
+  if (threadIdx.x < SCREE_TPR)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) part[lane][e] = v[e];
+  scree_cluster_sync();
+  const unsigned local = scree_smem_u32(&part[lane][0]);
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) v[e] = MAX ? SCREE_NEG_INF : 0.f;
+#pragma unroll
+  for (int q = 0; q < SCREE_SPLIT; q++) {
+    const unsigned remote = scree_cluster_map(local, (unsigned)q);
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float o = scree_cluster_ld1(remote + 4u * (unsigned)e);
+      v[e] = MAX ? fmaxf(v[e], o) : v[e] + o;
+    }
+  }
+  scree_cluster_sync();
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
 scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int cols,
@@ -170,103 +264,83 @@ scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens
   for (int e = 0; e < SCREE_VEC; e++) m[e] = SCREE_NEG_INF, s[e] = 0.f;
   scree_rs_stream(xg, step, ks, ntok, nc, sl, m, s);
 
-  /* (3) The staged tokens: their max, then their sum, into the state. */
+  /* (3) The staged tokens' max, with the streamed tokens' one. */
   if constexpr (SCREE_VBYTES >= 4) scree_cp_async_wait<0>();
-  {
-    float sm[SCREE_VEC];
+  float mx[SCREE_VEC];
 #pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) sm[e] = SCREE_NEG_INF;
+  for (int e = 0; e < SCREE_VEC; e++) mx[e] = m[e];
+#if SCREE_PACKED
+  if (ks > 0) {
+    /* z = x * sl: the largest z is sl times the largest x, or the smallest
+     * for sl < 0; two 16-bit elements a step, from -inf (or +inf). */
+    const bool neg = sl < 0.f;
+    rv acc;
+#pragma unroll
+    for (int w = 0; w < SCREE_WORDS; w++) acc.v[w] = neg ? SCREE_PK_INF : SCREE_PK_INF | 0x80008000u;
+    if (!neg) {
 #pragma unroll 4
-    for (int k = 0; k < ks; k++) {
-      const rv r = mine[k * SCREE_KSTRIDE];
+      for (int k = 0; k < ks; k++) {
+        const rv r = mine[k * SCREE_KSTRIDE];
 #pragma unroll
-      for (int e = 0; e < SCREE_VEC; e++) sm[e] = fmaxf(sm[e], scree_rs_elem(r, e) * sl);
-    }
-    float ms[SCREE_VEC];
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) {
-      const float mm = fmaxf(m[e], sm[e]);
-      ms[e] = scree_rs_safe(mm);
-      if (m[e] != mm) s[e] *= scree_ex2(m[e] - ms[e]);
-      m[e] = mm;
-    }
-#pragma unroll 4
-    for (int k = 0; k < ks; k++) {
-      const rv r = mine[k * SCREE_KSTRIDE];
-#pragma unroll
-      for (int e = 0; e < SCREE_VEC; e++) s[e] += scree_ex2(scree_rs_elem(r, e) * sl - ms[e]);
-    }
-  }
-
-  /* (4) Across the token groups, per column. Idle threads hold {-inf, 0},
-   * which changes nothing. First the groups of a warp (lanes TPR apart). */
-#pragma unroll
-  for (int o = SCREE_TPR; o < 32; o <<= 1)
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) {
-      const float om = __shfl_xor_sync(0xffffffffu, m[e], o);
-      const float os = __shfl_xor_sync(0xffffffffu, s[e], o);
-      scree_rs_merge(m[e], s[e], om, os);
-    }
-#if SCREE_WARPS > 1
-  {
-    /* Then the warps: each warp's first group leaves its state, and every
-     * thread merges those of its lane (reads that the groups of a warp
-     * share, one shared-memory wavefront each). */
-    __shared__ float2 red[SCREE_WARPS][SCREE_TPR][SCREE_VEC];
-    const int warp = threadIdx.x / 32;
-    if (threadIdx.x % 32 < SCREE_TPR)
-#pragma unroll
-      for (int e = 0; e < SCREE_VEC; e++) red[warp][lane][e] = make_float2(m[e], s[e]);
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) m[e] = SCREE_NEG_INF, s[e] = 0.f;
-#pragma unroll 4
-    for (int w = 0; w < SCREE_WARPS; w++)
-#pragma unroll
-      for (int e = 0; e < SCREE_VEC; e++) {
-        const float2 o = red[w][lane][e];
-        scree_rs_merge(m[e], s[e], o.x, o.y);
+        for (int w = 0; w < SCREE_WORDS; w++) acc.v[w] = scree_pk_max(acc.v[w], r.v[w]);
       }
+    } else {
+#pragma unroll 4
+      for (int k = 0; k < ks; k++) {
+        const rv r = mine[k * SCREE_KSTRIDE];
+#pragma unroll
+        for (int w = 0; w < SCREE_WORDS; w++) acc.v[w] = scree_pk_min(acc.v[w], r.v[w]);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) mx[e] = fmaxf(mx[e], scree_rs_elem(acc, e) * sl);
+  }
+#else
+#pragma unroll 4
+  for (int k = 0; k < ks; k++) {
+    const rv r = mine[k * SCREE_KSTRIDE];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) mx[e] = fmaxf(mx[e], scree_rs_elem(r, e) * sl);
   }
 #endif
+
+  /* (4) The max across the token groups (and the cluster's CTAs), then
+   * every thread's sum taken to it, and those summed the same way: no
+   * rescaling merge, one exponential per column for the streamed part.
+   * Idle threads hold -inf and 0, which change neither. */
+  __shared__ float red[SCREE_WARPS][SCREE_TPR][SCREE_VEC];
+  scree_rsm_reduce<true>(mx, red);
 #if SCREE_SPLIT > 1
-  {
-    /* Then the CTAs of the cluster: each leaves its state (the first
-     * group's threads), and every thread merges those of its lane from
-     * every CTA's shared memory. The second barrier keeps each CTA's
-     * shared memory alive until every CTA has read it. */
-    __shared__ float2 mine_part[SCREE_TPR][SCREE_VEC];
-    if (threadIdx.x < SCREE_TPR)
+  scree_rsm_cluster<true>(mx);
+#endif
+  float ms[SCREE_VEC];
 #pragma unroll
-      for (int e = 0; e < SCREE_VEC; e++) mine_part[lane][e] = make_float2(m[e], s[e]);
-    scree_cluster_sync();
-    const unsigned local = scree_smem_u32(&mine_part[lane][0]);
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) m[e] = SCREE_NEG_INF, s[e] = 0.f;
-#pragma unroll
-    for (int q = 0; q < SCREE_SPLIT; q++) {
-      const unsigned remote = scree_cluster_map(local, (unsigned)q);
-#pragma unroll
-      for (int e = 0; e < SCREE_VEC; e++) {
-        const float2 o = scree_cluster_ld2(remote + 8u * (unsigned)e);
-        scree_rs_merge(m[e], s[e], o.x, o.y);
-      }
-    }
-    scree_cluster_sync();
+  for (int e = 0; e < SCREE_VEC; e++) {
+    ms[e] = scree_rs_safe(mx[e]);
+    /* The streamed sum, taken from its own max to the sequence's (nothing
+     * streamed: m is -inf and s 0, left so). */
+    if (m[e] != SCREE_NEG_INF) s[e] *= scree_ex2(m[e] - ms[e]);
   }
+#pragma unroll 4
+  for (int k = 0; k < ks; k++) {
+    const rv r = mine[k * SCREE_KSTRIDE];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) s[e] += scree_ex2(scree_rs_elem(r, e) * sl - ms[e]);
+  }
+  scree_rsm_reduce<false>(s, red);
+#if SCREE_SPLIT > 1
+  scree_rsm_cluster<false>(s);
 #endif
   if (!active) return; /* no barrier follows */
 
-  /* (5) The outputs: 2^(z - max) / sum. */
-  float inv[SCREE_VEC];
+  /* (5) The outputs: 2^(z - max) / sum = 2^(z - (max + log2(sum))), one
+   * exponential and no multiply per element. (A column that is -inf
+   * throughout: sum 0, log2 -inf, z - -inf NaN, as 0 / 0 would give.) */
+  float mo[SCREE_VEC], one[SCREE_VEC];
 #pragma unroll
-  for (int e = 0; e < SCREE_VEC; e++) {
-    inv[e] = 1.f / s[e];
-    m[e] = scree_rs_safe(m[e]);
-  }
+  for (int e = 0; e < SCREE_VEC; e++) mo[e] = ms[e] + scree_lg2(s[e]), one[e] = 1.f;
 #pragma unroll 4
   for (int k = 0; k < ks; k++)
-    scree_rs_store(yg + k * ystep, scree_rs_out(mine[k * SCREE_KSTRIDE], sl, m, inv), nc);
-  scree_rs_stream_out(xg, yg, step, ystep, ks, ntok, nc, sl, m, inv);
+    scree_rs_store(yg + k * ystep, scree_rs_out(mine[k * SCREE_KSTRIDE], sl, mo, one), nc);
+  scree_rs_stream_out(xg, yg, step, ystep, ks, ntok, nc, sl, mo, one);
 }

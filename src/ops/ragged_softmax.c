@@ -110,11 +110,12 @@ static size_t smem_bytes(const scree__config *c, const scree__variant *var) {
   return (size_t)c->v[S_STOK] * smem_token_bytes(c, var);
 }
 
-/* The kernel's static reduction buffer: one (max, sum) per warp, lane and
- * column, when there are several warps. */
+/* The kernel's static reduction buffers: one float per warp, lane and
+ * column, when there are several warps; one per lane and column for the
+ * cluster's exchange. */
 static size_t smem_red_bytes(const scree__config *c) {
   const int warps = c->v[S_TPR] * c->v[S_ROWS] / 32;
-  const size_t lanes = (size_t)c->v[S_TPR] * (size_t)c->v[S_VEC] * 8;
+  const size_t lanes = (size_t)c->v[S_TPR] * (size_t)c->v[S_VEC] * 4;
   return (warps > 1 ? (size_t)warps * lanes : 0) + (c->v[S_SPLIT] > 1 ? lanes : 0);
 }
 
