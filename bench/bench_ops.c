@@ -191,7 +191,6 @@ static void compile_one(void *p, int i) {
   if (scree__kernel_get(j->ctx, j->op, &j->s[i].cfg, j->var, &k)) j->s[i].us = -1;
 }
 
-/* Every config this device can run on the case, checked then timed. */
 static const char *g_sweep_impl; /* --sweep-impl: only this implementation */
 static const char *g_sweep_grep; /* --sweep-grep: only configs holding each of these */
 
@@ -218,6 +217,8 @@ static int sweep_wanted(const char *cs) {
   return 1;
 }
 
+/* Every config this device can run on the case (of --sweep-impl, holding
+ * --sweep-grep's fields), checked then timed. */
 static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *var,
                       const void *call, scree__run *big, CUstream stream, FILE *csv) {
   const int total = scree__config_space(c->op, NULL, 0);

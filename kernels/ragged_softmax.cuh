@@ -107,13 +107,6 @@ __device__ __forceinline__ yv scree_rs_out(const rv &a, float sl, const float (&
  * that -inf - max is -inf (a term 0) rather than NaN. */
 __device__ __forceinline__ float scree_rs_safe(float m) { return m == SCREE_NEG_INF ? 0.f : m; }
 
-/* Merges the state (om, os) of other tokens into (m, s), per column. */
-__device__ __forceinline__ void scree_rs_merge(float &m, float &s, float om, float os) {
-  const float mm = fmaxf(m, om), ms = scree_rs_safe(mm);
-  s = (m == mm ? s : s * scree_ex2(m - ms)) + (om == mm ? os : os * scree_ex2(om - ms));
-  m = mm;
-}
-
 /* Tokens k in [k0, ntok) of the thread (at xg + k * step), CHUNK at a time,
  * into the state (m, s): per column, the chunk's max, one rescale of the
  * running sum (2^0 = 1 where the max stays), then the chunk's terms. */
