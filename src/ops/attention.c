@@ -237,6 +237,159 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   return SCREE_OK;
 }
 
+/* ---- the Hopper implementation (kernels/attention_hopper.cu) -------------- */
+
+enum { H_BN, H_CWG, H_STAGES, H_SCHED, H_NFIELDS };
+
+static const scree__field hfields[H_NFIELDS] = {
+    {"bn", "SCREE_BN", 2, {64, 128}},
+    {"cwg", "SCREE_CWG", 3, {1, 2, 3}},
+    {"stages", "SCREE_STAGES", 3, {2, 3, 4}},
+    {"sched", "SCREE_SCHED", 2, {1, 2}},
+};
+
+/* Mirrors the kernel's layout: Q (64 * cwg rows), STAGES K and V tiles,
+ * 1024 bytes of alignment slack, the mbarriers and two work slots. */
+static size_t hsmem(const scree__config *c, const scree__variant *var) {
+  const size_t row = (size_t)var->v[V_D] * 2;
+  return row * (size_t)(64 * c->v[H_CWG] + 2 * c->v[H_STAGES] * c->v[H_BN]) +
+         (size_t)8 * (size_t)(7 + 4 * c->v[H_STAGES]) + 16 + 1024;
+}
+
+static int hthreads(const scree__config *c) { return 128 * (c->v[H_CWG] + 1); }
+
+/* Mirrors the static_asserts of kernels/attention_hopper.cu. */
+static int hcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
+                  char *why, size_t n) {
+  const int bn = c->v[H_BN], cwg = c->v[H_CWG], stages = c->v[H_STAGES], d = var->v[V_D];
+  if (var->v[V_DTYPE] != SCREE_DTYPE_FP16 && var->v[V_DTYPE] != SCREE_DTYPE_BF16) {
+    scree__set_why(why, n, "dtype code %d is not fp16 or bf16", var->v[V_DTYPE]);
+    return 0;
+  }
+  if (d != 64 && d != 128) {
+    scree__set_why(why, n, "head_dim=%d: the hopper implementation covers 64 and 128 (the "
+                   "generic one serves the others)", d);
+    return 0;
+  }
+  if ((var->v[V_CAUSAL] | var->v[V_WINDOW]) & ~1) {
+    scree__set_why(why, n, "causal and window are 0 or 1");
+    return 0;
+  }
+  if ((bn != 64 && bn != 128) || cwg < 1 || cwg > 3 || stages < 2 || stages > 4 ||
+      (c->v[H_SCHED] != 1 && c->v[H_SCHED] != 2)) {
+    scree__set_why(why, n, "bn=%d, cwg=%d, stages=%d, sched=%d: bn is 64 or 128, cwg 1..3, "
+                   "stages 2..4, sched 1 or 2", bn, cwg, stages, c->v[H_SCHED]);
+    return 0;
+  }
+  /* The consumers' registers: 65536 less the producer's 24 a thread, shared
+   * by cwg warpgroups (at most 240 a thread); the accumulators of S, O and
+   * P plus about 48 of addresses and softmax state must fit. */
+  int regs = (65536 / 128 - 24) / cwg / 8 * 8;
+  if (regs > 240) regs = 240;
+  const int acc = bn / 2 + d / 2 + bn / 4;
+  if (acc + 48 > regs) {
+    scree__set_why(why, n, "bn=%d, head_dim=%d: %d accumulator registers a thread, past the "
+                   "%d a consumer of %d warpgroups has", bn, d, acc, regs - 48, cwg);
+    return 0;
+  }
+  const size_t bytes = hsmem(c, var);
+  if (bytes > (size_t)t->smem_optin) {
+    scree__set_why(why, n, "needs %zu bytes of shared memory; sm_%d allows %d", bytes, t->sm,
+                   t->smem_optin);
+    return 0;
+  }
+  if (!t->tensor_maps) {
+    scree__set_why(why, n, "the driver has no cuTensorMapEncodeTiled (tensor maps)");
+    return 0;
+  }
+  return 1;
+}
+
+/* cuTensorMapEncodeTiled's enums (cuda.h). */
+#define TMAP_FP16 6
+#define TMAP_BF16 9
+#define TMAP_SWIZZLE_128B 3
+#define TMAP_L2_256B 3
+
+/* A (head_dim, heads, tokens) map over one packed tensor, boxes of 64
+ * columns x 1 head x rows tokens, 128-byte swizzle, zeros past the end. */
+static scree_status tmap(scree_context *ctx, void *map, const char *name, scree_devptr p,
+                         scree_dtype dt, int64_t d, int64_t heads, int64_t tokens, int64_t ts,
+                         int64_t hs, unsigned rows) {
+  const uint64_t dims[3] = {(uint64_t)d, (uint64_t)heads, (uint64_t)(tokens > 0 ? tokens : 1)};
+  const uint64_t st[2] = {(uint64_t)hs * 2, (uint64_t)ts * 2};
+  const unsigned box[3] = {64, 1, rows}, es[3] = {1, 1, 1};
+  CUresult r = ctx->cu->TensorMapEncodeTiled(map, dt == SCREE_DTYPE_BF16 ? TMAP_BF16 : TMAP_FP16,
+                                             3, (void *)(uintptr_t)p, dims, st, box, es, 0,
+                                             TMAP_SWIZZLE_128B, TMAP_L2_256B, 0);
+  if (r) {
+    char what[64];
+    snprintf(what, sizeof what, "cuTensorMapEncodeTiled(%s)", name);
+    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, what);
+  }
+  return SCREE_OK;
+}
+
+static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                            const scree__variant *var, const void *args, CUstream stream) {
+  (void)var;
+  const scree_attention_args *a = args;
+  if (!ctx->cu->TensorMapEncodeTiled)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "attention impl=hopper needs cuTensorMapEncodeTiled, which this driver "
+                       "does not export");
+  const strides s = strides_of(a);
+  const int bm = 64 * c->v[H_CWG], bn = c->v[H_BN], sched = c->v[H_SCHED];
+  const int64_t cap = tile_cap(a, bm);
+  if (cap * a->heads_q > 0x7fffffff)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "%lld query tiles x %lld heads exceed a grid of 2^31 CTAs",
+                       (long long)cap, (long long)a->heads_q);
+  struct {
+    _Alignas(64) unsigned char b[128];
+  } mq, mk, mv;
+  /* With no key token k and v may be NULL: their maps then point at q
+   * (never read: no key tile is visited). */
+  const int nokeys = a->total_k == 0;
+  scree_status st;
+  if ((st = tmap(ctx, mq.b, "q", a->q, a->dtype, a->head_dim, a->heads_q, a->total_q, s.qt,
+                 s.qh, (unsigned)bm)) ||
+      (st = tmap(ctx, mk.b, "k", nokeys ? a->q : a->k, a->dtype, a->head_dim,
+                 nokeys ? a->heads_q : a->heads_kv, nokeys ? a->total_q : a->total_k,
+                 nokeys ? s.qt : s.kt, nokeys ? s.qh : s.kh, (unsigned)bn)) ||
+      (st = tmap(ctx, mv.b, "v", nokeys ? a->q : a->v, a->dtype, a->head_dim,
+                 nokeys ? a->heads_q : a->heads_kv, nokeys ? a->total_q : a->total_k,
+                 nokeys ? s.qt : s.vt, nokeys ? s.qh : s.vh, (unsigned)bn)))
+    return st;
+  uint64_t o = a->out, lse = a->lse, cu_q = a->cu_seqlens_q, cu_k = a->cu_seqlens_k;
+  long long ot = s.ot, oh = s.oh, total_q = a->total_q;
+  int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
+  const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
+  float scale_log2 = (float)((double)scale * 1.4426950408889634);
+  int wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
+  int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
+  if (!var->v[V_WINDOW]) wl = wr = -1;
+  CUdeviceptr ws;
+  st = scree__workspace(ctx, stream, (size_t)(2 + 2 * cap) * sizeof(int), &ws);
+  if (st) return st;
+  uint64_t sched_ptr = ws;
+  int capi = (int)cap;
+  void *pp[] = {&cu_q, &cu_k, &batch, &sched_ptr, &capi, &wl, &wr};
+  CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention schedule)");
+  void *params[] = {mq.b, mk.b, mv.b, &o,  &lse,        &cu_q, &cu_k, &ot,
+                    &oh,  &total_q, &heads_q, &group, &scale_log2, &wl, &wr, &sched_ptr};
+  int64_t work = cap * heads_q;
+  if (sched == 2) {
+    const int64_t slots = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1);
+    if (work > slots) work = slots;
+  }
+  r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)hthreads(c), 1, 1,
+                            (unsigned)hsmem(c, var), stream, params, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention hopper)");
+  return SCREE_OK;
+}
+
 /* ---- argument checks ------------------------------------------------------- */
 
 /* Checks one [tokens, heads, head_dim] tensor's strides: positive multiples
@@ -650,12 +803,25 @@ static const scree__impl impls[] = {{
     .threads = threads,
     .adapt = adapt,
     .launch = launch,
+}, {
+    .name = "hopper",
+    .source = "attention_hopper.cu",
+    .entries = {"scree_attention_hopper", "scree_attention_schedule"},
+    .min_sm = 90,
+    .max_sm = 90,
+    .arch_specific = 1,
+    .nfields = H_NFIELDS,
+    .fields = hfields,
+    .check = hcheck,
+    .smem = hsmem,
+    .threads = hthreads,
+    .launch = hlaunch,
 }};
 
 const scree__op scree__op_attention = {
     .name = "attention",
     .args_size = sizeof(scree_attention_args),
-    .nimpls = 1,
+    .nimpls = 2,
     .impls = impls,
     .nvfields = 4,
     .vfields = vfields,

@@ -412,12 +412,14 @@ void scree__target_of(const scree_context *ctx, scree__target *t) {
   t->sm = ctx->sm;
   t->smem_optin = ctx->info.max_smem_per_block_optin > 0 ? ctx->info.max_smem_per_block_optin
                                                          : smem_optin_of(ctx->sm);
+  t->tensor_maps = ctx->cu && ctx->cu->TensorMapEncodeTiled;
 }
 
 int scree__target_for_arch(const char *arch, scree__target *t) {
   if (!arch || strncmp(arch, "sm_", 3) || !isdigit((unsigned char)arch[3])) return -1;
   t->sm = atoi(arch + 3);
   t->smem_optin = smem_optin_of(t->sm);
+  t->tensor_maps = 1; /* a safelist or a compile does not depend on the driver */
   return 0;
 }
 

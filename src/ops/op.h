@@ -82,6 +82,7 @@ typedef struct scree__sfield {
 typedef struct scree__target {
   int sm;          /* 80, 90 ... */
   int smem_optin;  /* bytes of shared memory a CTA may opt in to */
+  int tensor_maps; /* the driver builds tensor maps (cuTensorMapEncodeTiled) */
 } scree__target;
 
 /* A loaded kernel module: the implementation's entry points, in its

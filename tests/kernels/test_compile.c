@@ -193,12 +193,60 @@ START_TEST(every_variant_compiles) {
 }
 END_TEST
 
+/* Every config of an arch-specific implementation (sm_90a: wgmma, tensor
+ * maps) that the host check passes, at every variant, compiles for sm_90a:
+ * these are never sampled, so each one CI lets through has compiled. */
+START_TEST(arch_specific_space_compiles) {
+  scree__target t;
+  scree__target_for_arch("sm_90", &t);
+  for (int o = 0; scree__ops[o]; o++) {
+    const scree__op *op = scree__ops[o];
+    if (!op_selected(op)) continue;
+    int specific = 0;
+    for (int i = 0; i < op->nimpls; i++) specific |= op->impls[i].arch_specific;
+    if (!specific) continue;
+    const int total = scree__config_space(op, NULL, 0);
+    scree__config *all = calloc((size_t)total, sizeof *all);
+    scree__config_space(op, all, total);
+    int combos = 1;
+    for (int v = 0; v < op->nvfields; v++) combos *= op->vfields[v].nvalues;
+    enum { CAP = 8192 };
+    scree__config *cfgs = calloc(CAP, sizeof *cfgs);
+    scree__variant *vars = calloc(CAP, sizeof *vars);
+    size_t n = 0;
+    for (int c = 0; c < combos; c++) {
+      scree__variant var;
+      memset(&var, 0, sizeof var);
+      int k = c;
+      for (int v = 0; v < op->nvfields; v++) {
+        var.v[v] = op->vfields[v].values[k % op->vfields[v].nvalues];
+        k /= op->vfields[v].nvalues;
+      }
+      for (int i = 0; i < total && n < CAP; i++)
+        if (op->impls[all[i].impl].arch_specific &&
+            scree__config_check(op, &all[i], &var, &t, NULL, 0))
+          cfgs[n] = all[i], vars[n++] = var;
+    }
+    char failure[2048];
+    const double t0 = scree__now();
+    const size_t failed = compile_all(op, cfgs, vars, n, NULL, "sm_90", failure, sizeof failure);
+    printf("%s sm_90a: %zu arch-specific configs x variants; %zu failed (%.1f s)\n", op->name, n,
+           failed, scree__now() - t0);
+    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
+    ck_assert_uint_gt(n, 0);
+    free(all);
+    free(cfgs);
+    free(vars);
+  }
+}
+END_TEST
+
 /* Arch-specific targets: an implementation marked arch_specific compiles
  * for sm_90a on sm_90 and later, and for the plain arch before. */
 START_TEST(arch_specific_target_compiles) {
   const scree__op *op = scree__op_find("rmsnorm");
   const scree__variant var = {{SCREE_DTYPE_BF16, SCREE_DTYPE_BF16, SCREE_DTYPE_BF16}};
-  scree__target t = {90, 227 * 1024};
+  scree__target t = {90, 227 * 1024, 1};
   scree__config cfg;
   op->default_config(&t, &var, NULL, &cfg);
   void *cubin;
@@ -230,19 +278,25 @@ static const bad_case bad_cases[] = {
     {"rmsnorm", "x=fp16,w=fp16,y=fp16", "tpr=96,rows=1,vec=8,cache=1"},   /* not a power of two */
     {"rmsnorm", "x=fp16,w=fp16,y=fp16", "tpr=128,rows=1,vec=3,cache=1"},  /* vec 3 */
     {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
-     "bm=64,bn=64,warps=8,stages=2,qreg=1,sched=1"}, /* 8 rows per warp */
+     "impl=generic,bm=64,bn=64,warps=8,stages=2,qreg=1,sched=1"}, /* 8 rows per warp */
     {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
-     "bm=128,bn=48,warps=4,stages=2,qreg=1,sched=1"}, /* bn not 32, 64 or 128 */
+     "impl=generic,bm=128,bn=48,warps=4,stages=2,qreg=1,sched=1"}, /* bn not 32, 64 or 128 */
     {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
-     "bm=128,bn=64,warps=4,stages=4,qreg=1,sched=1"}, /* 4 stages */
+     "impl=generic,bm=128,bn=64,warps=4,stages=4,qreg=1,sched=1"}, /* 4 stages */
     {"attention", "dtype=fp16,head_dim=256,causal=0,window=0",
-     "bm=128,bn=128,warps=4,stages=1,qreg=1,sched=1"}, /* 384 accumulator registers */
+     "impl=generic,bm=128,bn=128,warps=4,stages=1,qreg=1,sched=1"}, /* 384 accumulator registers */
     {"attention", "dtype=fp16,head_dim=80,causal=0,window=0",
-     "bm=128,bn=64,warps=4,stages=2,qreg=1,sched=1"}, /* head_dim 80 */
+     "impl=generic,bm=128,bn=64,warps=4,stages=2,qreg=1,sched=1"}, /* head_dim 80 */
+    {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
+     "impl=hopper,bn=128,cwg=3,stages=2,sched=2"}, /* 176 accumulator registers of 160 */
+    {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
+     "impl=hopper,bn=128,cwg=2,stages=4,sched=2"}, /* 288 KiB of shared memory */
+    {"attention", "dtype=fp16,head_dim=96,causal=0,window=0",
+     "impl=hopper,bn=64,cwg=2,stages=2,sched=1"}, /* head_dim 96 */
 };
 
 START_TEST(host_check_matches_static_asserts) {
-  scree__target t = {90, 227 * 1024};
+  scree__target t = {90, 227 * 1024, 1};
   for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
     const scree__op *op = scree__op_find(bad_cases[i].op);
     ck_assert_ptr_nonnull(op);
@@ -259,7 +313,9 @@ START_TEST(host_check_matches_static_asserts) {
     void *cubin = NULL;
     size_t size;
     char *log = NULL;
-    scree_status st = scree__compile(nv, op, &cfg, &var, "sm_90", NULL, &cubin, &size, &log);
+    char arch[16];
+    scree__target_arch("sm_90", 90, &op->impls[cfg.impl], arch);
+    scree_status st = scree__compile(nv, op, &cfg, &var, arch, NULL, &cubin, &size, &log);
     ck_assert_msg(st == SCREE_ERROR_COMPILE, "%s %s compiled", bad_cases[i].op,
                   bad_cases[i].config);
     ck_assert_msg(log && strstr(log, "static assertion"), "log: %s", log ? log : "");
@@ -293,6 +349,7 @@ int main(void) {
   tcase_add_loop_test(tc, whole_space_compiles, 0, 2);
   tcase_add_loop_test(tc, every_variant_compiles, 0, 2);
   tcase_add_test(tc, arch_specific_target_compiles);
+  tcase_add_test(tc, arch_specific_space_compiles);
   tcase_add_test(tc, host_check_matches_static_asserts);
   tcase_add_test(tc, config_strings_roundtrip);
   suite_add_tcase(s, tc);

@@ -331,6 +331,61 @@ START_TEST(small_all_schedules) {
 }
 END_TEST
 
+/* The configs of the hopper implementation (sm_90a: wgmma, tensor maps). */
+static int hopper_configs(scree__config *out, int cap) {
+  scree__config all[512];
+  const int n = scree__config_space(op, all, 512);
+  int m = 0;
+  for (int i = 0; i < n && m < cap; i++)
+    if (!strcmp(op->impls[all[i].impl].name, "hopper")) out[m++] = all[i];
+  return m;
+}
+
+/* Every config of the hopper implementation on batches that cross every
+ * tile edge, both head sizes it covers, both dtypes, causal, windows, GQA
+ * and MQA. Elsewhere than sm_90 (or without tensor maps) nothing passes the
+ * config check and the test says so. */
+START_TEST(hopper_every_config) {
+  const acase cases[] = {
+      {SCREE_DTYPE_FP16, 64, 1, 8, 2, -1, -1, LQ, LK, NL},
+      {SCREE_DTYPE_BF16, 128, 0, 4, 4, -1, -1, LQ, LK, NL},
+      {SCREE_DTYPE_FP16, 128, 1, 4, 1, 100, -1, LQ, LK, NL},
+      {SCREE_DTYPE_BF16, 64, 0, 4, 2, 64, 33, LQ, LQ, NL},
+  };
+  scree__config cfgs[64];
+  const int n = hopper_configs(cfgs, 64);
+  ck_assert_int_gt(n, 0);
+  scree__target t;
+  scree__target_of(ctx, &t);
+  const int ran = check_configs(&cases[_i], cfgs, n);
+  printf("hopper_every_config case %d: %d of %d configs ran\n", _i, ran, n);
+  if (t.sm == 90 && t.tensor_maps)
+    ck_assert_int_gt(ran, 0);
+  else
+    ck_assert_int_eq(ran, 0);
+}
+END_TEST
+
+/* A small batch through the hopper implementation's two schedules and
+ * its masking paths: what compute-sanitizer runs (CK_RUN_CASE=hopper_race). */
+START_TEST(hopper_small) {
+  static const int64_t lq[] = {1, 63, 65, 129, 300, 0}, lk[] = {5, 63, 64, 200, 300, 7};
+  const acase cases[] = {
+      {SCREE_DTYPE_FP16, 64, 1, 2, 1, 40, -1, lq, lk, 6},
+      {SCREE_DTYPE_BF16, 128, 0, 2, 2, -1, -1, lq, lk, 6},
+  };
+  scree__config cfgs[64], pick[4];
+  const int n = hopper_configs(cfgs, 64);
+  int m = 0;
+  for (int i = 0; i < n && m < 4; i++) /* bn=128, cwg=2, stages=2: both schedules */
+    if (cfgs[i].v[0] == 128 && cfgs[i].v[1] == 2 && cfgs[i].v[2] == 2) pick[m++] = cfgs[i];
+  for (int i = 0; i < n && m < 4; i++) /* and one CTA of one consumer, 4 stages */
+    if (cfgs[i].v[0] == 64 && cfgs[i].v[1] == 1 && cfgs[i].v[2] == 4) pick[m++] = cfgs[i];
+  const int ran = check_configs(&cases[_i], pick, m);
+  printf("hopper_small case %d: %d configs ran\n", _i, ran);
+}
+END_TEST
+
 int main(void) {
   setup(); /* exits 77 with a reason where there is no GPU */
   Suite *s = suite_create("attention_gpu");
@@ -350,6 +405,13 @@ int main(void) {
   TCase *race = tcase_create("race");
   tcase_set_timeout(race, 1800);
   tcase_add_loop_test(race, small_all_schedules, 0, 2);
+  TCase *hopper = tcase_create("hopper"), *hrace = tcase_create("hopper_race");
+  tcase_set_timeout(hopper, 1800);
+  tcase_set_timeout(hrace, 1800);
+  tcase_add_loop_test(hopper, hopper_every_config, 0, 4);
+  tcase_add_loop_test(hrace, hopper_small, 0, 2);
+  suite_add_tcase(s, hopper);
+  suite_add_tcase(s, hrace);
   suite_add_tcase(s, race);
   suite_add_tcase(s, quick);
   suite_add_tcase(s, full);

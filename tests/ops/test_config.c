@@ -142,7 +142,7 @@ START_TEST(configs_roundtrip_and_check) {
   ck_assert_int_eq(scree__config_parse(op, "impl=hopper,tpr=128,rows=1,vec=8,cache=4", &c, why,
                                        sizeof why), -1);
   /* An architecture outside the implementation's range fails the check. */
-  scree__target old = {75, 64 * 1024};
+  scree__target old = {75, 64 * 1024, 1};
   ck_assert_int_eq(scree__config_parse(op, "tpr=128,rows=1,vec=8,cache=4", &c, why, sizeof why), 0);
   scree__variant rv;
   scree__variant_example(op, &rv);
