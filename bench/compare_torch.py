@@ -267,6 +267,79 @@ def reference_attention(q, k, v, s, L, hq, hkv, scale, causal):
     return out.transpose(0, 1), lse
 
 
+def cudnn_padded_call(qs, ks, vs, lens, hq, hkv, causal, scale):
+    """cuDNN through SDPA on padded dense batches [B, H, Lmax, d] (what a user
+    without varlen runs; K and V heads repeated for GQA beforehand): a call
+    maker, or None with the reason where this PyTorch cannot."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        import torch.nn.functional as F
+    except ImportError as e:
+        return None, f"no sdpa_kernel ({e})"
+    B, L = len(lens), max(lens)
+    starts = [0]
+    for n in lens[:-1]:
+        starts.append(starts[-1] + n)
+
+    def pad(x):
+        out = torch.zeros(B, x.shape[1], L, x.shape[2], device=x.device, dtype=x.dtype)
+        for b, (s0, n) in enumerate(zip(starts, lens)):
+            out[b, :, :n] = x[s0:s0 + n].transpose(0, 1)
+        return out
+
+    sets = []
+    for q, k, v in list(zip(qs, ks, vs))[:2]:
+        kp, vp = pad(k), pad(v)
+        if hq != hkv:
+            kp = kp.repeat_interleave(hq // hkv, dim=1)
+            vp = vp.repeat_interleave(hq // hkv, dim=1)
+        sets.append((pad(q), kp, vp))
+
+    def call(i):
+        q, k, v = sets[i % len(sets)]
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    try:
+        call(0)
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - any backend refusal is reported, not fatal
+        return None, f"cuDNN SDPA failed: {str(e).splitlines()[0][:120]}"
+    return call, None
+
+
+def flex_document_call(qs, ks, vs, lens, hq, hkv, causal, scale):
+    """FlexAttention (torch.compile) on one packed sequence [1, H, T, d] with a
+    document (+causal) block mask: a call maker, or None with the reason."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError as e:
+        return None, f"no flex_attention ({e})"
+    T = sum(lens)
+    doc = torch.repeat_interleave(torch.arange(len(lens), device="cuda"),
+                                  torch.tensor(lens, device="cuda"))
+
+    def mask_mod(b, h, qi, ki):
+        same = doc[qi] == doc[ki]
+        return (same & (qi >= ki)) if causal else same
+
+    try:
+        bm = create_block_mask(mask_mod, None, None, T, T, device="cuda")
+        fn = torch.compile(flex_attention)
+        sets = [(q.transpose(0, 1).unsqueeze(0).contiguous(), k.transpose(0, 1).unsqueeze(0).contiguous(),
+                 v.transpose(0, 1).unsqueeze(0).contiguous()) for q, k, v in list(zip(qs, ks, vs))[:2]]
+
+        def call(i):
+            q, k, v = sets[i % len(sets)]
+            return fn(q, k, v, block_mask=bm, scale=scale, enable_gqa=hq != hkv)
+
+        call(0)
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001
+        return None, f"flex_attention failed: {str(e).splitlines()[0][:120]}"
+    return call, None
+
+
 def run_attention(args, lib, ctx, configs, l2):
     fa = getattr(torch.ops.aten, "_flash_attention_forward", None)
     if fa is None:
@@ -362,6 +435,19 @@ def run_attention(args, lib, ctx, configs, l2):
 
         fa_ms = time_batched(fa_call, args.attn_reps, args.inner, args.warmup)
         scree_ms = time_batched(scree_call, args.attn_reps, args.inner, args.warmup)
+        peers = {}
+        for pname in [p for p in (args.peers or "").split(",") if p]:
+            maker = {"flex": flex_document_call, "cudnn": cudnn_padded_call}.get(pname)
+            if maker is None:
+                sys.exit(f"--peers: unknown peer {pname} (flex, cudnn)")
+            call, why = maker(qs, ks, vs, lens, hq, hkv, causal, scale)
+            if call is None:
+                print(f"  {pname}: n/a ({why})", flush=True)
+                peers[pname] = None
+            else:
+                peers[pname] = time_batched(call, args.attn_reps, args.inner, args.warmup)
+            del call
+            torch.cuda.empty_cache()
         r = dict(name=c["name"], nseqs=len(lens), tokens=T, hq=hq, hkv=hkv, d=d, causal=causal,
                  dtype=dname, flops=flops, fa2_ms=fa_ms, fa2_tflops=flops / fa_ms / 1e9,
                  scree_ms=scree_ms, scree_tflops=flops / scree_ms / 1e9, ratio=fa_ms / scree_ms,
@@ -370,9 +456,14 @@ def run_attention(args, lib, ctx, configs, l2):
                  maxdiff_vs_ref=diff_ref, fa2_maxdiff_vs_ref=diff_ref_fa,
                  lse_maxdiff_vs_ref=lse_diff_ref, ref_seqs=picks, input_sets=nsets,
                  inner=args.inner, reps=args.attn_reps)
+        for pname, ms in peers.items():
+            r[pname + "_ms"] = ms
+            r[pname + "_tflops"] = flops / ms / 1e9 if ms else None
         results.append(r)
         print(f"  FA-2 {fa_ms:.3f} ms {r['fa2_tflops']:.1f} TFLOP/s, scree {scree_ms:.3f} ms "
-              f"{r['scree_tflops']:.1f} TFLOP/s, ratio {r['ratio']:.3f} ({nsets} input sets)", flush=True)
+              f"{r['scree_tflops']:.1f} TFLOP/s, ratio {r['ratio']:.3f} ({nsets} input sets)"
+              + "".join(f", {p} {ms:.3f} ms {flops / ms / 1e9:.1f} TFLOP/s" for p, ms in peers.items()
+                        if ms), flush=True)
         del qs, ks, vs, outs, lses, sargs
         torch.cuda.empty_cache()
 
@@ -381,7 +472,17 @@ def run_attention(args, lib, ctx, configs, l2):
     for r in results:
         print(f"{r['name']:<20} {r['fa2_ms']:9.3f} {r['fa2_tflops']:10.1f} {r['scree_ms']:9.3f} "
               f"{r['scree_tflops']:11.1f} {r['ratio']:7.3f} {r['scree_first_call_s']:13.3f}")
-    print("(ratio = FA-2 time / scree time: > 1 means scree is faster)")
+    for pname in [p for p in (args.peers or "").split(",") if p]:
+        print(f"\n{'config':<20} {pname + ' ms':>10} {pname + ' TF/s':>12} {'scree/' + pname:>12}")
+        for r in results:
+            ms = r.get(pname + "_ms")
+            if ms:
+                print(f"{r['name']:<20} {ms:10.3f} {r[pname + '_tflops']:12.1f} "
+                      f"{ms / r['scree_ms']:12.3f}")
+            else:
+                print(f"{r['name']:<20} {'n/a':>10}")
+    print("(ratio = FA-2 time / scree time: > 1 means scree is faster; flex and cudnn columns: "
+          "peer time / scree time; cuDNN's TFLOP/s count only the useful work of its padded batch)")
     return results
 
 
@@ -398,6 +499,10 @@ def main():
     ap.add_argument("--reps", type=int, default=100, help="RMSNorm: timed calls (median)")
     ap.add_argument("--attn-configs", default=os.path.join(HERE, "attention_configs.json"))
     ap.add_argument("--only", help="attention: comma-separated config names")
+    ap.add_argument("--peers", default="",
+                    help="attention: more peers timed on the same inputs, comma-separated: flex "
+                         "(FlexAttention, document mask, torch.compile), cudnn (SDPA's cuDNN "
+                         "backend on padded batches)")
     ap.add_argument("--attn-reps", type=int, default=30, help="attention: measurements (median)")
     ap.add_argument("--inner", type=int, default=10, help="attention: back-to-back calls per measurement")
     ap.add_argument("--warmup", type=int, default=3, help="attention: warm-up measurements")

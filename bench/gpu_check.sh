@@ -37,6 +37,12 @@ if [ "$what" = sanitize ] || [ "$what" = all ]; then
       "$build/tests/test_attention_gpu" > "$out/sanitize-$tool.txt" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.txt" | tail -1))"
   done
+  # The hopper implementation (sm_90a; its configs skip elsewhere), synccheck too.
+  for tool in memcheck racecheck synccheck; do
+    CK_RUN_CASE=hopper_race compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$build/tests/test_attention_gpu" > "$out/sanitize-hopper-$tool.txt" 2>&1
+    echo "compute-sanitizer $tool (hopper): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-hopper-$tool.txt" | tail -1))"
+  done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   "$build/bench/bench_rowwise" --csv "$out/rowwise.csv" 2>&1 | tee "$out/bench_rowwise.txt"

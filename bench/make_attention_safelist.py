@@ -32,8 +32,17 @@ def fields(cfg):
 
 
 def fits(cfg, d, arch):
-    """ops/attention.c's check (and the kernel's static_asserts)."""
-    f = {k: int(v) for k, v in fields(cfg).items()}
+    """ops/attention.c's check (and the kernels' static_asserts)."""
+    f = fields(cfg)
+    impl = f.pop("impl", "generic")
+    f = {k: int(v) for k, v in f.items()}
+    if impl == "hopper":
+        if arch != "sm_90" or d not in (64, 128):
+            return False
+        regs = min(240, (512 - 24) // f["cwg"] // 8 * 8)
+        acc = f["bn"] // 2 + d // 2 + f["bn"] // 4
+        smem = 2 * d * (64 * f["cwg"] + 2 * f["stages"] * f["bn"]) + 8 * (7 + 4 * f["stages"]) + 1040
+        return acc + 48 <= regs and smem <= SMEM[arch]
     rows = f["bm"] // f["warps"]
     if rows not in (16, 32):
         return False
