@@ -109,7 +109,9 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
   return 1;
 }
 
-/* Defaults measured on an H100 (docs/kernels/attention.md): 128 query rows
+/* Defaults measured on an H100 (docs/kernels/attention.md): on sm_90 with
+ * tensor maps, head_dim 64 and 128 take the hopper implementation. Else
+ * the generic kernel: 128 query rows
  * per CTA in two m16 tiles per warp (each K/V fragment feeds twice the
  * MMAs), 64-key tiles, two stages, Q in registers up to head_dim 64;
  * 64-row tiles where sequences are short (more CTAs) or the head is small
