@@ -137,6 +137,15 @@ START_TEST(whole_space_compiles) {
 }
 END_TEST
 
+/* Variant number c of the product of the op's variant fields' values. */
+static void variant_of_combo(const scree__op *op, int c, scree__variant *var) {
+  memset(var, 0, sizeof *var);
+  for (int v = 0; v < op->nvfields; v++) {
+    var->v[v] = op->vfields[v].values[c % op->vfields[v].nvalues];
+    c /= op->vfields[v].nvalues;
+  }
+}
+
 /* Every variant an op supports (the product of its variant fields' values)
  * compiles with the arch's default config, and with every config the arch's
  * safelist allows for that variant specifically ("*" lines are compiled at
@@ -159,12 +168,7 @@ START_TEST(every_variant_compiles) {
     size_t n = 0, listed = 0;
     for (int c = 0; c < combos; c++) {
       scree__variant var;
-      memset(&var, 0, sizeof var);
-      int k = c;
-      for (int v = 0; v < op->nvfields; v++) {
-        var.v[v] = op->vfields[v].values[k % op->vfields[v].nvalues];
-        k /= op->vfields[v].nvalues;
-      }
+      variant_of_combo(op, c, &var);
       char vs[128];
       scree__variant_str(op, &var, vs, sizeof vs);
       scree__config dflt;
@@ -216,12 +220,7 @@ START_TEST(arch_specific_space_compiles) {
     size_t n = 0;
     for (int c = 0; c < combos; c++) {
       scree__variant var;
-      memset(&var, 0, sizeof var);
-      int k = c;
-      for (int v = 0; v < op->nvfields; v++) {
-        var.v[v] = op->vfields[v].values[k % op->vfields[v].nvalues];
-        k /= op->vfields[v].nvalues;
-      }
+      variant_of_combo(op, c, &var);
       for (int i = 0; i < total && n < CAP; i++)
         if (op->impls[all[i].impl].arch_specific &&
             scree__config_check(op, &all[i], &var, &t, NULL, 0))
