@@ -344,7 +344,6 @@ static scree_status tmap(scree_context *ctx, void *map, const char *name, scree_
 
 static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                             const scree__variant *var, const void *args, CUstream stream) {
-  (void)var;
   const scree_attention_args *a = args;
   if (!ctx->cu->TensorMapEncodeTiled)
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
