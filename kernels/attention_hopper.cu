@@ -71,7 +71,7 @@
 
 #if !defined(SCREE_DTYPE) || !defined(SCREE_HEAD_DIM) || !defined(SCREE_CAUSAL) || \
     !defined(SCREE_WINDOW) || !defined(SCREE_BN) || !defined(SCREE_CWG) ||          \
-    !defined(SCREE_STAGES) || !defined(SCREE_SCHED)
+    !defined(SCREE_STAGES) || !defined(SCREE_SCHED) || !defined(SCREE_OVL)
 #error "attention_hopper.cu: every SCREE_* macro listed in the header must be defined"
 #endif
 
@@ -86,6 +86,7 @@ constexpr int BM = 64 * CWG;
 constexpr int STAGES = SCREE_STAGES;
 constexpr bool CAUSAL = SCREE_CAUSAL != 0;
 constexpr bool WINDOW = SCREE_WINDOW != 0;
+constexpr bool OVL = SCREE_OVL != 0;
 constexpr int THREADS = 128 * (CWG + 1);
 constexpr int KP = D / 64;            /* 128-byte panels per row */
 constexpr int Q_PANEL = BM * 128;     /* bytes of one Q panel */
@@ -100,7 +101,12 @@ constexpr int NBAR = 7 + 4 * STAGES;
 constexpr int SLOT_OFF = BAR_OFF + 8 * NBAR;
 constexpr int SMEM_BYTES = SLOT_OFF + 16 + 1024;
 /* Registers: the producer's warpgroup gives up all but 24 a thread; the
- * consumers share the rest (multiples of 8, at most 240). */
+ * consumers share the rest (multiples of 8, at most 240). setmaxnreg moves
+ * registers within what the CTA got at launch (65536 / THREADS a thread,
+ * rounded down to 8: 168 x 384 for CWG = 2), and an increase the pool
+ * cannot cover waits forever: 24 / 240 uses exactly 168 x 384 (32 / 240,
+ * measured, hangs). The producer then spills 8 bytes in the windowed
+ * non-causal variants, outside the consumers' loop. */
 constexpr int PROD_REGS = 24;
 constexpr int CONS_REGS_RAW = (65536 / 128 - PROD_REGS) / CWG / 8 * 8;
 constexpr int CONS_REGS = CONS_REGS_RAW > 240 ? 240 : CONS_REGS_RAW;
@@ -114,6 +120,7 @@ static_assert(BN == 64 || BN == 128, "SCREE_BN must be 64 or 128");
 static_assert(CWG >= 1 && CWG <= 3, "SCREE_CWG must be 1, 2 or 3");
 static_assert(STAGES >= 2 && STAGES <= 4, "SCREE_STAGES must be 2, 3 or 4");
 static_assert(SCREE_SCHED == 1 || SCREE_SCHED == 2, "SCREE_SCHED must be 1 or 2");
+static_assert(SCREE_OVL == 0 || SCREE_OVL == 1, "SCREE_OVL must be 0 or 1");
 static_assert(SMEM_BYTES <= 232448, "shared memory past the 232448 bytes of sm_90");
 static_assert(ACC_REGS + 48 <= CONS_REGS,
               "the consumers' accumulators do not fit their register budget");
@@ -316,27 +323,27 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
 
     scree_mbar_wait(qfull, n & 1);
     const unsigned qa = sbase + c * 64 * 128;
-    for (int j = rg.hi - 1; j >= rg.lo; j--, it++) {
-      const int s = it % STAGES;
-      const unsigned ph = (unsigned)(it / STAGES) & 1u;
-      const unsigned kb = sbase + K_OFF + s * KV_BYTES, vb = sbase + V_OFF + s * KV_BYTES;
-
-      /* S = Q K^T */
-      float sc[BN / 2];
-      scree_mbar_wait(kfull(s), ph);
-      scree_reg_fence(sc);
-      scree_wgmma_fence();
+    unsigned pf[BN / 16][4]; /* P of the tile whose P V is next */
+    /* S = Q K^T for the tile in stage ks, issued (the caller commits). */
+    auto issue_s = [&](float (&sc)[BN / 2], int ks) {
+      const unsigned kb = sbase + K_OFF + ks * KV_BYTES;
 #pragma unroll
       for (int k = 0; k < D / 16; k++) {
         const unsigned off = (k & 3) * 32; /* 16 columns = 32 bytes */
         mma_ss<BN>(sc, scree_wg_desc(qa + (k >> 2) * Q_PANEL + off, 16, 1024),
                    scree_wg_desc(kb + (k >> 2) * KV_PANEL + off, 16, 1024), k > 0);
       }
-      scree_wgmma_commit();
-      scree_wgmma_wait<0>();
-      scree_reg_fence(sc);
-      scree_mbar_arrive(kempty(s));
-
+    };
+    /* O += P V for the tile in stage vs (P in pf), issued. */
+    auto issue_pv = [&](int vs) {
+      const unsigned vb = sbase + V_OFF + vs * KV_BYTES;
+#pragma unroll
+      for (int k = 0; k < BN / 16; k++)
+        mma_rs<D>(o, pf[k], scree_wg_desc(vb + k * 16 * 128, KV_PANEL, 1024), 1);
+    };
+    /* Key tile j's scores: masked, turned into probabilities (online
+     * softmax, in place), alpha the rescale of the rows' earlier sums. */
+    auto softmax = [&](float (&sc)[BN / 2], int j, float (&alpha)[2]) {
       /* Mask the boundary tiles only (attention.cu's bounds). */
       if (j < rg.full_lo || j >= rg.full_hi) {
         constexpr long long BIG = 1 << 20;
@@ -363,7 +370,6 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
       }
 
       /* Online softmax. */
-      float alpha[2];
 #pragma unroll
       for (int hh = 0; hh < 2; hh++) {
         float mnew = mx[hh];
@@ -386,14 +392,8 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
         }
         ls[hh] = ls[hh] * alpha[hh] + sum;
       }
-      unsigned pf[BN / 16][4];
-#pragma unroll
-      for (int k = 0; k < BN / 16; k++) {
-        pf[k][0] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 0], sc[8 * k + 1]);
-        pf[k][1] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 2], sc[8 * k + 3]);
-        pf[k][2] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 4], sc[8 * k + 5]);
-        pf[k][3] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 6], sc[8 * k + 7]);
-      }
+    };
+    auto rescale_pack = [&](const float (&sc)[BN / 2], const float (&alpha)[2]) {
 #pragma unroll
       for (int i = 0; i < DN; i++) {
         o[4 * i + 0] *= alpha[0];
@@ -401,18 +401,90 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
         o[4 * i + 2] *= alpha[1];
         o[4 * i + 3] *= alpha[1];
       }
+#pragma unroll
+      for (int k = 0; k < BN / 16; k++) {
+        pf[k][0] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 0], sc[8 * k + 1]);
+        pf[k][1] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 2], sc[8 * k + 3]);
+        pf[k][2] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 4], sc[8 * k + 5]);
+        pf[k][3] = scree_pack2<SCREE_DTYPE>(sc[8 * k + 6], sc[8 * k + 7]);
+      }
+    };
 
-      /* O += P V */
-      scree_mbar_wait(vfull(s), ph);
+    if constexpr (!OVL) {
+      for (int j = rg.hi - 1; j >= rg.lo; j--, it++) {
+        const int s = it % STAGES;
+        const unsigned ph = (unsigned)(it / STAGES) & 1u;
+        float sc[BN / 2], alpha[2];
+        scree_mbar_wait(kfull(s), ph);
+        scree_reg_fence(sc);
+        scree_wgmma_fence();
+        issue_s(sc, s);
+        scree_wgmma_commit();
+        scree_wgmma_wait<0>();
+        scree_reg_fence(sc);
+        scree_mbar_arrive(kempty(s));
+        softmax(sc, j, alpha);
+        rescale_pack(sc, alpha);
+        scree_mbar_wait(vfull(s), ph);
+        scree_reg_fence(o);
+        scree_wgmma_fence();
+        issue_pv(s);
+        scree_wgmma_commit();
+        scree_wgmma_wait<0>();
+        scree_reg_fence(o);
+        scree_mbar_arrive(vempty(s));
+      }
+    } else if (rg.hi > rg.lo) {
+      /* The first tile alone; then each tile's S is issued with the previous
+       * tile's P V behind it, and its softmax runs while P V does. */
+      int j = rg.hi - 1;
+      int ps = it % STAGES;
+      unsigned pph = (unsigned)(it / STAGES) & 1u;
+      {
+        float sc[BN / 2], alpha[2];
+        scree_mbar_wait(kfull(ps), pph);
+        scree_reg_fence(sc);
+        scree_wgmma_fence();
+        issue_s(sc, ps);
+        scree_wgmma_commit();
+        scree_wgmma_wait<0>();
+        scree_reg_fence(sc);
+        scree_mbar_arrive(kempty(ps));
+        softmax(sc, j, alpha);
+        rescale_pack(sc, alpha);
+      }
+      for (j--, it++; j >= rg.lo; j--, it++) {
+        const int s = it % STAGES;
+        const unsigned ph = (unsigned)(it / STAGES) & 1u;
+        float sc[BN / 2], alpha[2];
+        scree_mbar_wait(kfull(s), ph);
+        scree_mbar_wait(vfull(ps), pph);
+        scree_reg_fence(sc);
+        scree_reg_fence(o);
+        scree_wgmma_fence();
+        issue_s(sc, s);
+        scree_wgmma_commit();
+        issue_pv(ps);
+        scree_wgmma_commit();
+        scree_wgmma_wait<1>(); /* S done; P V may still run */
+        scree_reg_fence(sc);
+        scree_mbar_arrive(kempty(s));
+        softmax(sc, j, alpha);
+        scree_wgmma_wait<0>();
+        scree_reg_fence(o);
+        scree_mbar_arrive(vempty(ps));
+        rescale_pack(sc, alpha);
+        ps = s;
+        pph = ph;
+      }
+      scree_mbar_wait(vfull(ps), pph);
       scree_reg_fence(o);
       scree_wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < BN / 16; k++)
-        mma_rs<D>(o, pf[k], scree_wg_desc(vb + k * 16 * 128, KV_PANEL, 1024), 1);
+      issue_pv(ps);
       scree_wgmma_commit();
       scree_wgmma_wait<0>();
       scree_reg_fence(o);
-      scree_mbar_arrive(vempty(s));
+      scree_mbar_arrive(vempty(ps));
     }
     scree_mbar_arrive(qempty);
 

@@ -13,7 +13,7 @@
 
 enum { F_BM, F_BN, F_WARPS, F_STAGES, F_QREG, F_SCHED };
 enum { V_DTYPE, V_D, V_CAUSAL, V_WINDOW };
-enum { H_BN, H_CWG, H_STAGES, H_SCHED, H_NFIELDS }; /* impl=hopper */
+enum { H_BN, H_CWG, H_STAGES, H_SCHED, H_OVL, H_NFIELDS }; /* impl=hopper */
 
 static const scree__field fields[] = {
     {"bm", "SCREE_BM", 2, {64, 128}},
@@ -258,6 +258,7 @@ static const scree__field hfields[H_NFIELDS] = {
     {"cwg", "SCREE_CWG", 3, {1, 2, 3}},
     {"stages", "SCREE_STAGES", 3, {2, 3, 4}},
     {"sched", "SCREE_SCHED", 2, {1, 2}},
+    {"ovl", "SCREE_OVL", 2, {0, 1}},
 };
 
 /* Mirrors the kernel's layout: Q (64 * cwg rows), STAGES K and V tiles,
@@ -288,9 +289,10 @@ static int hcheck(const scree__config *c, const scree__variant *var, const scree
     return 0;
   }
   if ((bn != 64 && bn != 128) || cwg < 1 || cwg > 3 || stages < 2 || stages > 4 ||
-      (c->v[H_SCHED] != 1 && c->v[H_SCHED] != 2)) {
-    scree__set_why(why, n, "bn=%d, cwg=%d, stages=%d, sched=%d: bn is 64 or 128, cwg 1..3, "
-                   "stages 2..4, sched 1 or 2", bn, cwg, stages, c->v[H_SCHED]);
+      (c->v[H_SCHED] != 1 && c->v[H_SCHED] != 2) || (c->v[H_OVL] & ~1)) {
+    scree__set_why(why, n, "bn=%d, cwg=%d, stages=%d, sched=%d, ovl=%d: bn is 64 or 128, cwg "
+                   "1..3, stages 2..4, sched 1 or 2, ovl 0 or 1", bn, cwg, stages,
+                   c->v[H_SCHED], c->v[H_OVL]);
     return 0;
   }
   /* The consumers' registers: 65536 less the producer's 24 a thread, shared

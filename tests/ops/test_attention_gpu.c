@@ -353,8 +353,8 @@ START_TEST(hopper_every_config) {
       {SCREE_DTYPE_FP16, 128, 1, 4, 1, 100, -1, LQ, LK, NL},
       {SCREE_DTYPE_BF16, 64, 0, 4, 2, 64, 33, LQ, LQ, NL},
   };
-  scree__config cfgs[64];
-  const int n = hopper_configs(cfgs, 64);
+  scree__config cfgs[128];
+  const int n = hopper_configs(cfgs, 128);
   ck_assert_int_gt(n, 0);
   scree__target t;
   scree__target_of(ctx, &t);
@@ -375,13 +375,15 @@ START_TEST(hopper_small) {
       {SCREE_DTYPE_FP16, 64, 1, 2, 1, 40, -1, lq, lk, 6},
       {SCREE_DTYPE_BF16, 128, 0, 2, 2, -1, -1, lq, lk, 6},
   };
-  scree__config cfgs[64], pick[4];
-  const int n = hopper_configs(cfgs, 64);
+  scree__config cfgs[128], pick[6];
+  const int n = hopper_configs(cfgs, 128);
   int m = 0;
-  for (int i = 0; i < n && m < 4; i++) /* bn=128, cwg=2, stages=2: both schedules */
+  for (int i = 0; i < n && m < 4; i++) /* bn=128, cwg=2, stages=2: both schedules, ovl */
     if (cfgs[i].v[0] == 128 && cfgs[i].v[1] == 2 && cfgs[i].v[2] == 2) pick[m++] = cfgs[i];
-  for (int i = 0; i < n && m < 4; i++) /* and one CTA of one consumer, 4 stages */
-    if (cfgs[i].v[0] == 64 && cfgs[i].v[1] == 1 && cfgs[i].v[2] == 4) pick[m++] = cfgs[i];
+  for (int i = 0; i < n && m < 6; i++) /* and one consumer, 4 stages, ovl 0 and 1 */
+    if (cfgs[i].v[0] == 64 && cfgs[i].v[1] == 1 && cfgs[i].v[2] == 4 && cfgs[i].v[3] == 2)
+      pick[m++] = cfgs[i];
+  ck_assert_int_eq(m, 6);
   const int ran = check_configs(&cases[_i], pick, m);
   printf("hopper_small case %d: %d configs ran\n", _i, ran);
 }
