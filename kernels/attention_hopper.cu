@@ -129,11 +129,6 @@ __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); 
 
 #include "attention_sched.cuh"
 
-/* The wgmma shapes of this config. */
-template <int N> struct acc_t;
-template <> struct acc_t<64> { float r[32]; };
-template <> struct acc_t<128> { float r[64]; };
-
 template <int N>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], unsigned long long da,
                                        unsigned long long db, int scale_d) {
