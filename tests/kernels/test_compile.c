@@ -287,11 +287,11 @@ static const bad_case bad_cases[] = {
     {"attention", "dtype=fp16,head_dim=80,causal=0,window=0",
      "impl=generic,bm=128,bn=64,warps=4,stages=2,qreg=1,sched=1"}, /* head_dim 80 */
     {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
-     "impl=hopper,bn=128,cwg=3,stages=2,sched=2"}, /* 176 accumulator registers of 160 */
+     "impl=hopper,bn=128,cwg=3,stages=2,sched=2,ovl=1"}, /* 176 accumulator registers of 160 */
     {"attention", "dtype=fp16,head_dim=128,causal=0,window=0",
-     "impl=hopper,bn=128,cwg=2,stages=4,sched=2"}, /* 288 KiB of shared memory */
+     "impl=hopper,bn=128,cwg=2,stages=4,sched=2,ovl=0"}, /* 288 KiB of shared memory */
     {"attention", "dtype=fp16,head_dim=96,causal=0,window=0",
-     "impl=hopper,bn=64,cwg=2,stages=2,sched=1"}, /* head_dim 96 */
+     "impl=hopper,bn=64,cwg=2,stages=2,sched=1,ovl=0"}, /* head_dim 96 */
 };
 
 START_TEST(host_check_matches_static_asserts) {
