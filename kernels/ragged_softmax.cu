@@ -66,6 +66,7 @@
 
 #include "rowwise.cuh"
 #include "ptx.cuh"
+#include "cluster_ptx.cuh"
 #include "ragged_softmax.cuh"
 
 /* 1024 threads leave 64 registers each: room for 16 cached elements. */

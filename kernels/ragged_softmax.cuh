@@ -1,13 +1,15 @@
 /*
- * ragged_softmax.cuh - what the two ragged-softmax kernels share
+ * ragged_softmax.cuh - what the ragged-softmax kernels share
  * (ragged_softmax.cu, registers only; ragged_softmax_smem.cu, a shared-
- * memory stage): element access to a lane's VEC columns of one token, the
- * output of one token, and the streamed passes over tokens that neither
- * holds on chip.
+ * memory stage; ragged_softmax_cluster.cu, stages shared by a cluster):
+ * element access to a lane's VEC columns of one token, the staged copies
+ * and max, the output of one token, and the streamed passes over tokens
+ * that none holds on chip.
  *
  * Reads SCREE_X_DTYPE, SCREE_Y_DTYPE, SCREE_VEC (1, 2, 4 or 8 columns per
  * lane, one access) and SCREE_TPR (lanes across the columns). Uses
- * scree_ex2 from ptx.cuh: a kernel includes ptx.cuh first.
+ * ptx.cuh (exp2, async copies) and cluster_ptx.cuh (packed max): a kernel
+ * includes both first.
  *
  * Softmax is taken in the log2 domain: z = x * sl with sl = scale * log2(e),
  * y = 2^(z - M) / sum 2^(z - M) per column. A (max m, sum s) pair per
@@ -103,9 +105,147 @@ __device__ __forceinline__ yv scree_rs_out(const rv &a, float sl, const float (&
   return o;
 }
 
+/* A thread's tokens k < ks of x (at xg + k * step) into shared memory at
+ * p[k * STRIDE]: async copies (cp.async; past the row's nc columns zero-
+ * filled) for accesses of 4 bytes or more, all issued before any is
+ * waited for: the caller commits them and waits. A 2-byte access (one
+ * 16-bit column per lane) has no async copy: loaded and stored here. */
+template <int STRIDE>
+__device__ __forceinline__ void scree_rs_stage(rv *p, const xt *xg, long long step, int ks,
+                                               int nc) {
+  if constexpr (SCREE_VBYTES >= 4) {
+    const unsigned sa = scree_smem_u32(p);
+    const int bytes = (nc < SCREE_VEC ? nc : SCREE_VEC) * (int)sizeof(xt);
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) {
+      const unsigned d = sa + (unsigned)(k * STRIDE * SCREE_VBYTES);
+      if constexpr (SCREE_VBYTES == 32) { /* 8 fp32 columns: two 16-byte copies */
+        scree_cp_async16(d, xg + k * step, bytes < 16 ? bytes : 16);
+        scree_cp_async16(d + 16, xg + k * step + 4, bytes > 16 ? bytes - 16 : 0);
+      } else {
+        scree_cp_async<SCREE_VBYTES>(d, xg + k * step, bytes);
+      }
+    }
+  } else {
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) p[k * STRIDE] = scree_rs_load(xg + k * step, nc);
+  }
+}
+
+/* The largest z = x * sl, per column, of a thread's staged tokens k < ks
+ * (at p[k * STRIDE] in shared memory), into mx (-inf, or the max of the
+ * tokens streamed). 16-bit x: two elements a step as loaded (max.f16x2 /
+ * max.bf16x2, or the min for sl < 0), converted once per column rather
+ * than once per element. A NaN is passed over here; the sum, which takes
+ * every element, carries it. Uses cluster_ptx.cuh. */
+#if SCREE_X_DTYPE != 0 && SCREE_VEC >= 2
+#define SCREE_PACKED 1
+#if SCREE_X_DTYPE == 2
+#define SCREE_PK_INF 0x7f807f80u
+#else
+#define SCREE_PK_INF 0x7c007c00u
+#endif
+#else
+#define SCREE_PACKED 0
+#endif
+template <int STRIDE>
+__device__ __forceinline__ void scree_rs_staged_max(const rv *p, int ks, float sl,
+                                                    float (&mx)[SCREE_VEC]) {
+#if SCREE_PACKED
+  if (ks <= 0) return;
+  /* The largest z is sl times the largest x, or the smallest for sl < 0;
+   * from -inf (or +inf). */
+  const bool neg = sl < 0.f;
+  rv acc;
+#pragma unroll
+  for (int w = 0; w < SCREE_WORDS; w++) acc.v[w] = neg ? SCREE_PK_INF : SCREE_PK_INF | 0x80008000u;
+  if (!neg) {
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) {
+      const rv r = p[k * STRIDE];
+#pragma unroll
+      for (int w = 0; w < SCREE_WORDS; w++)
+        acc.v[w] = scree_pk16_max<SCREE_X_DTYPE>(acc.v[w], r.v[w]);
+    }
+  } else {
+#pragma unroll 4
+    for (int k = 0; k < ks; k++) {
+      const rv r = p[k * STRIDE];
+#pragma unroll
+      for (int w = 0; w < SCREE_WORDS; w++)
+        acc.v[w] = scree_pk16_min<SCREE_X_DTYPE>(acc.v[w], r.v[w]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) mx[e] = fmaxf(mx[e], scree_rs_elem(acc, e) * sl);
+#else
+#pragma unroll 4
+  for (int k = 0; k < ks; k++) {
+    const rv r = p[k * STRIDE];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) mx[e] = fmaxf(mx[e], scree_rs_elem(r, e) * sl);
+  }
+#endif
+}
+
+/* VEC floats as x's elements, rounded to nearest: a stage slot's value. */
+__device__ __forceinline__ rv scree_rs_pack(const float (&f)[SCREE_VEC]) {
+  rv r;
+#if SCREE_X_DTYPE == 0
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) r.v[e] = __float_as_uint(f[e]);
+#else
+  if constexpr (SCREE_WORDS * sizeof(wt) == 2) {
+    r.v[0] = scree_from_float<xt>(f[0]).bits;
+  } else {
+#pragma unroll
+    for (int w = 0; w < SCREE_WORDS; w++)
+      r.v[w] = scree_pack2<SCREE_X_DTYPE>(f[2 * w], f[2 * w + 1]);
+  }
+#endif
+  return r;
+}
+
+/* y = a * inv per column (a an exponential as staged, in x's dtype). */
+__device__ __forceinline__ yv scree_rs_scale(const rv &a, const float (&inv)[SCREE_VEC]) {
+  yv o;
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) o.v[e] = scree_from_float<yt>(scree_rs_elem(a, e) * inv[e]);
+  return o;
+}
+
 /* The maximum safe to subtract: -inf (nothing finite seen) becomes 0, so
  * that -inf - max is -inf (a term 0) rather than NaN. */
 __device__ __forceinline__ float scree_rs_safe(float m) { return m == SCREE_NEG_INF ? 0.f : m; }
+
+/* A thread's sum of 2^(z - max) per column, with mx the sequence's max:
+ * ms = mx made safe; the streamed state's sum s taken from its own max m
+ * to ms (nothing streamed: m is -inf and s 0, left so), then the terms of
+ * the staged tokens k < ks (at p[k * STRIDE]) added. WRITE_E: each staged
+ * slot is left holding its terms, in x's dtype (e1). */
+template <int STRIDE, bool WRITE_E>
+__device__ __forceinline__ void scree_rs_staged_sum(rv *p, int ks, float sl,
+                                                    const float (&mx)[SCREE_VEC],
+                                                    const float (&m)[SCREE_VEC],
+                                                    float (&s)[SCREE_VEC],
+                                                    float (&ms)[SCREE_VEC]) {
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) {
+    ms[e] = scree_rs_safe(mx[e]);
+    if (m[e] != SCREE_NEG_INF) s[e] *= scree_ex2(m[e] - ms[e]);
+  }
+#pragma unroll 4
+  for (int k = 0; k < ks; k++) {
+    const rv r = p[k * STRIDE];
+    float ev[SCREE_VEC];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      ev[e] = scree_ex2(scree_rs_elem(r, e) * sl - ms[e]);
+      s[e] += ev[e];
+    }
+    if constexpr (WRITE_E) p[k * STRIDE] = scree_rs_pack(ev);
+  }
+}
 
 /* Tokens k in [k0, ntok) of the thread (at xg + k * step), CHUNK at a time,
  * into the state (m, s): per column, the chunk's max, one rescale of the

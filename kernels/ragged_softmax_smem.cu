@@ -71,6 +71,7 @@
  */
 
 #include "ptx.cuh"
+#include "cluster_ptx.cuh"
 #include "ragged_softmax.cuh"
 
 #define SCREE_THREADS (SCREE_TPR * SCREE_ROWS)
@@ -90,60 +91,8 @@ static_assert(SCREE_SPLIT == 1 || SCREE_SPLIT == 2 || SCREE_SPLIT == 4 || SCREE_
 #error "SPLIT > 1 needs thread block clusters (sm_90)"
 #endif
 
-#if SCREE_SPLIT > 1
-/* Thread block clusters (sm_90): this CTA's rank, a shared address of
- * another CTA of the cluster, a load from there, and the cluster barrier
- * (release / acquire: shared-memory writes before it are seen after it). */
-__device__ __forceinline__ unsigned scree_cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ unsigned scree_cluster_map(unsigned saddr, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(saddr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ float scree_cluster_ld1(unsigned addr) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ void scree_cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
-               ::: "memory");
-}
-#endif
-
 /* Slots between a thread's consecutive staged tokens. */
 #define SCREE_KSTRIDE (SCREE_ROWS * SCREE_TPR)
-
-/* 16-bit x in 32-bit words: the max (or, for a negative scale, the min)
- * of two tokens' elements, two at a time (max.f16x2 / max.bf16x2, sm_80),
- * converted once per column rather than once per element. A NaN is passed
- * over here; the sum, which takes every element, carries it. */
-#if SCREE_X_DTYPE != 0 && SCREE_VEC >= 2
-#define SCREE_PACKED 1
-#if SCREE_X_DTYPE == 2
-#define SCREE_PK "bf16x2"
-#define SCREE_PK_INF 0x7f807f80u
-#else
-#define SCREE_PK "f16x2"
-#define SCREE_PK_INF 0x7c007c00u
-#endif
-__device__ __forceinline__ unsigned scree_pk_max(unsigned a, unsigned b) {
-  unsigned d;
-  asm("max." SCREE_PK " %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ unsigned scree_pk_min(unsigned a, unsigned b) {
-  unsigned d;
-  asm("min." SCREE_PK " %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-#else
-#define SCREE_PACKED 0
-#endif
 
 /* Across the token groups, per column: the max (MAX) or the sum of v;
  * every thread gets its lane's result. First the groups of a warp (lanes
@@ -200,7 +149,7 @@ template <bool MAX> __device__ __forceinline__ void scree_rsm_cluster(float (&v)
     const unsigned remote = scree_cluster_map(local, (unsigned)q);
 #pragma unroll
     for (int e = 0; e < SCREE_VEC; e++) {
-      const float o = scree_cluster_ld1(remote + 4u * (unsigned)e);
+      const float o = scree_cluster_ld_f32(remote + 4u * (unsigned)e);
       v[e] = MAX ? fmaxf(v[e], o) : v[e] + o;
     }
   }
@@ -238,25 +187,8 @@ scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens
   rv *mine = reinterpret_cast<rv *>(scree_stage_raw) + group * SCREE_TPR + lane;
 
   /* (1) The staged tokens' copies, all issued before any is waited for. */
-  if constexpr (SCREE_VBYTES >= 4) {
-    const unsigned sa = scree_smem_u32(mine);
-    const int bytes = (nc < SCREE_VEC ? nc : SCREE_VEC) * (int)sizeof(xt);
-#pragma unroll 4
-    for (int k = 0; k < ks; k++) {
-      const unsigned d = sa + (unsigned)(k * SCREE_KSTRIDE * SCREE_VBYTES);
-      if constexpr (SCREE_VBYTES == 32) { /* 8 fp32 columns: two 16-byte copies */
-        scree_cp_async16(d, xg + k * step, bytes < 16 ? bytes : 16);
-        scree_cp_async16(d + 16, xg + k * step + 4, bytes > 16 ? bytes - 16 : 0);
-      } else {
-        scree_cp_async<SCREE_VBYTES>(d, xg + k * step, bytes);
-      }
-    }
-    scree_cp_async_commit();
-  } else {
-    /* A 2-byte access (one 16-bit column per lane) has no async copy. */
-#pragma unroll 4
-    for (int k = 0; k < ks; k++) mine[k * SCREE_KSTRIDE] = scree_rs_load(xg + k * step, nc);
-  }
+  scree_rs_stage<SCREE_KSTRIDE>(mine, xg, step, ks, nc);
+  if constexpr (SCREE_VBYTES >= 4) scree_cp_async_commit();
 
   /* (2) Tokens past the stage, streamed while the copies land. */
   float m[SCREE_VEC], s[SCREE_VEC];
@@ -269,40 +201,7 @@ scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens
   float mx[SCREE_VEC];
 #pragma unroll
   for (int e = 0; e < SCREE_VEC; e++) mx[e] = m[e];
-#if SCREE_PACKED
-  if (ks > 0) {
-    /* z = x * sl: the largest z is sl times the largest x, or the smallest
-     * for sl < 0; two 16-bit elements a step, from -inf (or +inf). */
-    const bool neg = sl < 0.f;
-    rv acc;
-#pragma unroll
-    for (int w = 0; w < SCREE_WORDS; w++) acc.v[w] = neg ? SCREE_PK_INF : SCREE_PK_INF | 0x80008000u;
-    if (!neg) {
-#pragma unroll 4
-      for (int k = 0; k < ks; k++) {
-        const rv r = mine[k * SCREE_KSTRIDE];
-#pragma unroll
-        for (int w = 0; w < SCREE_WORDS; w++) acc.v[w] = scree_pk_max(acc.v[w], r.v[w]);
-      }
-    } else {
-#pragma unroll 4
-      for (int k = 0; k < ks; k++) {
-        const rv r = mine[k * SCREE_KSTRIDE];
-#pragma unroll
-        for (int w = 0; w < SCREE_WORDS; w++) acc.v[w] = scree_pk_min(acc.v[w], r.v[w]);
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) mx[e] = fmaxf(mx[e], scree_rs_elem(acc, e) * sl);
-  }
-#else
-#pragma unroll 4
-  for (int k = 0; k < ks; k++) {
-    const rv r = mine[k * SCREE_KSTRIDE];
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) mx[e] = fmaxf(mx[e], scree_rs_elem(r, e) * sl);
-  }
-#endif
+  scree_rs_staged_max<SCREE_KSTRIDE>(mine, ks, sl, mx);
 
   /* (4) The max across the token groups (and the cluster's CTAs), then
    * every thread's sum taken to it, and those summed the same way: no
@@ -314,19 +213,7 @@ scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens
   scree_rsm_cluster<true>(mx);
 #endif
   float ms[SCREE_VEC];
-#pragma unroll
-  for (int e = 0; e < SCREE_VEC; e++) {
-    ms[e] = scree_rs_safe(mx[e]);
-    /* The streamed sum, taken from its own max to the sequence's (nothing
-     * streamed: m is -inf and s 0, left so). */
-    if (m[e] != SCREE_NEG_INF) s[e] *= scree_ex2(m[e] - ms[e]);
-  }
-#pragma unroll 4
-  for (int k = 0; k < ks; k++) {
-    const rv r = mine[k * SCREE_KSTRIDE];
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) s[e] += scree_ex2(scree_rs_elem(r, e) * sl - ms[e]);
-  }
+  scree_rs_staged_sum<SCREE_KSTRIDE, false>(mine, ks, sl, mx, m, s, ms);
   scree_rsm_reduce<false>(s, red);
 #if SCREE_SPLIT > 1
   scree_rsm_cluster<false>(s);

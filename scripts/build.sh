@@ -7,6 +7,7 @@ need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v cc >/dev/null || need+=(gcc)
+command -v c++ >/dev/null || need+=(g++) # tests/emu is C++
 command -v pkg-config >/dev/null || need+=(pkg-config)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/check.h ] || need+=(check)

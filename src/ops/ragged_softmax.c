@@ -296,6 +296,155 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   return SCREE_OK;
 }
 
+/* ---- the cluster implementation (kernels/ragged_softmax_cluster.cu) ----- */
+
+enum { C_TPR, C_VEC, C_WARPS, C_STOK, C_STAGES, C_CSIZE, C_E1, C_NFIELDS };
+
+static const scree__field cluster_fields[C_NFIELDS] = {
+    {"tpr", "SCREE_TPR", 2, {4, 8}},
+    {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
+    {"warps", "SCREE_WARPS", 2, {4, 8}},
+    {"stok", "SCREE_STOK", 4, {64, 128, 256, 512}},
+    {"stages", "SCREE_STAGES", 3, {2, 3, 4}},
+    {"csize", "SCREE_CSIZE", 4, {1, 2, 4, 8}},
+    {"e1", "SCREE_E1", 2, {0, 1}},
+};
+
+/* Mirrors the kernel's layout: the stages, the max and sum buffers across
+ * warps (red) and across the cluster (xbuf), the ring's and the exchanges'
+ * mbarriers, the ring of item numbers. */
+static size_t cluster_smem(const scree__config *c, const scree__variant *var) {
+  const size_t lanes = (size_t)c->v[C_TPR] * (size_t)c->v[C_VEC];
+  const size_t stage = (size_t)c->v[C_STOK] * lanes * scree_dtype_size((scree_dtype)var->v[V_X]);
+  const size_t slots = (size_t)c->v[C_STAGES] + 1;
+  return (size_t)c->v[C_STAGES] * stage + 2 * (size_t)c->v[C_WARPS] * lanes * 4 +
+         2 * (size_t)c->v[C_CSIZE] * lanes * 4 + (slots + 2) * 8 + slots * 4;
+}
+
+static int cluster_threads(const scree__config *c) { return 32 * c->v[C_WARPS]; }
+
+/* Significand bits of a dtype: what e1 compares. */
+static int significand_bits(int dtype) {
+  return dtype == SCREE_DTYPE_FP32 ? 24 : dtype == SCREE_DTYPE_FP16 ? 11 : 8;
+}
+
+/* Mirrors the kernel's static_asserts; e1 only where x holds y's precision;
+ * the shared memory within what a CTA may opt in to. */
+static int cluster_check(const scree__config *c, const scree__variant *var,
+                         const scree__target *t, char *why, size_t n) {
+  if (!scree__rowwise_check_dtypes(var, 2, why, n)) return 0;
+  const int tpr = c->v[C_TPR], vec = c->v[C_VEC], warps = c->v[C_WARPS], stok = c->v[C_STOK],
+            stages = c->v[C_STAGES], csize = c->v[C_CSIZE], e1 = c->v[C_E1];
+  if ((tpr != 4 && tpr != 8) || (vec != 1 && vec != 2 && vec != 4 && vec != 8) ||
+      (warps != 4 && warps != 8) || stages < 2 || stages > 4 ||
+      (csize != 1 && csize != 2 && csize != 4 && csize != 8) || (e1 & ~1)) {
+    scree__set_why(why, n, "tpr=%d, vec=%d, warps=%d, stages=%d, csize=%d, e1=%d: tpr is 4 or 8, "
+                   "vec 1, 2, 4 or 8, warps 4 or 8, stages 2..4, csize 1, 2, 4 or 8, e1 0 or 1",
+                   tpr, vec, warps, stages, csize, e1);
+    return 0;
+  }
+  const int groups = 32 * warps / tpr;
+  if (stok < 64 || stok > 512 || (stok & (stok - 1)) || stok < groups) {
+    scree__set_why(why, n, "stok=%d: must be a power of two in [64, 512], at least the %d token "
+                   "groups", stok, groups);
+    return 0;
+  }
+  if (e1 && significand_bits(var->v[V_X]) < significand_bits(var->v[V_Y])) {
+    scree__set_why(why, n, "e1=1 keeps the exponentials in x's dtype (%s), less precise than "
+                   "y's (%s)", scree_dtype_name((scree_dtype)var->v[V_X]),
+                   scree_dtype_name((scree_dtype)var->v[V_Y]));
+    return 0;
+  }
+  const size_t need = cluster_smem(c, var);
+  if (need > (size_t)t->smem_optin) {
+    scree__set_why(why, n, "stages=%d x stok=%d tokens of %d columns: %zu bytes of shared memory, "
+                   "past the %d a CTA may use on sm_%d", stages, stok, tpr * vec, need,
+                   t->smem_optin, t->sm);
+    return 0;
+  }
+  return 1;
+}
+
+static void cluster_adapt(scree__config *c, const scree__variant *var, const void *args) {
+  const int widest = 1 << vec_log2(var, args);
+  while (c->v[C_VEC] > widest) c->v[C_VEC] /= 2;
+}
+
+/* A strip over twice the (pow2) row; a sequence longer than the cluster
+ * stages (its part streamed); a cluster twice as large as the longest
+ * sequence needs (the same items on fewer CTAs); a stage of which half
+ * would hold the longest sequence (the smallest stok kept). */
+static int cluster_worth_timing(const scree__config *c, const scree__variant *var,
+                                const void *args) {
+  (void)var;
+  const scree_ragged_softmax_args *a = args;
+  const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
+  const int64_t stok = c->v[C_STOK], csize = c->v[C_CSIZE];
+  if ((int64_t)c->v[C_TPR] * c->v[C_VEC] > 2 * (int64_t)pow2_ceil(a->cols)) return 0;
+  if (longest > csize * stok) return 0;
+  if (csize > 1 && csize / 2 * stok >= longest) return 0;
+  if (csize == 1 && stok > 64 && stok / 2 >= longest) return 0;
+  return 1;
+}
+
+/* The plan kernel (one CTA: each sequence's items and their prefix sums,
+ * and the item counter, into the workspace), then a persistent grid of
+ * clusters of csize CTAs: about as many as the GPU holds at once, at most
+ * one per item (a bound from the lengths: a sequence of len tokens has at
+ * most strips * split / csize + 1 items, split < 2 * len / stok + 1). */
+static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
+                                   const scree__config *c, const scree__variant *var,
+                                   const void *args, CUstream stream) {
+  const scree_ragged_softmax_args *a = args;
+  if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
+  const int csize = c->v[C_CSIZE], stok = c->v[C_STOK];
+  if (csize > 1 && !ctx->cu->LaunchKernelEx)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "ragged_softmax impl=cluster csize=%d needs cuLaunchKernelEx (thread "
+                       "block clusters), which this driver does not export", csize);
+  int nstrips = (int)cdiv(a->cols, (int64_t)c->v[C_TPR] * c->v[C_VEC]);
+  int batch = (int)a->batch;
+  const int64_t items = (int64_t)nstrips * (a->batch + 2 * a->total / stok) / csize + a->batch;
+  if (items > 0x7fffffff) /* the plan counts items in int */
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "ragged_softmax impl=cluster: up to %lld items (%d strips, batch %lld) "
+                       "exceed 2^31", (long long)items, nstrips, (long long)a->batch);
+  CUdeviceptr ws;
+  scree_status st = scree__workspace(ctx, stream, ((size_t)a->batch + 2) * sizeof(int), &ws);
+  if (st) return st;
+  uint64_t x = a->x, y = a->y, cu = a->cu_seqlens, plan = ws, prefix = ws + sizeof(int);
+  void *pp[] = {&cu, &batch, &nstrips, &plan};
+  CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax plan)");
+  int64_t clusters = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1) / csize;
+  if (clusters > items) clusters = items;
+  if (clusters < 1) clusters = 1;
+  int cols = (int)a->cols;
+  long long xs = a->x_stride ? a->x_stride : a->cols;
+  long long ys = a->y_stride ? a->y_stride : a->cols;
+  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
+  float scale_log2 = (float)(s * 1.4426950408889634);
+  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &batch, &plan, &prefix};
+  const unsigned gx = (unsigned)(clusters * csize), block = (unsigned)cluster_threads(c);
+  const unsigned smem = (unsigned)cluster_smem(c, var);
+  if (csize == 1) {
+    r = ctx->cu->LaunchKernel(k->fn[0], gx, 1, 1, block, 1, 1, smem, stream, params, NULL);
+    if (r)
+      return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax_cluster)");
+    return SCREE_OK;
+  }
+  scree__cu_launch_attr attr;
+  memset(&attr, 0, sizeof attr);
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.cluster_dim.x = (unsigned)csize;
+  attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+  scree__cu_launch_config lc = {gx, 1, 1, block, 1, 1, smem, stream, &attr, 1};
+  r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
+  if (r)
+    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernelEx(ragged_softmax_cluster)");
+  return SCREE_OK;
+}
+
 /* ---- tuning hooks ------------------------------------------------------ */
 
 /* Bucket: cols exact; the total tokens and the longest sequence rounded up
@@ -540,6 +689,22 @@ static const scree__impl impls[] = {{
     .adapt = smem_adapt,
     .worth_timing = smem_worth_timing,
     .launch = smem_launch,
+}, {
+    /* Unmeasured on a GPU so far: no safelist line allows it, and it is
+     * limited to sm_90 (docs/kernels/rowwise.md). */
+    .name = "cluster",
+    .source = "ragged_softmax_cluster.cu",
+    .entries = {"scree_ragged_softmax_cluster", "scree_ragged_softmax_cluster_plan"},
+    .min_sm = 90,
+    .max_sm = 90,
+    .nfields = C_NFIELDS,
+    .fields = cluster_fields,
+    .check = cluster_check,
+    .smem = cluster_smem,
+    .threads = cluster_threads,
+    .adapt = cluster_adapt,
+    .worth_timing = cluster_worth_timing,
+    .launch = cluster_launch,
 }};
 
 static const scree__sfield shape[] = {
@@ -555,7 +720,7 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
 const scree__op scree__op_ragged_softmax = {
     .name = "ragged_softmax",
     .args_size = sizeof(scree_ragged_softmax_args),
-    .nimpls = 2,
+    .nimpls = 3,
     .impls = impls,
     .nvfields = 2,
     .vfields = vfields,

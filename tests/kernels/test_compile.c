@@ -292,6 +292,8 @@ static const bad_case bad_cases[] = {
      "impl=hopper,bn=128,cwg=2,stages=4,sched=2,ovl=0"}, /* 288 KiB of shared memory */
     {"attention", "dtype=fp16,head_dim=96,causal=0,window=0",
      "impl=hopper,bn=64,cwg=2,stages=2,sched=1,ovl=0"}, /* head_dim 96 */
+    {"ragged_softmax", "x=bf16,y=fp16",
+     "impl=cluster,tpr=8,vec=8,warps=8,stok=256,stages=2,csize=8,e1=1"}, /* e in bf16, y fp16 */
 };
 
 START_TEST(host_check_matches_static_asserts) {

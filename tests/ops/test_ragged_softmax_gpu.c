@@ -398,6 +398,53 @@ START_TEST(fixed_configs) {
 }
 END_TEST
 
+/* The cluster implementation (impl 2, sm_90 only; not in the safelist
+ * until measured): a spread of its space (every value of every field, the
+ * 128-byte strips it is for), each on a batch around its stage and its
+ * cluster (lengths 0, 1, stok - 1, stok, stok + 1, csize * stok, and one
+ * whose parts pass the stage: streamed), with a tail column, in place, and
+ * on the harness's check batch. Fields: tpr, vec, warps, stok, stages,
+ * csize, e1. */
+static const scree__config cluster_fixed[] = {
+    {2, {8, 8, 8, 256, 2, 8, 1}}, {2, {8, 8, 8, 256, 3, 8, 0}}, {2, {8, 8, 4, 128, 4, 4, 1}},
+    {2, {4, 8, 8, 512, 2, 2, 0}}, {2, {8, 4, 8, 64, 3, 1, 1}},  {2, {4, 2, 4, 64, 2, 8, 1}},
+    {2, {4, 1, 4, 128, 2, 2, 0}}, {2, {8, 8, 8, 512, 2, 1, 1}}, {2, {8, 8, 4, 64, 4, 8, 0}},
+};
+
+START_TEST(cluster_configs) {
+  const dt2 d = dtype_sets[_i];
+  const scree__variant var = variant_of(d);
+  scree__target t;
+  scree__target_of(ctx, &t);
+  if (t.sm != 90) {
+    printf("cluster_configs: sm_%d, the cluster implementation is sm_90's\n", t.sm);
+    return;
+  }
+  int ran = 0, configs = 0;
+  for (size_t i = 0; i < sizeof cluster_fixed / sizeof cluster_fixed[0]; i++) {
+    const scree__config *c = &cluster_fixed[i];
+    char why[256] = "";
+    if (!scree__config_check(op, c, &var, &t, why, sizeof why)) {
+      printf("cluster_fixed[%zu] %s->%s: %s\n", i, scree_dtype_name(d.x), scree_dtype_name(d.y),
+             why);
+      continue;
+    }
+    configs++;
+    const int64_t span = (int64_t)c->v[0] * c->v[1], stok = c->v[3], csize = c->v[5];
+    const int64_t cols = 2 * span + 3, xs = (cols + 7) / 8 * 8;
+    const int64_t lens[] = {0, 1, stok - 1, stok, stok + 1, csize * stok, 2,
+                            csize * stok + stok / 2 + 3};
+    ran += run_case(lens, 8, cols, xs, xs + 8, d, 0, 0.f, 0, 0, c);
+    if (scree_dtype_size(d.x) == scree_dtype_size(d.y))
+      ran += run_case(lens, 7, cols, xs, xs, d, 1, -0.7f, 0, 0, c);
+    ran += check_configs(d, 2 * span, c, 1);
+  }
+  printf("cluster_configs %s->%s: %d configs, %d runs\n", scree_dtype_name(d.x),
+         scree_dtype_name(d.y), configs, ran);
+  ck_assert_int_ge(ran, configs);
+}
+END_TEST
+
 /* Every config the device's safelist allows runs at least once: on its own
  * variant for dtype-specific lines, else at the example variant; on the
  * check batch with aligned columns and with odd ones. */
@@ -442,7 +489,12 @@ int main(void) {
   TCase *fx = tcase_create("fixed");
   tcase_set_timeout(fx, 1800);
   tcase_add_loop_test(fx, fixed_configs, 0, (int)NSETS);
+  /* The cluster implementation (CK_RUN_CASE=cluster). */
+  TCase *cl = tcase_create("cluster");
+  tcase_set_timeout(cl, 1800);
+  tcase_add_loop_test(cl, cluster_configs, 0, (int)NSETS);
   suite_add_tcase(s, tc);
   suite_add_tcase(s, fx);
+  suite_add_tcase(s, cl);
   return scree_test_run(s, 1);
 }

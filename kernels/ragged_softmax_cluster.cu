@@ -1,0 +1,526 @@
+/*
+ * ragged_softmax_cluster.cu - softmax along the tokens of each sequence of
+ * a packed batch, per column (the function of ragged_softmax.cu), for
+ * sm_90: wide column strips whose tokens a thread block cluster shares,
+ * and a persistent grid whose CTAs load the next items while they reduce
+ * and write the current one.
+ *
+ * Why (docs/kernels/rowwise.md, "The ragged softmax"). The shared-memory
+ * kernel (ragged_softmax_smem.cu) gives a CTA a whole sequence's strip, so
+ * that it reads x once: on an H100 its fastest strips were 32 bytes wide
+ * (wider ones did not fit a long sequence), which costs an L2 request per
+ * 32-byte sector, and each CTA loads, then reduces, then writes, with the
+ * CTAs that start together staying in step, so that the exponentials do
+ * not overlap the memory traffic. Here:
+ *
+ *   - An item is one sequence's strip of SPAN = TPR * VEC columns (128
+ *     bytes for TPR = 8 and 16-byte accesses), split over `split` CTAs of
+ *     a cluster of CSIZE, each staging at most STOK of its tokens: split is
+ *     the smallest power of two with split * STOK >= the sequence's length
+ *     (at most CSIZE), so a short sequence keeps its strip in one CTA and
+ *     the cluster's CSIZE / split groups of CTAs take as many strips. The
+ *     CTAs of a strip merge their per-column max and sum through
+ *     distributed shared memory. All CTAs of a cluster work on the same
+ *     item (its `split` is the cluster's), so they take the same barriers.
+ *   - The grid is persistent (about the CTAs the GPU holds at once) and
+ *     takes items from a counter in longest-first-free order, so that no
+ *     CTA idles while another has several items left. Each CTA has STAGES
+ *     stage buffers: while it reduces and writes item j, the copies of
+ *     items j + 1 .. j + STAGES - 1 are in flight. A thread copies and
+ *     later reads only its own slots of a stage, so the ring needs no
+ *     barrier of its own.
+ *   - SCREE_E1 = 1 takes one exponential per element instead of two: the
+ *     sum pass writes e = 2^(z - max) back over x in the stage (in x's
+ *     dtype), and the outputs are e / sum. The extra rounding of e keeps
+ *     the error within one unit in the last place of y (against half of
+ *     one with E1 = 0); the host allows it only where x's dtype is at least
+ *     as precise as y's.
+ *
+ * Items. The plan kernel (second entry) counts each sequence's items,
+ * ceil(strips / (CSIZE / split)), and writes their exclusive prefix sums:
+ * plan[0] is the item counter (zeroed), plan[1 + s] the items before
+ * sequence s, plan[1 + batch] all items. Item i belongs to the sequence s
+ * with plan[1 + s] <= i < plan[2 + s] (a binary search); within it, group
+ * g = i - plan[1 + s] covers strips g * (CSIZE / split) + rank / split, CTA
+ * rank taking part rank % split of the strip's tokens: tokens
+ * [part * tp, part * tp + tp) of the sequence, tp = ceil(length / split).
+ *
+ * The item ring. Thread 0 of the cluster's first CTA (the fetcher) takes
+ * item numbers from the counter (atomicAdd) and stores them into every
+ * CTA's ring of STAGES + 1 slots: slot p % (STAGES + 1) holds the number
+ * of the cluster's p-th item (past the last, a number >= the item count),
+ * and each slot has an mbarrier whose phases count its writes, so that a
+ * reader of position p waits for phase p / (STAGES + 1) of it (st.async
+ * with a relaxed remote arrival: no fence). The fetcher writes position
+ * j + STAGES during iteration j, with a number it took one iteration
+ * earlier (the atomic's round trip hidden). Numbers grow with the
+ * position, so once one is past the end every later one is too: the
+ * cluster's CTAs leave the loop together, at the same j.
+ *
+ * Per item (iteration j, stage j % STAGES):
+ *   (1) issue the copies of position j + STAGES - 1 into its stage, then
+ *       wait for this thread's copies of position j (cp.async groups: one
+ *       per position, empty past the end);
+ *   (2) the max of the staged tokens per column (two 16-bit elements a
+ *       step), with the tokens past the stage streamed into an online
+ *       (max, sum) state (only where a CTA's part exceeds STOK: a call's
+ *       sequences longer than CSIZE * STOK);
+ *   (3) across the token groups (shuffles), the warps (red, S1) and, for
+ *       split > 1, the strip's CTAs: each sends its lanes' values to every
+ *       CTA of the strip (st.async into xbuf) and waits for all of them on
+ *       its own mbarrier;
+ *   (4) each thread's sum of 2^(z - max) (E1: e written back), across the
+ *       groups, warps (S2) and CTAs, the same way;
+ *   (5) the outputs, from the stage and the streamed tokens.
+ * The cluster barrier, split in two, keeps the CTAs within one item of
+ * each other: each arrives (relaxed) once it has read item j's exchanged
+ * values and waits for the others before it writes into another CTA for
+ * item j + 1, so that a buffer or ring slot is written again only after
+ * every reader is done with it, while the barrier's latency overlaps
+ * step (5). red has a buffer for the max and one for the sum: each is
+ * written again only after a barrier (S2, S1 of the next item) that every
+ * reader of its last values arrived at after reading them. Every st.async
+ * into a CTA is waited for by it before it leaves; a CTA's last wait on
+ * the cluster barrier keeps the others from leaving while it may still
+ * send to them.
+ *
+ * Thread mapping, as ragged_softmax_smem.cu: lane l = threadIdx.x % TPR owns
+ * columns strip * SPAN + l * VEC + [0, VEC); group g = threadIdx.x / TPR
+ * owns the part's tokens g + GROUPS * k; its k-th staged token is slot
+ * (g + GROUPS * k) * TPR + l of the stage (a warp's accesses cover
+ * consecutive tokens' strips, contiguous in shared memory).
+ *
+ * Dynamic shared memory (the host's cluster_smem mirrors it), 16-byte
+ * aligned: the stages (STAGES * STOK * TPR slots of VBYTES), red (2 x
+ * WARPS x TPR x VEC floats), xbuf (2 x CSIZE x TPR x VEC floats: per kind,
+ * a slot per part of the strip), the mbarriers (STAGES + 1 for the ring,
+ * 2 for the exchanges; 8 bytes each), the ring (STAGES + 1 ints).
+ * With CSIZE = 1 the ring is plain shared memory published by S1, and
+ * neither xbuf nor the mbarriers are used.
+ *
+ * Macros: SCREE_TPR (4, 8), SCREE_VEC (1, 2, 4, 8), SCREE_WARPS (4, 8),
+ * SCREE_STOK (64 .. 512, a power of two, at least the token groups),
+ * SCREE_STAGES (2 .. 4), SCREE_CSIZE (1, 2, 4, 8: 1 launches no cluster),
+ * SCREE_E1 (0, 1), SCREE_X_DTYPE, SCREE_Y_DTYPE.
+ *
+ * Special values, in-place use (y == x: every element is read, into the
+ * stage or a register, before the thread that read it writes it, and
+ * items cover disjoint elements) and 64-bit offsets are as in
+ * ragged_softmax.cu. The host guarantees gridDim.x a multiple of CSIZE,
+ * clusters of CSIZE along x, and plan written by the plan kernel earlier on
+ * the stream.
+ *
+ * tests/emu compiles this file as C++ on the CPU, against its own
+ * common.cuh, ptx.cuh and cluster_ptx.cuh and with SCREE_SMEM_BASE defined:
+ * the kernel takes every instruction beyond plain C++ from those headers.
+ *
+ * Test alone: ctest -R ragged_softmax    Bench: build/bench/bench_ops --op ragged_softmax
+ */
+
+#include "ptx.cuh"
+#include "cluster_ptx.cuh"
+#include "ragged_softmax.cuh"
+
+#define SCREE_THREADS (32 * SCREE_WARPS)
+#define SCREE_GROUPS (SCREE_THREADS / SCREE_TPR)
+#define SCREE_SLOTS (SCREE_STAGES + 1)
+/* Staged tokens of one thread, at most; slots between its consecutive ones. */
+#define SCREE_KS (SCREE_STOK / SCREE_GROUPS)
+#define SCREE_KSTRIDE SCREE_THREADS
+#define SCREE_STAGE_SLOTS (SCREE_STOK * SCREE_TPR)
+#define SCREE_STAGE_BYTES (SCREE_STAGES * SCREE_STAGE_SLOTS * SCREE_VBYTES)
+#define SCREE_RED_FLOATS (SCREE_WARPS * SCREE_TPR * SCREE_VEC)
+#define SCREE_PART_FLOATS (SCREE_TPR * SCREE_VEC)
+#define SCREE_XBUF_FLOATS (SCREE_CSIZE * SCREE_PART_FLOATS)
+
+static_assert(SCREE_TPR == 4 || SCREE_TPR == 8, "TPR must be 4 or 8");
+static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC == 8,
+              "VEC must be 1, 2, 4 or 8");
+static_assert(SCREE_WARPS == 4 || SCREE_WARPS == 8, "WARPS must be 4 or 8");
+static_assert((SCREE_STOK & (SCREE_STOK - 1)) == 0 && SCREE_STOK >= 64 && SCREE_STOK <= 512 &&
+                  SCREE_STOK >= SCREE_GROUPS,
+              "STOK must be a power of two in [64, 512], at least the token groups");
+static_assert(SCREE_STAGES >= 2 && SCREE_STAGES <= 4, "STAGES must be 2, 3 or 4");
+static_assert(SCREE_CSIZE == 1 || SCREE_CSIZE == 2 || SCREE_CSIZE == 4 || SCREE_CSIZE == 8,
+              "CSIZE must be 1, 2, 4 or 8");
+static_assert(SCREE_E1 == 0 || SCREE_E1 == 1, "E1 must be 0 or 1");
+/* Significand bits of a dtype code: E1 rounds e to x's dtype before y's. */
+#define SCREE_SIGNIFICAND(code) ((code) == 0 ? 24 : (code) == 1 ? 11 : 8)
+static_assert(!SCREE_E1 || SCREE_SIGNIFICAND(SCREE_X_DTYPE) >= SCREE_SIGNIFICAND(SCREE_Y_DTYPE),
+              "E1 keeps the exponentials in x's dtype, which must be as precise as y's");
+#if SCREE_CSIZE > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "CSIZE > 1 needs thread block clusters (sm_90)"
+#endif
+
+#ifndef SCREE_SMEM_BASE
+extern __shared__ __align__(16) unsigned char scree_rsc_smem[];
+#define SCREE_SMEM_BASE scree_rsc_smem
+#endif
+
+/* CTAs of the cluster a sequence of len tokens is split over: the fewest
+ * (a power of two, at most CSIZE) that stage it whole. */
+__device__ __forceinline__ int scree_rsc_split(int len) {
+  int s = 1;
+  while (s < SCREE_CSIZE && s * SCREE_STOK < len) s <<= 1;
+  return s;
+}
+
+/* Items of a sequence: its strips, CSIZE / split to an item. */
+__device__ __forceinline__ int scree_rsc_items(int len, int nstrips) {
+  if (len <= 0) return 0;
+  const int per = SCREE_CSIZE / scree_rsc_split(len);
+  return (nstrips + per - 1) / per;
+}
+
+/* The plan: plan[0] = 0 (the item counter), plan[1 + s] = the items of the
+ * sequences before s, for s = 0 .. batch. One CTA of 1024 threads, a block
+ * of 1024 sequences at a time (a scan within each warp, then of the warps'
+ * totals). */
+extern "C" __global__ void __launch_bounds__(1024)
+scree_ragged_softmax_cluster_plan(const int *__restrict__ cu_seqlens, int batch, int nstrips,
+                                  int *plan) {
+  __shared__ int wsum[32];
+  __shared__ int carry;
+  const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+  if (threadIdx.x == 0) {
+    plan[0] = 0;
+    plan[1] = 0;
+    carry = 0;
+  }
+  __syncthreads();
+  for (int base = 0; base < batch; base += 1024) {
+    const int s = base + (int)threadIdx.x;
+    int v = s < batch ? scree_rsc_items(cu_seqlens[s + 1] - cu_seqlens[s], nstrips) : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int t = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += t;
+    }
+    if (lane == 31) wsum[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      int t = wsum[lane];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, t, o);
+        if (lane >= o) t += u;
+      }
+      wsum[lane] = t;
+    }
+    __syncthreads();
+    const int incl = carry + v + (warp > 0 ? wsum[warp - 1] : 0);
+    if (s < batch) plan[2 + s] = incl;
+    __syncthreads(); /* every thread has read carry */
+    if (threadIdx.x == 1023) carry = incl;
+    __syncthreads();
+  }
+}
+
+/* Where item i of the plan lies, for this CTA. */
+struct scree_rsc_item {
+  int start; /* the sequence's first token */
+  int split; /* CTAs of the strip */
+  int part;  /* this CTA's part of the strip's tokens */
+  int strip; /* the column strip */
+  int t0, n; /* the part: tokens [t0, t0 + n) of the sequence (n 0: idle) */
+};
+
+__device__ __forceinline__ scree_rsc_item scree_rsc_find(int i, const int *__restrict__ prefix,
+                                                         const int *__restrict__ cu_seqlens,
+                                                         int batch, int nstrips, int rank) {
+  /* The last sequence whose first item is at or before i (empty sequences
+   * share their successor's prefix and are passed over). */
+  int lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (prefix[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  scree_rsc_item it;
+  it.start = cu_seqlens[lo];
+  const int len = cu_seqlens[lo + 1] - it.start;
+  it.split = scree_rsc_split(len);
+  it.part = rank % it.split;
+  it.strip = (i - prefix[lo]) * (SCREE_CSIZE / it.split) + rank / it.split;
+  const int tp = (len + it.split - 1) / it.split;
+  it.t0 = it.part * tp;
+  const int left = len - it.t0;
+  it.n = it.strip < nstrips ? (left < 0 ? 0 : left < tp ? left : tp) : 0;
+  return it;
+}
+
+/* Per column, across the token groups of the CTA: the max (MAX) or the sum
+ * of v, into every thread's v for its lane. First the groups of a warp
+ * (lanes TPR apart), then the warps through red (each warp's first group
+ * writes; the barrier; every thread reads its lane's values of all warps).
+ * The caller keeps red from being written again before every thread has
+ * read it (module comment). */
+template <bool MAX>
+__device__ __forceinline__ void scree_rsc_reduce(float (&v)[SCREE_VEC], float *red) {
+#pragma unroll
+  for (int o = SCREE_TPR; o < 32; o <<= 1)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float w = __shfl_xor_sync(0xffffffffu, v[e], o);
+      v[e] = MAX ? fmaxf(v[e], w) : v[e] + w;
+    }
+  const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % SCREE_TPR;
+  if ((int)threadIdx.x % 32 < SCREE_TPR)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) red[(warp * SCREE_TPR + lane) * SCREE_VEC + e] = v[e];
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) v[e] = MAX ? SCREE_NEG_INF : 0.f;
+#pragma unroll
+  for (int w = 0; w < SCREE_WARPS; w++)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float o = red[(w * SCREE_TPR + lane) * SCREE_VEC + e];
+      v[e] = MAX ? fmaxf(v[e], o) : v[e] + o;
+    }
+}
+
+#if SCREE_CSIZE > 1
+/* Across the split CTAs of a strip (ranks first .. first + split - 1),
+ * after the CTA's own reduction: the first TPR threads send their lanes'
+ * values, as slot `part` of xbuf, to every CTA of the strip (itself
+ * included), each store completing 4 bytes at that CTA's mbarrier bar;
+ * thread 0 arms this CTA's bar for the split slots; every thread waits for
+ * the phase and combines its lane's values of every slot. */
+template <bool MAX>
+__device__ __forceinline__ void scree_rsc_exchange(float (&v)[SCREE_VEC], float *xbuf,
+                                                   unsigned long long *bar, unsigned phase,
+                                                   int first, int part, int split) {
+  const int tid = (int)threadIdx.x, lane = tid % SCREE_TPR;
+  const unsigned b = scree_smem_u32(bar);
+  if (tid == 0) scree_mbar_arrive_expect(b, (unsigned)(split * SCREE_PART_FLOATS * 4));
+  if (tid < SCREE_TPR) {
+    const unsigned slot = scree_smem_u32(xbuf + (part * SCREE_TPR + lane) * SCREE_VEC);
+    for (int q = 0; q < split; q++) {
+      const unsigned r = (unsigned)(first + q), to = scree_cluster_map(slot, r),
+                     rb = scree_cluster_map(b, r);
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++)
+        scree_st_async_u32(to + 4u * (unsigned)e, __float_as_uint(v[e]), rb);
+    }
+  }
+  scree_mbar_wait(b, phase);
+#pragma unroll
+  for (int e = 0; e < SCREE_VEC; e++) v[e] = MAX ? SCREE_NEG_INF : 0.f;
+  for (int q = 0; q < split; q++)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float o = xbuf[(q * SCREE_TPR + lane) * SCREE_VEC + e];
+      v[e] = MAX ? fmaxf(v[e], o) : v[e] + o;
+    }
+}
+#endif
+
+/* This thread's staged and streamed tokens of an item, and where they are. */
+struct scree_rsc_work {
+  int nk, ks;         /* tokens of this thread; of them staged (k < ks) */
+  int nc;             /* this lane's columns inside the row (<= 0: none) */
+  const xt *xg;       /* token k of x at xg + k * step */
+  yt *yg;             /* and of y at yg + k * ystep */
+};
+
+__device__ __forceinline__ scree_rsc_work scree_rsc_work_of(const scree_rsc_item &it,
+                                                            const xt *x, yt *y, int cols,
+                                                            long long x_stride,
+                                                            long long y_stride) {
+  const int lane = (int)threadIdx.x % SCREE_TPR, group = (int)threadIdx.x / SCREE_TPR;
+  const int c0 = it.strip * SCREE_SPAN + lane * SCREE_VEC;
+  scree_rsc_work w;
+  w.nc = cols - c0;
+  const bool active = w.nc > 0 && it.n > group;
+  w.nk = active ? (it.n - group - 1) / SCREE_GROUPS + 1 : 0;
+  w.ks = w.nk < SCREE_KS ? w.nk : SCREE_KS;
+  const long long row = (long long)it.start + it.t0 + group;
+  w.xg = x + (active ? row * x_stride + c0 : 0);
+  w.yg = y + (active ? row * y_stride + c0 : 0);
+  return w;
+}
+
+/* The ring: position p's item number into every CTA's slot (the fetcher;
+ * with clusters, st.async and a relaxed arrival at the slot's mbarrier),
+ * and a read of it (waiting for the slot's phase of that position). */
+__device__ __forceinline__ void scree_rsc_put(int *ring, unsigned long long *bars, int p, int v) {
+  const int k = p % SCREE_SLOTS;
+#if SCREE_CSIZE > 1
+  const unsigned slot = scree_smem_u32(ring + k), b = scree_smem_u32(bars + k);
+  for (int r = 0; r < SCREE_CSIZE; r++) {
+    const unsigned rb = scree_cluster_map(b, (unsigned)r);
+    scree_st_async_u32(scree_cluster_map(slot, (unsigned)r), (unsigned)v, rb);
+    scree_mbar_arrive_expect_remote(rb, 4);
+  }
+#else
+  (void)bars;
+  ring[k] = v;
+#endif
+}
+__device__ __forceinline__ int scree_rsc_get(const int *ring, unsigned long long *bars, int p) {
+  const int k = p % SCREE_SLOTS;
+#if SCREE_CSIZE > 1
+  scree_mbar_wait(scree_smem_u32(bars + k), (unsigned)(p / SCREE_SLOTS) & 1u);
+#else
+  (void)bars;
+#endif
+  return ring[k];
+}
+
+extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
+scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int cols,
+                             long long x_stride, long long y_stride, float scale_log2,
+                             int batch, int *counter, const int *__restrict__ prefix) {
+  unsigned char *const smem = SCREE_SMEM_BASE;
+  rv *const stages = reinterpret_cast<rv *>(smem);
+  float *const red = reinterpret_cast<float *>(smem + SCREE_STAGE_BYTES); /* [2][RED_FLOATS] */
+  float *const xbuf = red + 2 * SCREE_RED_FLOATS;                         /* [2][XBUF_FLOATS] */
+  unsigned long long *const bars =
+      reinterpret_cast<unsigned long long *>(xbuf + 2 * SCREE_XBUF_FLOATS); /* ring, then 2 */
+  int *const ring = reinterpret_cast<int *>(bars + SCREE_SLOTS + 2);
+  const int tid = (int)threadIdx.x, lane = tid % SCREE_TPR;
+#if SCREE_CSIZE > 1
+  const int rank = (int)scree_cluster_rank();
+#else
+  const int rank = 0;
+#endif
+  const int nstrips = (cols + SCREE_SPAN - 1) / SCREE_SPAN;
+  const int nitems = prefix[batch];
+  const long long step = (long long)SCREE_GROUPS * x_stride,
+                  ystep = (long long)SCREE_GROUPS * y_stride;
+  const float sl = scale_log2;
+  /* This thread's slot of stage 0; of stage q at mine + q * STAGE_SLOTS. */
+  rv *const mine = stages + (tid / SCREE_TPR) * SCREE_TPR + lane;
+  const bool fetcher = rank == 0 && tid == 0;
+
+  /* The ring's first STAGES positions, in every CTA; the next number kept.
+   * With clusters, the mbarriers are set up and every CTA runs before any
+   * writes into another (a full cluster barrier, once). */
+#if SCREE_CSIZE > 1
+  if (tid == 0) {
+    for (int k = 0; k < SCREE_SLOTS + 2; k++) scree_mbar_init(scree_smem_u32(bars + k), 1);
+    scree_mbar_init_fence();
+  }
+  scree_cluster_sync();
+#endif
+  int next = 0;
+  if (fetcher) {
+    const int base = atomicAdd(counter, SCREE_STAGES + 1);
+    for (int p = 0; p < SCREE_STAGES; p++) scree_rsc_put(ring, bars, p, base + p);
+    next = base + SCREE_STAGES;
+  }
+#if SCREE_CSIZE == 1
+  __syncthreads();
+#endif
+
+  /* The copies of positions 0 .. STAGES - 2. */
+#pragma unroll 1
+  for (int p = 0; p < SCREE_STAGES - 1; p++) {
+    const int i = scree_rsc_get(ring, bars, p);
+    if (i < nitems) {
+      const scree_rsc_work w = scree_rsc_work_of(
+          scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank), x, y, cols, x_stride,
+          y_stride);
+      scree_rs_stage<SCREE_KSTRIDE>(mine + p * SCREE_STAGE_SLOTS, w.xg, step, w.ks, w.nc);
+    }
+    scree_cp_async_commit();
+  }
+
+#if SCREE_CSIZE > 1
+  unsigned phase = 0; /* of the two exchange mbarriers: each is used once per split item */
+#endif
+  int j = 0;
+#pragma unroll 1
+  for (;; j++) {
+    /* (1) The copies of position j + STAGES - 1 (its stage held position
+     * j - 1, done), then this thread's copies of position j. */
+    {
+      const int p = j + SCREE_STAGES - 1, i = scree_rsc_get(ring, bars, p);
+      if (i < nitems) {
+        const scree_rsc_work w = scree_rsc_work_of(
+            scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank), x, y, cols, x_stride,
+            y_stride);
+        scree_rs_stage<SCREE_KSTRIDE>(mine + (p % SCREE_STAGES) * SCREE_STAGE_SLOTS, w.xg, step,
+                                      w.ks, w.nc);
+      }
+      scree_cp_async_commit();
+    }
+    scree_cp_async_wait<SCREE_STAGES - 1>();
+    const int i = scree_rsc_get(ring, bars, j);
+    if (i >= nitems) break; /* the whole cluster, at the same j */
+    const scree_rsc_item it = scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank);
+    const scree_rsc_work w = scree_rsc_work_of(it, x, y, cols, x_stride, y_stride);
+    rv *const st = mine + (j % SCREE_STAGES) * SCREE_STAGE_SLOTS;
+
+    /* (2) The staged tokens' max, and the streamed tokens' state. */
+    float m[SCREE_VEC], s[SCREE_VEC], mx[SCREE_VEC];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) m[e] = SCREE_NEG_INF, s[e] = 0.f;
+    scree_rs_stream(w.xg, step, w.ks, w.nk, w.nc, sl, m, s);
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) mx[e] = m[e];
+    scree_rs_staged_max<SCREE_KSTRIDE>(st, w.ks, sl, mx);
+
+    /* Every CTA is done with item j - 1's exchanges and ring slot before
+     * this one writes into another for item j. */
+#if SCREE_CSIZE > 1
+    if (j > 0) scree_cluster_wait();
+#endif
+    /* The ring's position j + STAGES, with the number taken last time
+     * (without clusters, S1 below publishes it); the next number. */
+    if (fetcher) {
+      scree_rsc_put(ring, bars, j + SCREE_STAGES, next);
+      next = atomicAdd(counter, 1);
+    }
+
+    /* (3) The max across the groups, the warps (S1) and the strip's CTAs. */
+    scree_rsc_reduce<true>(mx, red);
+#if SCREE_CSIZE > 1
+    if (it.split > 1)
+      scree_rsc_exchange<true>(mx, xbuf, bars + SCREE_SLOTS, phase, rank - it.part, it.part,
+                               it.split);
+#endif
+
+    /* (4) Every thread's sum taken to the max (the streamed state once,
+     * each staged element once), summed the same way. */
+    float ms[SCREE_VEC];
+    scree_rs_staged_sum<SCREE_KSTRIDE, SCREE_E1 != 0>(st, w.ks, sl, mx, m, s, ms);
+    scree_rsc_reduce<false>(s, red + SCREE_RED_FLOATS);
+#if SCREE_CSIZE > 1
+    if (it.split > 1) {
+      scree_rsc_exchange<false>(s, xbuf + SCREE_XBUF_FLOATS, bars + SCREE_SLOTS + 1, phase,
+                                rank - it.part, it.part, it.split);
+      phase ^= 1u;
+    }
+    scree_cluster_arrive_relaxed(); /* item j's exchanges and ring slot are read */
+#endif
+
+    /* (5) The outputs: 2^(z - (max + log2 sum)), or with E1 e / sum for
+     * the staged tokens. (A column that is -inf throughout: sum 0, NaN,
+     * as 0 / 0 would give.) */
+    float mo[SCREE_VEC], one[SCREE_VEC];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) mo[e] = ms[e] + scree_lg2(s[e]), one[e] = 1.f;
+#if SCREE_E1
+    float inv[SCREE_VEC];
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) inv[e] = 1.f / s[e];
+#pragma unroll 4
+    for (int k = 0; k < w.ks; k++)
+      scree_rs_store(w.yg + k * ystep, scree_rs_scale(st[k * SCREE_KSTRIDE], inv), w.nc);
+#else
+#pragma unroll 4
+    for (int k = 0; k < w.ks; k++)
+      scree_rs_store(w.yg + k * ystep, scree_rs_out(st[k * SCREE_KSTRIDE], sl, mo, one), w.nc);
+#endif
+    scree_rs_stream_out(w.xg, w.yg, step, ystep, w.ks, w.nk, w.nc, sl, mo, one);
+  }
+#if SCREE_CSIZE > 1
+  /* Every CTA has read what the last item sent it (and waited for every
+   * ring position written to it) before any leaves. */
+  if (j > 0) scree_cluster_wait();
+#endif
+}
