@@ -94,7 +94,8 @@
  * aligned: the stages (STAGES * STOK * TPR slots of VBYTES), red (2 x
  * WARPS x TPR x VEC floats), xbuf (2 x CSIZE x TPR x VEC floats: per kind,
  * a slot per part of the strip), the mbarriers (STAGES + 1 for the ring,
- * 2 for the exchanges; 8 bytes each), the ring (STAGES + 1 ints).
+ * 2 for the exchanges; 8 bytes each), the ring (STAGES + 1 ints), and
+ * each stage's item (STAGES scree_rsc_item: 6 ints).
  * With CSIZE = 1 the ring is plain shared memory published by S1, and
  * neither xbuf nor the mbarriers are used.
  *
@@ -381,6 +382,7 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
   unsigned long long *const bars =
       reinterpret_cast<unsigned long long *>(xbuf + 2 * SCREE_XBUF_FLOATS); /* ring, then 2 */
   int *const ring = reinterpret_cast<int *>(bars + SCREE_SLOTS + 2);
+  scree_rsc_item *const recs = reinterpret_cast<scree_rsc_item *>(ring + SCREE_SLOTS);
   const int tid = (int)threadIdx.x, lane = tid % SCREE_TPR;
 #if SCREE_CSIZE > 1
   const int rank = (int)scree_cluster_rank();
@@ -416,18 +418,23 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
   __syncthreads();
 #endif
 
-  /* The copies of positions 0 .. STAGES - 2. */
-#pragma unroll 1
-  for (int p = 0; p < SCREE_STAGES - 1; p++) {
+  /* Position p's copies into its stage (one cp.async group, empty past
+   * the end), and its item's place, which thread 0 keeps in recs for the
+   * iteration that computes it (one search of the plan an item). */
+  auto issue = [&](int p) {
     const int i = scree_rsc_get(ring, bars, p);
     if (i < nitems) {
-      const scree_rsc_work w = scree_rsc_work_of(
-          scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank), x, y, cols, x_stride,
-          y_stride);
-      scree_rs_stage<SCREE_KSTRIDE>(mine + p * SCREE_STAGE_SLOTS, w.xg, step, w.ks, w.nc);
+      const scree_rsc_item it = scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank);
+      if (tid == 0) recs[p % SCREE_STAGES] = it;
+      const scree_rsc_work w = scree_rsc_work_of(it, x, y, cols, x_stride, y_stride);
+      scree_rs_stage<SCREE_KSTRIDE>(mine + (p % SCREE_STAGES) * SCREE_STAGE_SLOTS, w.xg, step,
+                                    w.ks, w.nc);
     }
     scree_cp_async_commit();
-  }
+  };
+#pragma unroll 1
+  for (int p = 0; p < SCREE_STAGES - 1; p++) issue(p);
+  __syncthreads(); /* their recs */
 
 #if SCREE_CSIZE > 1
   unsigned phase = 0; /* of the two exchange mbarriers: each is used once per split item */
@@ -437,21 +444,12 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
   for (;; j++) {
     /* (1) The copies of position j + STAGES - 1 (its stage held position
      * j - 1, done), then this thread's copies of position j. */
-    {
-      const int p = j + SCREE_STAGES - 1, i = scree_rsc_get(ring, bars, p);
-      if (i < nitems) {
-        const scree_rsc_work w = scree_rsc_work_of(
-            scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank), x, y, cols, x_stride,
-            y_stride);
-        scree_rs_stage<SCREE_KSTRIDE>(mine + (p % SCREE_STAGES) * SCREE_STAGE_SLOTS, w.xg, step,
-                                      w.ks, w.nc);
-      }
-      scree_cp_async_commit();
-    }
+    issue(j + SCREE_STAGES - 1);
     scree_cp_async_wait<SCREE_STAGES - 1>();
-    const int i = scree_rsc_get(ring, bars, j);
-    if (i >= nitems) break; /* the whole cluster, at the same j */
-    const scree_rsc_item it = scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank);
+    if (scree_rsc_get(ring, bars, j) >= nitems) break; /* the whole cluster, at the same j */
+    /* Written when position j was issued, before an S1 since; rewritten
+     * when position j + STAGES is, after this item's S1 and S2. */
+    const scree_rsc_item it = recs[j % SCREE_STAGES];
     const scree_rsc_work w = scree_rsc_work_of(it, x, y, cols, x_stride, y_stride);
     rv *const st = mine + (j % SCREE_STAGES) * SCREE_STAGE_SLOTS;
 

@@ -312,13 +312,14 @@ static const scree__field cluster_fields[C_NFIELDS] = {
 
 /* Mirrors the kernel's layout: the stages, the max and sum buffers across
  * warps (red) and across the cluster (xbuf), the ring's and the exchanges'
- * mbarriers, the ring of item numbers. */
+ * mbarriers, the ring of item numbers, each stage's item (6 ints). */
 static size_t cluster_smem(const scree__config *c, const scree__variant *var) {
   const size_t lanes = (size_t)c->v[C_TPR] * (size_t)c->v[C_VEC];
   const size_t stage = (size_t)c->v[C_STOK] * lanes * scree_dtype_size((scree_dtype)var->v[V_X]);
   const size_t slots = (size_t)c->v[C_STAGES] + 1;
   return (size_t)c->v[C_STAGES] * stage + 2 * (size_t)c->v[C_WARPS] * lanes * 4 +
-         2 * (size_t)c->v[C_CSIZE] * lanes * 4 + (slots + 2) * 8 + slots * 4;
+         2 * (size_t)c->v[C_CSIZE] * lanes * 4 + (slots + 2) * 8 + slots * 4 +
+         (size_t)c->v[C_STAGES] * 6 * 4;
 }
 
 static int cluster_threads(const scree__config *c) { return 32 * c->v[C_WARPS]; }

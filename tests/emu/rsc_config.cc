@@ -12,7 +12,8 @@
 namespace {
 
 const size_t kSmem = SCREE_STAGE_BYTES + 2 * SCREE_RED_FLOATS * 4 + 2 * SCREE_XBUF_FLOATS * 4 +
-                     (SCREE_SLOTS + 2) * 8 + SCREE_SLOTS * 4;
+                     (SCREE_SLOTS + 2) * 8 + SCREE_SLOTS * 4 +
+                     SCREE_STAGES * sizeof(scree_rsc_item);
 
 const char *run(const rsc_call &c) {
   emu::Launch plan{{1, 1, 1}, {1024, 1, 1}, 1, 0, 1, c.seed, [&] {
