@@ -23,8 +23,8 @@
  *     distributed shared memory. All CTAs of a cluster work on the same
  *     item (its `split` is the cluster's), so they take the same barriers.
  *   - The grid is persistent (about the CTAs the GPU holds at once) and
- *     takes items from a counter in longest-first-free order, so that no
- *     CTA idles while another has several items left. Each CTA has STAGES
+ *     takes items from a counter, so that no CTA idles while another has
+ *     several items left. Each CTA has STAGES
  *     stage buffers: while it reduces and writes item j, the copies of
  *     items j + 1 .. j + STAGES - 1 are in flight. A thread copies and
  *     later reads only its own slots of a stage, so the ring needs no
@@ -36,17 +36,26 @@
  *     one with E1 = 0); the host allows it only where x's dtype is at least
  *     as precise as y's.
  *
- * Items. The plan kernel (second entry) counts each sequence's items,
- * ceil(strips / (CSIZE / split)), and writes their exclusive prefix sums:
- * plan[0] is the item counter (zeroed), plan[1 + s] the items before
- * sequence s, plan[1 + batch] all items. Item i belongs to the sequence s
- * with plan[1 + s] <= i < plan[2 + s] (a binary search); within it, group
- * g = i - plan[1 + s] covers strips g * (CSIZE / split) + rank / split, CTA
- * rank taking part rank % split of the strip's tokens: tokens
+ * Items. The plan counts each sequence's items, ceil(strips / (CSIZE /
+ * split)), and takes their exclusive prefix sums: prefix[s] the items
+ * before sequence s, prefix[batch] all items. Item i belongs to the
+ * sequence s with prefix[s] <= i < prefix[s + 1] (a binary search); within
+ * it, group g = i - prefix[s] covers strips g * (CSIZE / split) + rank /
+ * split, CTA rank taking part rank % split of the strip's tokens: tokens
  * [part * tp, part * tp + tp) of the sequence, tp = ceil(length / split).
+ * For a batch of fewer than SCREE_PLAN sequences every CTA computes the
+ * plan into its shared memory as it starts, with a copy of cu_seqlens
+ * (the searches then stay on chip, and no launch precedes this one); for
+ * larger ones the plan kernel (second entry) writes it to global memory
+ * first, and the host passes it as `plan`.
+ *
+ * The counter. counters[0] numbers the items as clusters take them,
+ * counters[1] the CTAs that have finished; both are zero when the launch
+ * starts (the host's per-stream counters, scree__stream_counters), and the
+ * last CTA to finish sets them back to zero.
  *
  * The item ring. Thread 0 of the cluster's first CTA (the fetcher) takes
- * item numbers from the counter (atomicAdd) and stores them into every
+ * item numbers from counters[0] (atomicAdd) and stores them into every
  * CTA's ring of STAGES + 1 slots: slot p % (STAGES + 1) holds the number
  * of the cluster's p-th item (past the last, a number >= the item count),
  * and each slot has an mbarrier whose phases count its writes, so that a
@@ -94,8 +103,9 @@
  * aligned: the stages (STAGES * STOK * TPR slots of VBYTES), red (2 x
  * WARPS x TPR x VEC floats), xbuf (2 x CSIZE x TPR x VEC floats: per kind,
  * a slot per part of the strip), the mbarriers (STAGES + 1 for the ring,
- * 2 for the exchanges; 8 bytes each), the ring (STAGES + 1 ints), and
- * each stage's item (STAGES scree_rsc_item: 6 ints).
+ * 2 for the exchanges; 8 bytes each), the ring (STAGES + 1 ints), each
+ * stage's item (STAGES scree_rsc_item: 6 ints), and the plan and the copy
+ * of cu_seqlens (SCREE_PLAN + 1 ints each).
  * With CSIZE = 1 the ring is plain shared memory published by S1, and
  * neither xbuf nor the mbarriers are used.
  *
@@ -108,8 +118,8 @@
  * stage or a register, before the thread that read it writes it, and
  * items cover disjoint elements) and 64-bit offsets are as in
  * ragged_softmax.cu. The host guarantees gridDim.x a multiple of CSIZE,
- * clusters of CSIZE along x, and plan written by the plan kernel earlier on
- * the stream.
+ * clusters of CSIZE along x, counters zero, and for batch >= SCREE_PLAN the
+ * plan written by the plan kernel earlier on the stream (else plan NULL).
  *
  * tests/emu compiles this file as C++ on the CPU, against its own
  * common.cuh, ptx.cuh and cluster_ptx.cuh and with SCREE_SMEM_BASE defined:
@@ -133,6 +143,9 @@
 #define SCREE_RED_FLOATS (SCREE_WARPS * SCREE_TPR * SCREE_VEC)
 #define SCREE_PART_FLOATS (SCREE_TPR * SCREE_VEC)
 #define SCREE_XBUF_FLOATS (SCREE_CSIZE * SCREE_PART_FLOATS)
+/* Batches of fewer sequences have their plan in shared memory (the host's
+ * RSC_PLAN). */
+#define SCREE_PLAN 512
 
 static_assert(SCREE_TPR == 4 || SCREE_TPR == 8, "TPR must be 4 or 8");
 static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC == 8,
@@ -173,23 +186,21 @@ __device__ __forceinline__ int scree_rsc_items(int len, int nstrips) {
   return (nstrips + per - 1) / per;
 }
 
-/* The plan: plan[0] = 0 (the item counter), plan[1 + s] = the items of the
- * sequences before s, for s = 0 .. batch. One CTA of 1024 threads, a block
- * of 1024 sequences at a time (a scan within each warp, then of the warps'
- * totals). */
-extern "C" __global__ void __launch_bounds__(1024)
-scree_ragged_softmax_cluster_plan(const int *__restrict__ cu_seqlens, int batch, int nstrips,
-                                  int *plan) {
-  __shared__ int wsum[32];
-  __shared__ int carry;
+/* The plan into prefix[0 .. batch] (exclusive prefix sums of the items of
+ * each sequence), by the NT threads of a CTA: NT sequences at a time, a
+ * scan within each warp, then of the warps' totals (in scratch, NT / 32 + 1
+ * ints of shared memory). Ends with a barrier: prefix is complete. */
+template <int NT>
+__device__ __forceinline__ void scree_rsc_scan(const int *cu_seqlens, int batch, int nstrips,
+                                               int *prefix, int *scratch) {
   const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32;
+  int *const wsum = scratch, *const carry = scratch + NT / 32;
   if (threadIdx.x == 0) {
-    plan[0] = 0;
-    plan[1] = 0;
-    carry = 0;
+    prefix[0] = 0;
+    *carry = 0;
   }
   __syncthreads();
-  for (int base = 0; base < batch; base += 1024) {
+  for (int base = 0; base < batch; base += NT) {
     const int s = base + (int)threadIdx.x;
     int v = s < batch ? scree_rsc_items(cu_seqlens[s + 1] - cu_seqlens[s], nstrips) : 0;
 #pragma unroll
@@ -200,21 +211,29 @@ scree_ragged_softmax_cluster_plan(const int *__restrict__ cu_seqlens, int batch,
     if (lane == 31) wsum[warp] = v;
     __syncthreads();
     if (warp == 0) {
-      int t = wsum[lane];
+      int t = lane < NT / 32 ? wsum[lane] : 0;
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
         const int u = __shfl_up_sync(0xffffffffu, t, o);
         if (lane >= o) t += u;
       }
-      wsum[lane] = t;
+      if (lane < NT / 32) wsum[lane] = t;
     }
     __syncthreads();
-    const int incl = carry + v + (warp > 0 ? wsum[warp - 1] : 0);
-    if (s < batch) plan[2 + s] = incl;
-    __syncthreads(); /* every thread has read carry */
-    if (threadIdx.x == 1023) carry = incl;
+    const int incl = *carry + v + (warp > 0 ? wsum[warp - 1] : 0);
+    if (s < batch) prefix[s + 1] = incl;
+    __syncthreads(); /* every thread has read carry and wsum */
+    if ((int)threadIdx.x == NT - 1) *carry = incl;
     __syncthreads();
   }
+}
+
+/* The plan of a large batch into global memory: one CTA of 1024 threads. */
+extern "C" __global__ void __launch_bounds__(1024)
+scree_ragged_softmax_cluster_plan(const int *__restrict__ cu_seqlens, int batch, int nstrips,
+                                  int *plan) {
+  __shared__ int scratch[1024 / 32 + 1];
+  scree_rsc_scan<1024>(cu_seqlens, batch, nstrips, plan, scratch);
 }
 
 /* Where item i of the plan lies, for this CTA. */
@@ -226,9 +245,9 @@ struct scree_rsc_item {
   int t0, n; /* the part: tokens [t0, t0 + n) of the sequence (n 0: idle) */
 };
 
-__device__ __forceinline__ scree_rsc_item scree_rsc_find(int i, const int *__restrict__ prefix,
-                                                         const int *__restrict__ cu_seqlens,
-                                                         int batch, int nstrips, int rank) {
+__device__ __forceinline__ scree_rsc_item scree_rsc_find(int i, const int *prefix,
+                                                         const int *cu_seqlens, int batch,
+                                                         int nstrips, int rank) {
   /* The last sequence whose first item is at or before i (empty sequences
    * share their successor's prefix and are passed over). */
   int lo = 0, hi = batch - 1;
@@ -374,7 +393,7 @@ __device__ __forceinline__ int scree_rsc_get(const int *ring, unsigned long long
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
 scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seqlens, int cols,
                              long long x_stride, long long y_stride, float scale_log2,
-                             int batch, int *counter, const int *__restrict__ prefix) {
+                             int batch, int *counters, const int *__restrict__ plan) {
   unsigned char *const smem = SCREE_SMEM_BASE;
   rv *const stages = reinterpret_cast<rv *>(smem);
   float *const red = reinterpret_cast<float *>(smem + SCREE_STAGE_BYTES); /* [2][RED_FLOATS] */
@@ -383,6 +402,7 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
       reinterpret_cast<unsigned long long *>(xbuf + 2 * SCREE_XBUF_FLOATS); /* ring, then 2 */
   int *const ring = reinterpret_cast<int *>(bars + SCREE_SLOTS + 2);
   scree_rsc_item *const recs = reinterpret_cast<scree_rsc_item *>(ring + SCREE_SLOTS);
+  int *const splan = reinterpret_cast<int *>(recs + SCREE_STAGES); /* [2][SCREE_PLAN + 1] */
   const int tid = (int)threadIdx.x, lane = tid % SCREE_TPR;
 #if SCREE_CSIZE > 1
   const int rank = (int)scree_cluster_rank();
@@ -390,6 +410,16 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
   const int rank = 0;
 #endif
   const int nstrips = (cols + SCREE_SPAN - 1) / SCREE_SPAN;
+  /* The plan, and where the sequences start: in shared memory for a small
+   * batch (red as the scan's scratch, free until the first item). */
+  const int *prefix = plan, *starts = cu_seqlens;
+  if (!plan) {
+    int *const sp = splan, *const ss = splan + SCREE_PLAN + 1;
+    for (int k = tid; k <= batch; k += SCREE_THREADS) ss[k] = cu_seqlens[k];
+    scree_rsc_scan<SCREE_THREADS>(cu_seqlens, batch, nstrips, sp, reinterpret_cast<int *>(red));
+    prefix = sp;
+    starts = ss;
+  }
   const int nitems = prefix[batch];
   const long long step = (long long)SCREE_GROUPS * x_stride,
                   ystep = (long long)SCREE_GROUPS * y_stride;
@@ -410,7 +440,7 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
 #endif
   int next = 0;
   if (fetcher) {
-    const int base = atomicAdd(counter, SCREE_STAGES + 1);
+    const int base = atomicAdd(counters, SCREE_STAGES + 1);
     for (int p = 0; p < SCREE_STAGES; p++) scree_rsc_put(ring, bars, p, base + p);
     next = base + SCREE_STAGES;
   }
@@ -424,7 +454,7 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
   auto issue = [&](int p) {
     const int i = scree_rsc_get(ring, bars, p);
     if (i < nitems) {
-      const scree_rsc_item it = scree_rsc_find(i, prefix, cu_seqlens, batch, nstrips, rank);
+      const scree_rsc_item it = scree_rsc_find(i, prefix, starts, batch, nstrips, rank);
       if (tid == 0) recs[p % SCREE_STAGES] = it;
       const scree_rsc_work w = scree_rsc_work_of(it, x, y, cols, x_stride, y_stride);
       scree_rs_stage<SCREE_KSTRIDE>(mine + (p % SCREE_STAGES) * SCREE_STAGE_SLOTS, w.xg, step,
@@ -471,7 +501,7 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
      * (without clusters, S1 below publishes it); the next number. */
     if (fetcher) {
       scree_rsc_put(ring, bars, j + SCREE_STAGES, next);
-      next = atomicAdd(counter, 1);
+      next = atomicAdd(counters, 1);
     }
 
     /* (3) The max across the groups, the warps (S1) and the strip's CTAs. */
@@ -521,4 +551,14 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
    * ring position written to it) before any leaves. */
   if (j > 0) scree_cluster_wait();
 #endif
+  /* The last CTA out leaves the counters zero for the next launch: every
+   * other CTA counted itself after its cluster's last item number was
+   * taken. */
+  if (tid == 0) {
+    __threadfence();
+    if (atomicAdd(counters + 1, 1) == (int)gridDim.x - 1) {
+      counters[0] = 0;
+      counters[1] = 0;
+    }
+  }
 }

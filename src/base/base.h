@@ -208,6 +208,14 @@ static inline void scree__count(uint64_t *counter) {
  * Thread-safe. */
 scree_status scree__workspace(scree_context *ctx, CUstream stream,
                               size_t bytes, CUdeviceptr *out);
+/* SCREE__COUNTERS ints per stream, apart from the scratch (which the next
+ * op's launch overwrites), that are zero whenever a launch on the stream
+ * starts: zeroed on the stream when first handed out, and a kernel that
+ * uses them must leave them zero when it ends (the last of its CTAs to
+ * finish resets what they counted). For a persistent grid's work counter
+ * without a launch to clear it. */
+#define SCREE__COUNTERS 4
+scree_status scree__stream_counters(scree_context *ctx, CUstream stream, CUdeviceptr *out);
 void scree__workspace_free(scree_context *ctx);
 
 #endif

@@ -310,16 +310,21 @@ static const scree__field cluster_fields[C_NFIELDS] = {
     {"e1", "SCREE_E1", 2, {0, 1}},
 };
 
+/* Batches of fewer sequences have their plan computed in each CTA's shared
+ * memory (the kernel's SCREE_PLAN); larger ones by the plan kernel. */
+#define RSC_PLAN 512
+
 /* Mirrors the kernel's layout: the stages, the max and sum buffers across
  * warps (red) and across the cluster (xbuf), the ring's and the exchanges'
- * mbarriers, the ring of item numbers, each stage's item (6 ints). */
+ * mbarriers, the ring of item numbers, each stage's item (6 ints), the
+ * plan and a copy of cu_seqlens. */
 static size_t cluster_smem(const scree__config *c, const scree__variant *var) {
   const size_t lanes = (size_t)c->v[C_TPR] * (size_t)c->v[C_VEC];
   const size_t stage = (size_t)c->v[C_STOK] * lanes * scree_dtype_size((scree_dtype)var->v[V_X]);
   const size_t slots = (size_t)c->v[C_STAGES] + 1;
   return (size_t)c->v[C_STAGES] * stage + 2 * (size_t)c->v[C_WARPS] * lanes * 4 +
          2 * (size_t)c->v[C_CSIZE] * lanes * 4 + (slots + 2) * 8 + slots * 4 +
-         (size_t)c->v[C_STAGES] * 6 * 4;
+         (size_t)c->v[C_STAGES] * 6 * 4 + 2 * (RSC_PLAN + 1) * 4;
 }
 
 static int cluster_threads(const scree__config *c) { return 32 * c->v[C_WARPS]; }
@@ -388,11 +393,13 @@ static int cluster_worth_timing(const scree__config *c, const scree__variant *va
   return 1;
 }
 
-/* The plan kernel (one CTA: each sequence's items and their prefix sums,
- * and the item counter, into the workspace), then a persistent grid of
+/* For a batch of RSC_PLAN sequences or more, the plan kernel first (one
+ * CTA: each sequence's items and their prefix sums, into the workspace);
+ * smaller batches are planned inside each CTA. Then a persistent grid of
  * clusters of csize CTAs: about as many as the GPU holds at once, at most
  * one per item (a bound from the lengths: a sequence of len tokens has at
- * most strips * split / csize + 1 items, split < 2 * len / stok + 1). */
+ * most strips * split / csize + 1 items, split < 2 * len / stok + 1),
+ * taking items from the stream's counters, which the kernel leaves zero. */
 static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
                                    const scree__config *c, const scree__variant *var,
                                    const void *args, CUstream stream) {
@@ -410,13 +417,21 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
                        "ragged_softmax impl=cluster: up to %lld items (%d strips, batch %lld) "
                        "exceed 2^31", (long long)items, nstrips, (long long)a->batch);
-  CUdeviceptr ws;
-  scree_status st = scree__workspace(ctx, stream, ((size_t)a->batch + 2) * sizeof(int), &ws);
+  CUdeviceptr counters;
+  scree_status st = scree__stream_counters(ctx, stream, &counters);
   if (st) return st;
-  uint64_t x = a->x, y = a->y, cu = a->cu_seqlens, plan = ws, prefix = ws + sizeof(int);
-  void *pp[] = {&cu, &batch, &nstrips, &plan};
-  CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
-  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax plan)");
+  uint64_t x = a->x, y = a->y, cu = a->cu_seqlens, ctr = counters, plan = 0;
+  CUresult r;
+  if (a->batch >= RSC_PLAN) {
+    CUdeviceptr ws;
+    st = scree__workspace(ctx, stream, ((size_t)a->batch + 1) * sizeof(int), &ws);
+    if (st) return st;
+    plan = ws;
+    void *pp[] = {&cu, &batch, &nstrips, &plan};
+    r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
+    if (r)
+      return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax plan)");
+  }
   int64_t clusters = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1) / csize;
   if (clusters > items) clusters = items;
   if (clusters < 1) clusters = 1;
@@ -425,7 +440,7 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
   long long ys = a->y_stride ? a->y_stride : a->cols;
   const double s = a->scale != 0.f ? (double)a->scale : 1.0;
   float scale_log2 = (float)(s * 1.4426950408889634);
-  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &batch, &plan, &prefix};
+  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &batch, &ctr, &plan};
   const unsigned gx = (unsigned)(clusters * csize), block = (unsigned)cluster_threads(c);
   const unsigned smem = (unsigned)cluster_smem(c, var);
   if (csize == 1) {

@@ -140,6 +140,7 @@ template <typename T> static inline T __shfl_up_sync(unsigned, T v, unsigned o, 
 static inline float __uint_as_float(unsigned u) { return emu_from_bits<float>(u); }
 static inline float __int_as_float(int i) { return emu_from_bits<float>((unsigned)i); }
 static inline unsigned __float_as_uint(float f) { return (unsigned)emu_bits(f); }
+static inline void __threadfence() {}
 static inline int atomicAdd(int *p, int v) {
   const int old = *p;
   *p = old + v;

@@ -21,7 +21,8 @@ struct rsc_call {
   int cols, batch, nstrips;
   long long x_stride, y_stride;
   float scale_log2;
-  int *plan;            /* batch + 2 ints */
+  int *counters;        /* 2 ints, zero; the kernel leaves them zero */
+  int *plan;            /* batch + 1 ints, for the plan kernel (large batches) */
   int clusters;         /* the grid, in clusters */
   int resident;         /* clusters alive at once */
   uint64_t seed;

@@ -9,7 +9,8 @@
  * rsc_config.cc) runs on batches built around its stage: lengths 0, 1, just
  * off the stage and its multiples, the longest the cluster stages, one
  * past it (streamed), many short sequences; a tail column block; padded
- * rows; in place; negative and fractional scales. Random inputs, fresh
+ * rows; in place; negative and fractional scales; a batch past the
+ * shared-memory plan (the plan kernel's path). Random inputs, fresh
  * each run (the seed is printed), shaped by the op's shape_inputs; y
  * poisoned before the run, and the row padding and a guard past y must
  * keep their bytes. The grid has more clusters than run at once, so that
@@ -100,7 +101,8 @@ static std::string run_case(const rsc_entry &en, const std::vector<int> &lens, i
   emu_reference(&a, hx.data(), cu.data(), ref.data());
   void *y = in_place ? (void *)hx.data() : (void *)hy.data();
   if (in_place) std::memset(hx.data() + nx * ex, 0xff, guard);
-  std::vector<int> plan((size_t)n + 2, -7);
+  std::vector<int> plan((size_t)n + 1, -7);
+  int counters[2] = {0, 0};
   rsc_call call;
   call.x = hx.data();
   call.y = y;
@@ -111,6 +113,7 @@ static std::string run_case(const rsc_entry &en, const std::vector<int> &lens, i
   call.x_stride = xs;
   call.y_stride = ys;
   call.scale_log2 = (float)((scale != 0.f ? (double)scale : 1.0) * 1.4426950408889634);
+  call.counters = counters;
   call.plan = plan.data();
   call.clusters = clusters;
   call.resident = resident;
@@ -123,6 +126,9 @@ static std::string run_case(const rsc_entry &en, const std::vector<int> &lens, i
     const char *e = en.run(call);
     if (*e) return std::string(where) + e;
   }
+  if (counters[0] || counters[1])
+    return std::string(where) + "the counters were left at " + std::to_string(counters[0]) + ", " +
+           std::to_string(counters[1]);
   const unsigned char *got = static_cast<const unsigned char *>(y);
   for (size_t i = 0; i < guard; i++)
     if (got[ny * ey + i] != 0xff) return std::string(where) + "a byte past y was written";
@@ -191,6 +197,11 @@ START_TEST(every_config_on_edge_batches) {
   std::vector<int> many;
   for (int i = 0; i < 60; i++) many.push_back((int)(next_rand() % 7));
   batches.push_back(many);
+  /* Past the shared-memory plan: the plan kernel's (mostly empty
+   * sequences, to keep the emulation short). */
+  std::vector<int> lots(700, 0);
+  for (int i = 0; i < 24; i++) lots[next_rand() % 700] = (int)(next_rand() % 5) + 1;
+  lots[350] = s + 3;
   std::string e;
   int runs = 0;
   for (size_t b = 0; b < batches.size() && e.empty(); b++) {
@@ -200,6 +211,7 @@ START_TEST(every_config_on_edge_batches) {
   if (e.empty()) e = run_case(en, batches[0], span, span, span, 0, -1.3f, 1, 1), runs++;
   if (e.empty() && esize(c.x) == esize(c.y))
     e = run_case(en, batches[0], cols, xs, xs, 1, 0.7f, 2, 2), runs++;
+  if (e.empty()) e = run_case(en, lots, c.vec, c.vec, c.vec, 0, 0.f, 3, 2), runs++;
   /* Fewer columns than a strip: the lanes past them idle. */
   if (e.empty()) e = run_case(en, many, c.vec, c.vec, c.vec, 0, 0.f, 4, 3), runs++;
   ck_assert_msg(e.empty(), "%s", e.c_str());
