@@ -403,7 +403,8 @@ END_TEST
  * 128-byte strips it is for), each on a batch around its stage and its
  * cluster (lengths 0, 1, stok - 1, stok, stok + 1, csize * stok, and one
  * whose parts pass the stage: streamed), with a tail column, in place, and
- * on the harness's check batch. Fields: tpr, vec, warps, stok, stages,
+ * on the harness's check batch; the first on 700 short sequences too (the
+ * plan kernel's path). Fields: tpr, vec, warps, stok, stages,
  * csize, e1. */
 static const scree__config cluster_fixed[] = {
     {2, {8, 8, 8, 256, 2, 8, 1}}, {2, {8, 8, 8, 256, 3, 8, 0}}, {2, {8, 8, 4, 128, 4, 4, 1}},
@@ -438,6 +439,13 @@ START_TEST(cluster_configs) {
     if (scree_dtype_size(d.x) == scree_dtype_size(d.y))
       ran += run_case(lens, 7, cols, xs, xs, d, 1, -0.7f, 0, 0, c);
     ran += check_configs(d, 2 * span, c, 1);
+    if (configs == 1) { /* past the shared-memory plan (512 sequences): the plan kernel's */
+      enum { NS = 700 };
+      int64_t many[NS];
+      for (int k = 0; k < NS; k++) many[k] = (int64_t)(scree_test_rand() % 6);
+      many[NS / 2] = csize * stok;
+      ran += run_case(many, NS, cols, xs, xs, d, 0, 0.f, 0, 0, c);
+    }
   }
   printf("cluster_configs %s->%s: %d configs, %d runs\n", scree_dtype_name(d.x),
          scree_dtype_name(d.y), configs, ran);
