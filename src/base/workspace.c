@@ -11,19 +11,26 @@ typedef struct ws_entry {
   CUstream stream;
   CUdeviceptr ptr;
   size_t size;
-  CUdeviceptr counters; /* SCREE__COUNTERS ints, 0 until first asked for */
 } ws_entry;
+
+/* A stream's counters (SCREE__COUNTERS ints). */
+typedef struct ctr_entry {
+  CUstream stream;
+  CUdeviceptr ptr;
+} ctr_entry;
 
 struct scree__workspaces {
   pthread_mutex_t lock;
   ws_entry *e;
   int n, cap;
+  ctr_entry *c;
+  int cn, ccap;
 };
 
 static pthread_mutex_t g_create = PTHREAD_MUTEX_INITIALIZER;
 
-/* The table, created on first use; NULL when out of memory (recorded). */
-static struct scree__workspaces *table(scree_context *ctx) {
+scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
+                              CUdeviceptr *out) {
   if (!ctx->ws) {
     pthread_mutex_lock(&g_create);
     if (!ctx->ws) {
@@ -32,46 +39,32 @@ static struct scree__workspaces *table(scree_context *ctx) {
       __atomic_store_n(&ctx->ws, w, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&g_create);
-    if (!ctx->ws) scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
+    if (!ctx->ws) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
   }
-  return ctx->ws;
-}
-
-/* The stream's entry, added if new; the table's lock held. NULL when out
- * of memory (recorded). */
-static ws_entry *entry(scree_context *ctx, struct scree__workspaces *w, CUstream stream) {
-  for (int i = 0; i < w->n; i++)
-    if (w->e[i].stream == stream) return &w->e[i];
-  if (w->n == w->cap) {
-    const int cap = w->cap ? 2 * w->cap : 8;
-    ws_entry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
-    if (!ne) {
-      scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
-      return NULL;
-    }
-    w->e = ne;
-    w->cap = cap;
-  }
-  ws_entry *e = &w->e[w->n++];
-  *e = (ws_entry){stream, 0, 0, 0};
-  return e;
-}
-
-scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
-                              CUdeviceptr *out) {
-  struct scree__workspaces *w = table(ctx);
-  if (!w) return SCREE_ERROR_OUT_OF_MEMORY;
+  struct scree__workspaces *w = ctx->ws;
   if (bytes < 256) bytes = 256;
   pthread_mutex_lock(&w->lock);
-  ws_entry *e = entry(ctx, w, stream);
-  if (!e) {
-    pthread_mutex_unlock(&w->lock);
-    return SCREE_ERROR_OUT_OF_MEMORY;
-  }
-  if (e->size >= bytes) {
+  ws_entry *e = NULL;
+  for (int i = 0; i < w->n; i++)
+    if (w->e[i].stream == stream) e = &w->e[i];
+  if (e && e->size >= bytes) {
     *out = e->ptr;
     pthread_mutex_unlock(&w->lock);
     return SCREE_OK;
+  }
+  if (!e) {
+    if (w->n == w->cap) {
+      const int cap = w->cap ? 2 * w->cap : 8;
+      ws_entry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
+      if (!ne) {
+        pthread_mutex_unlock(&w->lock);
+        return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
+      }
+      w->e = ne;
+      w->cap = cap;
+    }
+    e = &w->e[w->n++];
+    *e = (ws_entry){stream, 0, 0};
   }
   if (e->ptr) {
     /* Kernels queued earlier on this stream may still read the old buffer. */
@@ -97,25 +90,50 @@ scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
   return SCREE_OK;
 }
 
+/* The counters keep a table of their own beside the scratch's: a stream's
+ * counters are allocated once and never move. */
 scree_status scree__stream_counters(scree_context *ctx, CUstream stream, CUdeviceptr *out) {
-  struct scree__workspaces *w = table(ctx);
-  if (!w) return SCREE_ERROR_OUT_OF_MEMORY;
-  pthread_mutex_lock(&w->lock);
-  ws_entry *e = entry(ctx, w, stream);
-  scree_status st = e ? SCREE_OK : SCREE_ERROR_OUT_OF_MEMORY;
-  if (e && !e->counters) {
-    const size_t bytes = SCREE__COUNTERS * sizeof(int);
-    CUresult r = ctx->cu->MemAlloc(&e->counters, bytes);
-    if (r) {
-      e->counters = 0;
-      st = scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, "stream counters: cuMemAlloc");
-    } else if ((r = ctx->cu->MemsetD8Async(e->counters, 0, bytes, stream))) {
-      ctx->cu->MemFree(e->counters);
-      e->counters = 0;
-      st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "stream counters: cuMemsetD8Async");
+  if (!ctx->ws) {
+    pthread_mutex_lock(&g_create);
+    if (!ctx->ws) {
+      struct scree__workspaces *w = calloc(1, sizeof *w);
+      if (w) pthread_mutex_init(&w->lock, NULL);
+      __atomic_store_n(&ctx->ws, w, __ATOMIC_RELEASE);
     }
+    pthread_mutex_unlock(&g_create);
+    if (!ctx->ws) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
   }
-  if (!st) *out = e->counters;
+  struct scree__workspaces *w = ctx->ws;
+  scree_status st = SCREE_OK;
+  pthread_mutex_lock(&w->lock);
+  for (int i = 0; i < w->cn; i++)
+    if (w->c[i].stream == stream) {
+      *out = w->c[i].ptr;
+      pthread_mutex_unlock(&w->lock);
+      return SCREE_OK;
+    }
+  if (w->cn == w->ccap) {
+    const int cap = w->ccap ? 2 * w->ccap : 8;
+    ctr_entry *nc = realloc(w->c, (size_t)cap * sizeof *nc);
+    if (!nc) {
+      pthread_mutex_unlock(&w->lock);
+      return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "stream counters table");
+    }
+    w->c = nc;
+    w->ccap = cap;
+  }
+  const size_t bytes = SCREE__COUNTERS * sizeof(int);
+  CUdeviceptr p = 0;
+  CUresult r = ctx->cu->MemAlloc(&p, bytes);
+  if (r) {
+    st = scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, "stream counters: cuMemAlloc");
+  } else if ((r = ctx->cu->MemsetD8Async(p, 0, bytes, stream))) {
+    ctx->cu->MemFree(p);
+    st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "stream counters: cuMemsetD8Async");
+  } else {
+    w->c[w->cn++] = (ctr_entry){stream, p};
+    *out = p;
+  }
   pthread_mutex_unlock(&w->lock);
   return st;
 }
@@ -123,11 +141,11 @@ scree_status scree__stream_counters(scree_context *ctx, CUstream stream, CUdevic
 void scree__workspace_free(scree_context *ctx) {
   struct scree__workspaces *w = ctx->ws;
   if (!w) return;
-  for (int i = 0; i < w->n; i++) {
+  for (int i = 0; i < w->n; i++)
     if (w->e[i].ptr) ctx->cu->MemFree(w->e[i].ptr);
-    if (w->e[i].counters) ctx->cu->MemFree(w->e[i].counters);
-  }
+  for (int i = 0; i < w->cn; i++) ctx->cu->MemFree(w->c[i].ptr);
   free(w->e);
+  free(w->c);
   pthread_mutex_destroy(&w->lock);
   free(w);
   ctx->ws = NULL;
