@@ -4,7 +4,7 @@
  * of two packed 16-bit pairs (sm_80).
  *
  * Clusters: a CTA's rank in its cluster; the address of a shared variable
- * in another CTA of the cluster (mapa); 32-bit loads and stores there
+ * in another CTA of the cluster (mapa); 32-bit loads from there
  * (distributed shared memory); the cluster barrier, whole or as its two
  * halves; mbarriers, and asynchronous stores into another CTA (st.async)
  * that complete a transaction at an mbarrier there.
@@ -43,9 +43,6 @@ __device__ __forceinline__ float scree_cluster_ld_f32(unsigned addr) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
   return v;
-}
-__device__ __forceinline__ void scree_cluster_st_u32(unsigned addr, unsigned v) {
-  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
 __device__ __forceinline__ void scree_cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");

@@ -214,6 +214,40 @@ __device__ __forceinline__ yv scree_rs_scale(const rv &a, const float (&inv)[SCR
   return o;
 }
 
+/* Across the token groups of a CTA, per column: the max (MAX) or the sum
+ * of v; every thread gets its lane's result. First the groups of a warp
+ * (lanes TPR apart), then the WARPS warps through red (WARPS rows of TPR
+ * x VEC floats of shared memory): each warp's first group leaves its values,
+ * a barrier, and every thread reads those of its lane (reads the groups of
+ * a warp share, one wavefront each). SYNC_FIRST: a barrier before the
+ * writes too, where red may still be read from the last reduction. */
+template <bool MAX, bool SYNC_FIRST, int WARPS>
+__device__ __forceinline__ void scree_rs_reduce(float (&v)[SCREE_VEC],
+                                                float (*red)[SCREE_TPR][SCREE_VEC]) {
+#pragma unroll
+  for (int o = SCREE_TPR; o < 32; o <<= 1)
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) {
+      const float w = __shfl_xor_sync(0xffffffffu, v[e], o);
+      v[e] = MAX ? fmaxf(v[e], w) : v[e] + w;
+    }
+  if constexpr (WARPS > 1) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % SCREE_TPR;
+    if (SYNC_FIRST) __syncthreads();
+    if (threadIdx.x % 32 < SCREE_TPR)
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) red[warp][lane][e] = v[e];
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) v[e] = MAX ? SCREE_NEG_INF : 0.f;
+#pragma unroll 4
+    for (int w = 0; w < WARPS; w++)
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++)
+        v[e] = MAX ? fmaxf(v[e], red[w][lane][e]) : v[e] + red[w][lane][e];
+  }
+}
+
 /* The maximum safe to subtract: -inf (nothing finite seen) becomes 0, so
  * that -inf - max is -inf (a term 0) rather than NaN. */
 __device__ __forceinline__ float scree_rs_safe(float m) { return m == SCREE_NEG_INF ? 0.f : m; }

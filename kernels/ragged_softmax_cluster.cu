@@ -271,37 +271,6 @@ __device__ __forceinline__ scree_rsc_item scree_rsc_find(int i, const int *prefi
   return it;
 }
 
-/* Per column, across the token groups of the CTA: the max (MAX) or the sum
- * of v, into every thread's v for its lane. First the groups of a warp
- * (lanes TPR apart), then the warps through red (each warp's first group
- * writes; the barrier; every thread reads its lane's values of all warps).
- * The caller keeps red from being written again before every thread has
- * read it (module comment). */
-template <bool MAX>
-__device__ __forceinline__ void scree_rsc_reduce(float (&v)[SCREE_VEC], float *red) {
-#pragma unroll
-  for (int o = SCREE_TPR; o < 32; o <<= 1)
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) {
-      const float w = __shfl_xor_sync(0xffffffffu, v[e], o);
-      v[e] = MAX ? fmaxf(v[e], w) : v[e] + w;
-    }
-  const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % SCREE_TPR;
-  if ((int)threadIdx.x % 32 < SCREE_TPR)
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) red[(warp * SCREE_TPR + lane) * SCREE_VEC + e] = v[e];
-  __syncthreads();
-#pragma unroll
-  for (int e = 0; e < SCREE_VEC; e++) v[e] = MAX ? SCREE_NEG_INF : 0.f;
-#pragma unroll
-  for (int w = 0; w < SCREE_WARPS; w++)
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) {
-      const float o = red[(w * SCREE_TPR + lane) * SCREE_VEC + e];
-      v[e] = MAX ? fmaxf(v[e], o) : v[e] + o;
-    }
-}
-
 #if SCREE_CSIZE > 1
 /* Across the split CTAs of a strip (ranks first .. first + split - 1),
  * after the CTA's own reduction: the first TPR threads send their lanes'
@@ -396,8 +365,9 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
                              int batch, int *counters, const int *__restrict__ plan) {
   unsigned char *const smem = SCREE_SMEM_BASE;
   rv *const stages = reinterpret_cast<rv *>(smem);
-  float *const red = reinterpret_cast<float *>(smem + SCREE_STAGE_BYTES); /* [2][RED_FLOATS] */
-  float *const xbuf = red + 2 * SCREE_RED_FLOATS;                         /* [2][XBUF_FLOATS] */
+  typedef float red_t[SCREE_TPR][SCREE_VEC]; /* a warp's row of red */
+  red_t *const red = reinterpret_cast<red_t *>(smem + SCREE_STAGE_BYTES); /* 2 x WARPS rows */
+  float *const xbuf = &red[2 * SCREE_WARPS][0][0];                        /* [2][XBUF_FLOATS] */
   unsigned long long *const bars =
       reinterpret_cast<unsigned long long *>(xbuf + 2 * SCREE_XBUF_FLOATS); /* ring, then 2 */
   int *const ring = reinterpret_cast<int *>(bars + SCREE_SLOTS + 2);
@@ -505,7 +475,7 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
     }
 
     /* (3) The max across the groups, the warps (S1) and the strip's CTAs. */
-    scree_rsc_reduce<true>(mx, red);
+    scree_rs_reduce<true, false, SCREE_WARPS>(mx, red); /* S1 */
 #if SCREE_CSIZE > 1
     if (it.split > 1)
       scree_rsc_exchange<true>(mx, xbuf, bars + SCREE_SLOTS, phase, rank - it.part, it.part,
@@ -516,7 +486,7 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
      * each staged element once), summed the same way. */
     float ms[SCREE_VEC];
     scree_rs_staged_sum<SCREE_KSTRIDE, SCREE_E1 != 0>(st, w.ks, sl, mx, m, s, ms);
-    scree_rsc_reduce<false>(s, red + SCREE_RED_FLOATS);
+    scree_rs_reduce<false, false, SCREE_WARPS>(s, red + SCREE_WARPS); /* S2 */
 #if SCREE_CSIZE > 1
     if (it.split > 1) {
       scree_rsc_exchange<false>(s, xbuf + SCREE_XBUF_FLOATS, bars + SCREE_SLOTS + 1, phase,

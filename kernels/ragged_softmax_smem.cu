@@ -94,41 +94,6 @@ static_assert(SCREE_SPLIT == 1 || SCREE_SPLIT == 2 || SCREE_SPLIT == 4 || SCREE_
 /* Slots between a thread's consecutive staged tokens. */
 #define SCREE_KSTRIDE (SCREE_ROWS * SCREE_TPR)
 
-/* Across the token groups, per column: the max (MAX) or the sum of v;
- * every thread gets its lane's result. First the groups of a warp (lanes
- * TPR apart), then the warps through red: each warp's first group leaves
- * its values, and every thread reads those of its lane (reads the groups
- * of a warp share, one wavefront each). A barrier before the writes keeps
- * the last reduction's reads whole. */
-template <bool MAX>
-__device__ __forceinline__ void scree_rsm_reduce(float (&v)[SCREE_VEC],
-                                                 float (*red)[SCREE_TPR][SCREE_VEC]) {
-#pragma unroll
-  for (int o = SCREE_TPR; o < 32; o <<= 1)
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) {
-      const float w = __shfl_xor_sync(0xffffffffu, v[e], o);
-      v[e] = MAX ? fmaxf(v[e], w) : v[e] + w;
-    }
-#if SCREE_WARPS > 1
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % SCREE_TPR;
-  if (!MAX) __syncthreads();
-  if (threadIdx.x % 32 < SCREE_TPR)
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++) red[warp][lane][e] = v[e];
-  __syncthreads();
-#pragma unroll
-  for (int e = 0; e < SCREE_VEC; e++) v[e] = MAX ? SCREE_NEG_INF : 0.f;
-#pragma unroll 4
-  for (int w = 0; w < SCREE_WARPS; w++)
-#pragma unroll
-    for (int e = 0; e < SCREE_VEC; e++)
-      v[e] = MAX ? fmaxf(v[e], red[w][lane][e]) : v[e] + red[w][lane][e];
-#else
-  (void)red;
-#endif
-}
-
 #if SCREE_SPLIT > 1
 /* Then across the CTAs of the cluster: each leaves its lanes' values (the
  * first group's threads), and every thread combines those of its lane from
@@ -208,13 +173,13 @@ scree_ragged_softmax_smem(const xt *x, yt *y, const int *__restrict__ cu_seqlens
    * rescaling merge, one exponential per column for the streamed part.
    * Idle threads hold -inf and 0, which change neither. */
   __shared__ float red[SCREE_WARPS][SCREE_TPR][SCREE_VEC];
-  scree_rsm_reduce<true>(mx, red);
+  scree_rs_reduce<true, false, SCREE_WARPS>(mx, red);
 #if SCREE_SPLIT > 1
   scree_rsm_cluster<true>(mx);
 #endif
   float ms[SCREE_VEC];
   scree_rs_staged_sum<SCREE_KSTRIDE, false>(mine, ks, sl, mx, m, s, ms);
-  scree_rsm_reduce<false>(s, red);
+  scree_rs_reduce<false, true, SCREE_WARPS>(s, red);
 #if SCREE_SPLIT > 1
   scree_rsm_cluster<false>(s);
 #endif

@@ -207,9 +207,6 @@ static inline float scree_cluster_ld_f32(unsigned addr) {
   std::memcpy(&v, emu::resolve(addr), 4);
   return v;
 }
-static inline void scree_cluster_st_u32(unsigned addr, unsigned v) {
-  std::memcpy(emu::resolve(addr), &v, 4);
-}
 static inline void scree_cluster_arrive() { emu::cluster_arrive(true); }
 static inline void scree_cluster_arrive_relaxed() { emu::cluster_arrive(false); }
 static inline void scree_cluster_wait() { emu::cluster_wait(); }
