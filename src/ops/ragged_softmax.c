@@ -226,6 +226,58 @@ static int adapt_class(const scree__variant *var, const void *args) {
   return vec_log2(var, args);
 }
 
+/* What every implementation's kernel takes after x, y and cu_seqlens: the
+ * columns, the row strides (0 meaning cols) and the scale in the log2
+ * domain. */
+typedef struct call_params {
+  int cols;
+  long long xs, ys;
+  float scale_log2;
+} call_params;
+
+static call_params params_of(const scree_ragged_softmax_args *a) {
+  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
+  return (call_params){(int)a->cols, a->x_stride ? a->x_stride : a->cols,
+                       a->y_stride ? a->y_stride : a->cols, (float)(s * 1.4426950408889634)};
+}
+
+/* Clusters of `cluster` CTAs (asked for by the config field `field`) need
+ * cuLaunchKernelEx, optional in the driver table. */
+static scree_status need_clusters(scree_context *ctx, int cluster, const char *field) {
+  if (cluster == 1 || ctx->cu->LaunchKernelEx) return SCREE_OK;
+  return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                     "ragged_softmax %s=%d needs cuLaunchKernelEx (thread block clusters), "
+                     "which this driver does not export", field, cluster);
+}
+
+/* fn on a grid of gx x gy x gz CTAs, in thread block clusters of `cluster`
+ * CTAs along x when cluster > 1 (cuLaunchKernelEx; `field` names the config
+ * field that asked for them), `what` naming the kernel in errors. */
+static scree_status launch_grid(scree_context *ctx, CUfunction fn, unsigned gx, unsigned gy,
+                                unsigned gz, unsigned block, unsigned smem, CUstream stream,
+                                void **params, int cluster, const char *field,
+                                const char *what) {
+  CUresult r;
+  if (cluster == 1) {
+    r = ctx->cu->LaunchKernel(fn, gx, gy, gz, block, 1, 1, smem, stream, params, NULL);
+  } else {
+    scree_status st = need_clusters(ctx, cluster, field);
+    if (st) return st;
+    scree__cu_launch_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.cluster_dim.x = (unsigned)cluster;
+    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+    scree__cu_launch_config lc = {gx, gy, gz, block, 1, 1, smem, stream, &attr, 1};
+    r = ctx->cu->LaunchKernelEx(&lc, fn, params, NULL);
+  }
+  if (!r) return SCREE_OK;
+  char call[96];
+  snprintf(call, sizeof call, "%s(%s)", cluster == 1 ? "cuLaunchKernel" : "cuLaunchKernelEx",
+           what);
+  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, call);
+}
+
 /* Grid (batch, column blocks of tpr * vec), block tpr * rows. */
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                            const scree__variant *var, const void *args, CUstream stream) {
@@ -234,17 +286,11 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
   const int span = c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC];
   uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
-  int cols = (int)a->cols;
-  long long xs = a->x_stride ? a->x_stride : a->cols;
-  long long ys = a->y_stride ? a->y_stride : a->cols;
-  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
-  float scale_log2 = (float)(s * 1.4426950408889634);
-  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2};
-  const CUresult r = ctx->cu->LaunchKernel(
-      k->fn[0], (unsigned)a->batch, (unsigned)cdiv(a->cols, span), 1,
-      (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 1, 1, 0, stream, params, NULL);
-  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax)");
-  return SCREE_OK;
+  call_params p = params_of(a);
+  void *params[] = {&x, &y, &cu, &p.cols, &p.xs, &p.ys, &p.scale_log2};
+  return launch_grid(ctx, k->fn[0], (unsigned)a->batch, (unsigned)cdiv(a->cols, span), 1,
+                     (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 0, stream, params, 1,
+                     NULL, "ragged_softmax");
 }
 
 /* Grid (column blocks of tpr * vec, times split; the batch over y and z),
@@ -264,36 +310,15 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   int stage = want < stok ? (int)want : stok;
   const unsigned smem = (unsigned)((size_t)stage * smem_token_bytes(c, var));
   uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
-  int cols = (int)a->cols;
-  long long xs = a->x_stride ? a->x_stride : a->cols;
-  long long ys = a->y_stride ? a->y_stride : a->cols;
-  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
-  float scale_log2 = (float)(s * 1.4426950408889634);
+  call_params p = params_of(a);
   int batch = (int)a->batch;
-  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &stage, &batch};
+  void *params[] = {&x, &y, &cu, &p.cols, &p.xs, &p.ys, &p.scale_log2, &stage, &batch};
   /* Column blocks fastest: the CTAs that run together read whole rows. */
   const unsigned gx = (unsigned)(cdiv(a->cols, span) * split);
   const unsigned gy = (unsigned)(a->batch < 65535 ? a->batch : 65535);
   const unsigned gz = (unsigned)cdiv(a->batch, gy);
-  if (split == 1) {
-    const CUresult r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, gz, (unsigned)(tpr * rows), 1, 1,
-                                             smem, stream, params, NULL);
-    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax_smem)");
-    return SCREE_OK;
-  }
-  if (!ctx->cu->LaunchKernelEx)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "ragged_softmax split=%d needs cuLaunchKernelEx (thread block clusters), "
-                       "which this driver does not export", split);
-  scree__cu_launch_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.cluster_dim.x = (unsigned)split;
-  attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-  scree__cu_launch_config lc = {gx, gy, gz, (unsigned)(tpr * rows), 1, 1, smem, stream, &attr, 1};
-  const CUresult r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
-  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernelEx(ragged_softmax_smem)");
-  return SCREE_OK;
+  return launch_grid(ctx, k->fn[0], gx, gy, gz, (unsigned)(tpr * rows), smem, stream, params,
+                     split, "split", "ragged_softmax_smem");
 }
 
 /* ---- the cluster implementation (kernels/ragged_softmax_cluster.cu) ----- */
@@ -406,10 +431,6 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
   const scree_ragged_softmax_args *a = args;
   if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
   const int csize = c->v[C_CSIZE], stok = c->v[C_STOK];
-  if (csize > 1 && !ctx->cu->LaunchKernelEx)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "ragged_softmax impl=cluster csize=%d needs cuLaunchKernelEx (thread "
-                       "block clusters), which this driver does not export", csize);
   int nstrips = (int)cdiv(a->cols, (int64_t)c->v[C_TPR] * c->v[C_VEC]);
   int batch = (int)a->batch;
   const int64_t items = (int64_t)nstrips * (a->batch + 2 * a->total / stok) / csize + a->batch;
@@ -417,48 +438,28 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
                        "ragged_softmax impl=cluster: up to %lld items (%d strips, batch %lld) "
                        "exceed 2^31", (long long)items, nstrips, (long long)a->batch);
-  CUdeviceptr counters;
-  scree_status st = scree__stream_counters(ctx, stream, &counters);
+  scree_status st = need_clusters(ctx, csize, "csize"); /* before the plan kernel */
   if (st) return st;
+  CUdeviceptr counters;
+  if ((st = scree__stream_counters(ctx, stream, &counters))) return st;
   uint64_t x = a->x, y = a->y, cu = a->cu_seqlens, ctr = counters, plan = 0;
-  CUresult r;
   if (a->batch >= RSC_PLAN) {
     CUdeviceptr ws;
     st = scree__workspace(ctx, stream, ((size_t)a->batch + 1) * sizeof(int), &ws);
     if (st) return st;
     plan = ws;
     void *pp[] = {&cu, &batch, &nstrips, &plan};
-    r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
-    if (r)
-      return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax plan)");
+    st = launch_grid(ctx, k->fn[1], 1, 1, 1, 1024, 0, stream, pp, 1, NULL, "ragged_softmax plan");
+    if (st) return st;
   }
   int64_t clusters = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1) / csize;
   if (clusters > items) clusters = items;
   if (clusters < 1) clusters = 1;
-  int cols = (int)a->cols;
-  long long xs = a->x_stride ? a->x_stride : a->cols;
-  long long ys = a->y_stride ? a->y_stride : a->cols;
-  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
-  float scale_log2 = (float)(s * 1.4426950408889634);
-  void *params[] = {&x, &y, &cu, &cols, &xs, &ys, &scale_log2, &batch, &ctr, &plan};
-  const unsigned gx = (unsigned)(clusters * csize), block = (unsigned)cluster_threads(c);
-  const unsigned smem = (unsigned)cluster_smem(c, var);
-  if (csize == 1) {
-    r = ctx->cu->LaunchKernel(k->fn[0], gx, 1, 1, block, 1, 1, smem, stream, params, NULL);
-    if (r)
-      return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(ragged_softmax_cluster)");
-    return SCREE_OK;
-  }
-  scree__cu_launch_attr attr;
-  memset(&attr, 0, sizeof attr);
-  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attr.value.cluster_dim.x = (unsigned)csize;
-  attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-  scree__cu_launch_config lc = {gx, 1, 1, block, 1, 1, smem, stream, &attr, 1};
-  r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
-  if (r)
-    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernelEx(ragged_softmax_cluster)");
-  return SCREE_OK;
+  call_params p = params_of(a);
+  void *params[] = {&x, &y, &cu, &p.cols, &p.xs, &p.ys, &p.scale_log2, &batch, &ctr, &plan};
+  return launch_grid(ctx, k->fn[0], (unsigned)(clusters * csize), 1, 1,
+                     (unsigned)cluster_threads(c), (unsigned)cluster_smem(c, var), stream, params,
+                     csize, "csize", "ragged_softmax_cluster");
 }
 
 /* ---- tuning hooks ------------------------------------------------------ */
