@@ -105,31 +105,33 @@ __device__ __forceinline__ yv scree_rs_out(const rv &a, float sl, const float (&
   return o;
 }
 
+/* One token's VEC columns of x (at src) into the shared-memory slot p:
+ * an async copy (cp.async; past the row's nc columns zero-filled) for
+ * accesses of 4 bytes or more, which the caller commits and waits for; a
+ * 2-byte access (one 16-bit column per lane) has no async copy: loaded and
+ * stored here. */
+__device__ __forceinline__ void scree_rs_stage1(rv *p, const xt *src, int nc) {
+  if constexpr (SCREE_VBYTES >= 4) {
+    const unsigned d = scree_smem_u32(p);
+    const int bytes = (nc < SCREE_VEC ? nc : SCREE_VEC) * (int)sizeof(xt);
+    if constexpr (SCREE_VBYTES == 32) { /* 8 fp32 columns: two 16-byte copies */
+      scree_cp_async16(d, src, bytes < 16 ? bytes : 16);
+      scree_cp_async16(d + 16, src + 4, bytes > 16 ? bytes - 16 : 0);
+    } else {
+      scree_cp_async<SCREE_VBYTES>(d, src, bytes);
+    }
+  } else {
+    *p = scree_rs_load(src, nc);
+  }
+}
+
 /* A thread's tokens k < ks of x (at xg + k * step) into shared memory at
- * p[k * STRIDE]: async copies (cp.async; past the row's nc columns zero-
- * filled) for accesses of 4 bytes or more, all issued before any is
- * waited for: the caller commits them and waits. A 2-byte access (one
- * 16-bit column per lane) has no async copy: loaded and stored here. */
+ * p[k * STRIDE] (scree_rs_stage1), all issued before any is waited for. */
 template <int STRIDE>
 __device__ __forceinline__ void scree_rs_stage(rv *p, const xt *xg, long long step, int ks,
                                                int nc) {
-  if constexpr (SCREE_VBYTES >= 4) {
-    const unsigned sa = scree_smem_u32(p);
-    const int bytes = (nc < SCREE_VEC ? nc : SCREE_VEC) * (int)sizeof(xt);
 #pragma unroll 4
-    for (int k = 0; k < ks; k++) {
-      const unsigned d = sa + (unsigned)(k * STRIDE * SCREE_VBYTES);
-      if constexpr (SCREE_VBYTES == 32) { /* 8 fp32 columns: two 16-byte copies */
-        scree_cp_async16(d, xg + k * step, bytes < 16 ? bytes : 16);
-        scree_cp_async16(d + 16, xg + k * step + 4, bytes > 16 ? bytes - 16 : 0);
-      } else {
-        scree_cp_async<SCREE_VBYTES>(d, xg + k * step, bytes);
-      }
-    }
-  } else {
-#pragma unroll 4
-    for (int k = 0; k < ks; k++) p[k * STRIDE] = scree_rs_load(xg + k * step, nc);
-  }
+  for (int k = 0; k < ks; k++) scree_rs_stage1(p + k * STRIDE, xg + k * step, nc);
 }
 
 /* The largest z = x * sl, per column, of a thread's staged tokens k < ks

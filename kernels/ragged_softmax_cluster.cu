@@ -28,7 +28,11 @@
  *     stage buffers: while it reduces and writes item j, the copies of
  *     items j + 1 .. j + STAGES - 1 are in flight. A thread copies and
  *     later reads only its own slots of a stage, so the ring needs no
- *     barrier of its own.
+ *     barrier of its own. With one stage (STAGES = 1), a thread issues
+ *     the next item's copies into its slots as it writes their outputs,
+ *     four tokens at a time: they load while the CTA finishes the item
+ *     and while the other CTAs of the SM (which the smaller stage lets in)
+ *     compute.
  *   - SCREE_E1 = 1 takes one exponential per element instead of two: the
  *     sum pass writes e = 2^(z - max) back over x in the stage (in x's
  *     dtype), and the outputs are e / sum. The extra rounding of e keeps
@@ -80,7 +84,8 @@
  *       its own mbarrier;
  *   (4) each thread's sum of 2^(z - max) (E1: e written back), across the
  *       groups, warps (S2) and CTAs, the same way;
- *   (5) the outputs, from the stage and the streamed tokens.
+ *   (5) the outputs, from the stage and the streamed tokens (with one
+ *       stage, position j + 1's copies issued in between, step (1)'s).
  * The cluster barrier, split in two, keeps the CTAs within one item of
  * each other: each arrives (relaxed) once it has read item j's exchanged
  * values and waits for the others before it writes into another CTA for
@@ -109,9 +114,9 @@
  * With CSIZE = 1 the ring is plain shared memory published by S1, and
  * neither xbuf nor the mbarriers are used.
  *
- * Macros: SCREE_TPR (4, 8), SCREE_VEC (1, 2, 4, 8), SCREE_WARPS (4, 8),
- * SCREE_STOK (64 .. 512, a power of two, at least the token groups),
- * SCREE_STAGES (2 .. 4), SCREE_CSIZE (1, 2, 4, 8: 1 launches no cluster),
+ * Macros: SCREE_TPR (4, 8), SCREE_VEC (1, 2, 4, 8), SCREE_WARPS (4, 8, 16),
+ * SCREE_STOK (64 .. 2048, a power of two, at least the token groups),
+ * SCREE_STAGES (1 .. 4), SCREE_CSIZE (1, 2, 4, 8: 1 launches no cluster),
  * SCREE_E1 (0, 1), SCREE_X_DTYPE, SCREE_Y_DTYPE.
  *
  * Special values, in-place use (y == x: every element is read, into the
@@ -150,11 +155,12 @@
 static_assert(SCREE_TPR == 4 || SCREE_TPR == 8, "TPR must be 4 or 8");
 static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC == 8,
               "VEC must be 1, 2, 4 or 8");
-static_assert(SCREE_WARPS == 4 || SCREE_WARPS == 8, "WARPS must be 4 or 8");
-static_assert((SCREE_STOK & (SCREE_STOK - 1)) == 0 && SCREE_STOK >= 64 && SCREE_STOK <= 512 &&
+static_assert(SCREE_WARPS == 4 || SCREE_WARPS == 8 || SCREE_WARPS == 16,
+              "WARPS must be 4, 8 or 16");
+static_assert((SCREE_STOK & (SCREE_STOK - 1)) == 0 && SCREE_STOK >= 64 && SCREE_STOK <= 2048 &&
                   SCREE_STOK >= SCREE_GROUPS,
-              "STOK must be a power of two in [64, 512], at least the token groups");
-static_assert(SCREE_STAGES >= 2 && SCREE_STAGES <= 4, "STAGES must be 2, 3 or 4");
+              "STOK must be a power of two in [64, 2048], at least the token groups");
+static_assert(SCREE_STAGES >= 1 && SCREE_STAGES <= 4, "STAGES must be 1, 2, 3 or 4");
 static_assert(SCREE_CSIZE == 1 || SCREE_CSIZE == 2 || SCREE_CSIZE == 4 || SCREE_CSIZE == 8,
               "CSIZE must be 1, 2, 4 or 8");
 static_assert(SCREE_E1 == 0 || SCREE_E1 == 1, "E1 must be 0 or 1");
@@ -418,23 +424,33 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
   __syncthreads();
 #endif
 
-  /* Position p's copies into its stage (one cp.async group, empty past
-   * the end), and its item's place, which thread 0 keeps in recs for the
-   * iteration that computes it (one search of the plan an item). */
-  auto issue = [&](int p) {
+  /* Position p's item (n 0 past the end): its place, found once (with
+   * STAGES > 1 thread 0 keeps it in recs for the iteration that computes
+   * it; with one stage every thread keeps it in registers). */
+  auto find = [&](int p) {
     const int i = scree_rsc_get(ring, bars, p);
-    if (i < nitems) {
-      const scree_rsc_item it = scree_rsc_find(i, prefix, starts, batch, nstrips, rank);
-      if (tid == 0) recs[p % SCREE_STAGES] = it;
-      const scree_rsc_work w = scree_rsc_work_of(it, x, y, cols, x_stride, y_stride);
-      scree_rs_stage<SCREE_KSTRIDE>(mine + (p % SCREE_STAGES) * SCREE_STAGE_SLOTS, w.xg, step,
-                                    w.ks, w.nc);
-    }
-    scree_cp_async_commit();
+    scree_rsc_item it = {0, 1, 0, 0, 0, 0};
+    if (i < nitems) it = scree_rsc_find(i, prefix, starts, batch, nstrips, rank);
+    if (SCREE_STAGES > 1 && tid == 0) recs[p % SCREE_STAGES] = it;
+    return it;
   };
+  /* Position p's copies into its stage (one cp.async group, empty past
+   * the end). */
+  auto issue = [&](int p) {
+    const scree_rsc_item it = find(p);
+    const scree_rsc_work w = scree_rsc_work_of(it, x, y, cols, x_stride, y_stride);
+    scree_rs_stage<SCREE_KSTRIDE>(mine + (p % SCREE_STAGES) * SCREE_STAGE_SLOTS, w.xg, step,
+                                  w.ks, w.nc);
+    scree_cp_async_commit();
+    return it;
+  };
+#if SCREE_STAGES == 1
+  scree_rsc_item cur = issue(0);
+#else
 #pragma unroll 1
   for (int p = 0; p < SCREE_STAGES - 1; p++) issue(p);
   __syncthreads(); /* their recs */
+#endif
 
 #if SCREE_CSIZE > 1
   unsigned phase = 0; /* of the two exchange mbarriers: each is used once per split item */
@@ -443,13 +459,20 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
 #pragma unroll 1
   for (;; j++) {
     /* (1) The copies of position j + STAGES - 1 (its stage held position
-     * j - 1, done), then this thread's copies of position j. */
+     * j - 1, done), then this thread's copies of position j. With one
+     * stage, position j's copies were issued during item j - 1's outputs. */
+#if SCREE_STAGES == 1
+    scree_cp_async_wait<0>();
+    if (scree_rsc_get(ring, bars, j) >= nitems) break; /* the whole cluster, at the same j */
+    const scree_rsc_item it = cur;
+#else
     issue(j + SCREE_STAGES - 1);
     scree_cp_async_wait<SCREE_STAGES - 1>();
     if (scree_rsc_get(ring, bars, j) >= nitems) break; /* the whole cluster, at the same j */
     /* Written when position j was issued, before an S1 since; rewritten
      * when position j + STAGES is, after this item's S1 and S2. */
     const scree_rsc_item it = recs[j % SCREE_STAGES];
+#endif
     const scree_rsc_work w = scree_rsc_work_of(it, x, y, cols, x_stride, y_stride);
     rv *const st = mine + (j % SCREE_STAGES) * SCREE_STAGE_SLOTS;
 
@@ -506,14 +529,61 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
     float inv[SCREE_VEC];
 #pragma unroll
     for (int e = 0; e < SCREE_VEC; e++) inv[e] = 1.f / s[e];
-#pragma unroll 4
-    for (int k = 0; k < w.ks; k++)
-      scree_rs_store(w.yg + k * ystep, scree_rs_scale(st[k * SCREE_KSTRIDE], inv), w.nc);
+#define SCREE_RSC_VAL(k) scree_rs_scale(st[(k) * SCREE_KSTRIDE], inv)
 #else
-#pragma unroll 4
-    for (int k = 0; k < w.ks; k++)
-      scree_rs_store(w.yg + k * ystep, scree_rs_out(st[k * SCREE_KSTRIDE], sl, mo, one), w.nc);
+#define SCREE_RSC_VAL(k) scree_rs_out(st[(k) * SCREE_KSTRIDE], sl, mo, one)
 #endif
+/* A token's output (the row's last columns element by element); four
+ * tokens' of a lane whose columns are all inside the row: the four slots
+ * read before any output is stored (so that their reads and exponentials
+ * overlap; compiled token by token, each waits for its slot's read). */
+#define SCREE_RSC_OUT(k) scree_rs_store(w.yg + (k) * ystep, SCREE_RSC_VAL(k), w.nc)
+#define SCREE_RSC_OUT4(k0)                                                            \
+  do {                                                                                \
+    yv o_[4];                                                                         \
+    _Pragma("unroll") for (int u_ = 0; u_ < 4; u_++) o_[u_] = SCREE_RSC_VAL((k0) + u_); \
+    asm volatile("" ::: "memory");                                                    \
+    _Pragma("unroll") for (int u_ = 0; u_ < 4; u_++)                                  \
+        *reinterpret_cast<yv *>(w.yg + ((k0) + u_) * ystep) = o_[u_];                \
+  } while (0)
+#if SCREE_STAGES == 1
+    /* Position j + 1's item, and its copies, each issued into a slot of
+     * this thread's once the slot's output is written (the store, which
+     * needs the slot's value, comes first in program order; the compiler
+     * keeps the copy after it), so that they load while the CTA writes
+     * this item and while other CTAs work. */
+    cur = find(j + 1);
+    {
+      const scree_rsc_work w1 = scree_rsc_work_of(cur, x, y, cols, x_stride, y_stride);
+      const int kn = w.ks > w1.ks ? w.ks : w1.ks;
+#pragma unroll 1
+      for (int k0 = 0; k0 < kn; k0 += 4) { /* four tokens' outputs, then their slots' copies */
+        if (k0 + 4 <= w.ks && w.nc >= SCREE_VEC) {
+          SCREE_RSC_OUT4(k0);
+        } else {
+#pragma unroll
+          for (int u = 0; u < 4; u++)
+            if (k0 + u < w.ks) SCREE_RSC_OUT(k0 + u);
+        }
+        asm volatile("" ::: "memory");
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+          if (k0 + u < w1.ks)
+            scree_rs_stage1(st + (k0 + u) * SCREE_KSTRIDE, w1.xg + (k0 + u) * step, w1.nc);
+      }
+      scree_cp_async_commit();
+    }
+#else
+    int k = 0;
+    if (w.nc >= SCREE_VEC)
+#pragma unroll 1
+      for (; k + 4 <= w.ks; k += 4) SCREE_RSC_OUT4(k);
+#pragma unroll 1
+    for (; k < w.ks; k++) SCREE_RSC_OUT(k);
+#endif
+#undef SCREE_RSC_OUT4
+#undef SCREE_RSC_OUT
+#undef SCREE_RSC_VAL
     scree_rs_stream_out(w.xg, w.yg, step, ystep, w.ks, w.nk, w.nc, sl, mo, one);
   }
 #if SCREE_CSIZE > 1

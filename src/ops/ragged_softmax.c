@@ -187,11 +187,38 @@ static void smem_default(const scree__variant *var, const scree_ragged_softmax_a
  * it; longer ones the shared-memory stage. */
 #define GENERIC_MAX_TOKENS 256
 
+/* The cluster implementation's fields (cluster_fields below). */
+enum { C_TPR, C_VEC, C_WARPS, C_STOK, C_STAGES, C_CSIZE, C_E1, C_NFIELDS };
+
+/* The cluster implementation's default, sm_90, rows of 2 KiB and more:
+ * the fastest of its H100 sweep on 16 sequences of 337..1821 tokens x
+ * 4096 (bench/results/h100-rowwise-sweep-ragged_softmax-cluster.csv):
+ * 128-byte strips, 4 warps, one stage of 512 tokens, clusters of as many
+ * CTAs as stage the longest sequence (csize 4 there; at most 8: a sequence
+ * past 8 x 512 tokens is streamed twice). */
+static void cluster_default(const scree__variant *var, const scree_ragged_softmax_args *a,
+                            scree__config *out) {
+  const int es = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
+  memset(out, 0, sizeof *out);
+  out->impl = 2;
+  out->v[C_TPR] = 8;
+  out->v[C_VEC] = 16 / es;
+  out->v[C_WARPS] = 4;
+  out->v[C_STOK] = 512;
+  out->v[C_STAGES] = 1;
+  int csize = 1; /* the fewest CTAs that stage the longest sequence (at most 8) */
+  while (csize < 8 && (int64_t)csize * 512 < a->max_seqlen) csize *= 2;
+  out->v[C_CSIZE] = csize;
+  out->v[C_E1] = 0;
+}
+
 static void default_config(const scree__target *t, const scree__variant *var,
                            const void *args, scree__config *out) {
-  (void)t;
   const scree_ragged_softmax_args *a = args;
-  if (a && a->max_seqlen > GENERIC_MAX_TOKENS)
+  if (a && a->max_seqlen > GENERIC_MAX_TOKENS && t->sm == 90 &&
+      a->cols * (int64_t)scree_dtype_size((scree_dtype)var->v[V_X]) >= 2048)
+    cluster_default(var, a, out);
+  else if (a && a->max_seqlen > GENERIC_MAX_TOKENS)
     smem_default(var, a, out);
   else
     generic_default(var, a, out);
@@ -323,14 +350,13 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
 
 /* ---- the cluster implementation (kernels/ragged_softmax_cluster.cu) ----- */
 
-enum { C_TPR, C_VEC, C_WARPS, C_STOK, C_STAGES, C_CSIZE, C_E1, C_NFIELDS };
 
 static const scree__field cluster_fields[C_NFIELDS] = {
     {"tpr", "SCREE_TPR", 2, {4, 8}},
     {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
-    {"warps", "SCREE_WARPS", 2, {4, 8}},
-    {"stok", "SCREE_STOK", 4, {64, 128, 256, 512}},
-    {"stages", "SCREE_STAGES", 3, {2, 3, 4}},
+    {"warps", "SCREE_WARPS", 3, {4, 8, 16}},
+    {"stok", "SCREE_STOK", 6, {64, 128, 256, 512, 1024, 2048}},
+    {"stages", "SCREE_STAGES", 4, {1, 2, 3, 4}},
     {"csize", "SCREE_CSIZE", 4, {1, 2, 4, 8}},
     {"e1", "SCREE_E1", 2, {0, 1}},
 };
@@ -367,16 +393,16 @@ static int cluster_check(const scree__config *c, const scree__variant *var,
   const int tpr = c->v[C_TPR], vec = c->v[C_VEC], warps = c->v[C_WARPS], stok = c->v[C_STOK],
             stages = c->v[C_STAGES], csize = c->v[C_CSIZE], e1 = c->v[C_E1];
   if ((tpr != 4 && tpr != 8) || (vec != 1 && vec != 2 && vec != 4 && vec != 8) ||
-      (warps != 4 && warps != 8) || stages < 2 || stages > 4 ||
+      (warps != 4 && warps != 8 && warps != 16) || stages < 1 || stages > 4 ||
       (csize != 1 && csize != 2 && csize != 4 && csize != 8) || (e1 & ~1)) {
     scree__set_why(why, n, "tpr=%d, vec=%d, warps=%d, stages=%d, csize=%d, e1=%d: tpr is 4 or 8, "
-                   "vec 1, 2, 4 or 8, warps 4 or 8, stages 2..4, csize 1, 2, 4 or 8, e1 0 or 1",
+                   "vec 1, 2, 4 or 8, warps 4, 8 or 16, stages 1..4, csize 1, 2, 4 or 8, e1 0 or 1",
                    tpr, vec, warps, stages, csize, e1);
     return 0;
   }
   const int groups = 32 * warps / tpr;
-  if (stok < 64 || stok > 512 || (stok & (stok - 1)) || stok < groups) {
-    scree__set_why(why, n, "stok=%d: must be a power of two in [64, 512], at least the %d token "
+  if (stok < 64 || stok > 2048 || (stok & (stok - 1)) || stok < groups) {
+    scree__set_why(why, n, "stok=%d: must be a power of two in [64, 2048], at least the %d token "
                    "groups", stok, groups);
     return 0;
   }
