@@ -29,19 +29,24 @@ struct scree__workspaces {
 
 static pthread_mutex_t g_create = PTHREAD_MUTEX_INITIALIZER;
 
+/* The context's tables, made on first use (NULL: out of memory). */
+static struct scree__workspaces *tables_of(scree_context *ctx) {
+  struct scree__workspaces *w = __atomic_load_n(&ctx->ws, __ATOMIC_ACQUIRE);
+  if (w) return w;
+  pthread_mutex_lock(&g_create);
+  if (!(w = ctx->ws)) {
+    w = calloc(1, sizeof *w);
+    if (w) pthread_mutex_init(&w->lock, NULL);
+    __atomic_store_n(&ctx->ws, w, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&g_create);
+  return w;
+}
+
 scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
                               CUdeviceptr *out) {
-  if (!ctx->ws) {
-    pthread_mutex_lock(&g_create);
-    if (!ctx->ws) {
-      struct scree__workspaces *w = calloc(1, sizeof *w);
-      if (w) pthread_mutex_init(&w->lock, NULL);
-      __atomic_store_n(&ctx->ws, w, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&g_create);
-    if (!ctx->ws) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
-  }
-  struct scree__workspaces *w = ctx->ws;
+  struct scree__workspaces *w = tables_of(ctx);
+  if (!w) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
   if (bytes < 256) bytes = 256;
   pthread_mutex_lock(&w->lock);
   ws_entry *e = NULL;
@@ -93,17 +98,8 @@ scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
 /* The counters keep a table of their own beside the scratch's: a stream's
  * counters are allocated once and never move. */
 scree_status scree__stream_counters(scree_context *ctx, CUstream stream, CUdeviceptr *out) {
-  if (!ctx->ws) {
-    pthread_mutex_lock(&g_create);
-    if (!ctx->ws) {
-      struct scree__workspaces *w = calloc(1, sizeof *w);
-      if (w) pthread_mutex_init(&w->lock, NULL);
-      __atomic_store_n(&ctx->ws, w, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&g_create);
-    if (!ctx->ws) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
-  }
-  struct scree__workspaces *w = ctx->ws;
+  struct scree__workspaces *w = tables_of(ctx);
+  if (!w) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
   scree_status st = SCREE_OK;
   pthread_mutex_lock(&w->lock);
   for (int i = 0; i < w->cn; i++)
