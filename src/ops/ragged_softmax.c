@@ -350,7 +350,6 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
 
 /* ---- the cluster implementation (kernels/ragged_softmax_cluster.cu) ----- */
 
-
 static const scree__field cluster_fields[C_NFIELDS] = {
     {"tpr", "SCREE_TPR", 2, {4, 8}},
     {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
@@ -733,8 +732,7 @@ static const scree__impl impls[] = {{
     .worth_timing = smem_worth_timing,
     .launch = smem_launch,
 }, {
-    /* Unmeasured on a GPU so far: no safelist line allows it, and it is
-     * limited to sm_90 (docs/kernels/rowwise.md). */
+    /* sm_90 only; measured on the H100 (docs/kernels/rowwise.md). */
     .name = "cluster",
     .source = "ragged_softmax_cluster.cu",
     .entries = {"scree_ragged_softmax_cluster", "scree_ragged_softmax_cluster_plan"},
