@@ -70,8 +70,9 @@ template <int H> __device__ __forceinline__ uint4 ldv(const void *p) {
 template <int H> __device__ __forceinline__ void stv(void *p, uint4 v) {
   if (H == 2)
     asm volatile("{.reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-                 "st.global.L1::no_allocate.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, pol;}" ::"l"(p),
-                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 "st.global.L1::no_allocate.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, pol;}"
+                 :
+                 : "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                  : "memory");
   else
     asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
@@ -141,7 +142,10 @@ __global__ void twopass(const char *x, char *y, int rowb, int W, const int4 *ite
         const int want = nch[it.y] * (rep + 1);
         for (;;) {
           int v;
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(done + it.y) : "memory");
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];"
+                       : "=r"(v)
+                       : "l"(done + it.y)
+                       : "memory");
           if (v >= want) break;
           __nanosleep(64);
         }
@@ -286,7 +290,8 @@ int main(int argc, char **argv) {
             int *dnch;
             CK(cudaMalloc(&ditems, items.size() * sizeof(int4)));
             CK(cudaMalloc(&dnch, U * 4));
-            CK(cudaMemcpy(ditems, items.data(), items.size() * sizeof(int4), cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(ditems, items.data(), items.size() * sizeof(int4),
+                          cudaMemcpyHostToDevice));
             CK(cudaMemcpy(dnch, nch.data(), U * 4, cudaMemcpyHostToDevice));
             for (int per : {4, 8}) {
               CK(cudaMemset(ctr, 0, 4));
@@ -298,8 +303,8 @@ int main(int argc, char **argv) {
                 else
                   twopass<0><<<grid, 256>>>(x, y, rowb, W, ditems, n, ctr, done, dnch, sink, rep);
               });
-              std::printf("  twopass W=%5d R=%3d lag=%d hint=%d ctas=%d/SM units=%d: %7.1f us %5.1f%% "
-                          "of memcpy %s\n",
+              std::printf("  twopass W=%5d R=%3d lag=%d hint=%d ctas=%d/SM units=%d: "
+                          "%7.1f us %5.1f%% of memcpy %s\n",
                           W, R, lag, hint, per, U, t, 100 * tm / t, check(nb));
             }
             CK(cudaFree(ditems));
