@@ -206,8 +206,15 @@ static void cluster_default(const scree__variant *var, const scree_ragged_softma
   out->v[C_WARPS] = 4;
   out->v[C_STOK] = 512;
   out->v[C_STAGES] = 1;
-  int csize = 1; /* the fewest CTAs that stage the longest sequence (at most 8) */
-  while (csize < 8 && (int64_t)csize * 512 < a->max_seqlen) csize *= 2;
+  /* The fewest CTAs that stage the longest sequence, at most 4; 8 only
+   * where 4 would leave each of its CTAs more than an eighth of a stage to
+   * stream (read twice). On an H100, 8 took 133 against 110 us with a
+   * longest sequence of 2064 tokens, 119 against 117 us with 2200, 107
+   * against 108 with 2300, and won by 6-33% from 2600 tokens
+   * (bench/results/h100-ragged-cluster-limits.txt, part 13). */
+  int csize = 1;
+  while (csize < 4 && (int64_t)csize * 512 < a->max_seqlen) csize *= 2;
+  if (a->max_seqlen > 4 * 512 + 4 * 512 / 8) csize = 8;
   out->v[C_CSIZE] = csize;
   out->v[C_E1] = 0;
 }
@@ -427,9 +434,12 @@ static void cluster_adapt(scree__config *c, const scree__variant *var, const voi
 }
 
 /* A strip over twice the (pow2) row; a sequence longer than the cluster
- * stages (its part streamed); a cluster twice as large as the longest
- * sequence needs (the same items on fewer CTAs); a stage of which half
- * would hold the longest sequence (the smallest stok kept). */
+ * stages by more than an eighth (a CTA's part past its stage is streamed:
+ * read twice; up to an eighth, the smaller cluster can win, as 4 x 512
+ * did for 2064 tokens on an H100: 110 against 133 us with 8); a cluster
+ * twice as large as the longest sequence needs (the same items on fewer
+ * CTAs); a stage of which half would hold the longest sequence (the
+ * smallest stok kept). */
 static int cluster_worth_timing(const scree__config *c, const scree__variant *var,
                                 const void *args) {
   (void)var;
@@ -437,7 +447,7 @@ static int cluster_worth_timing(const scree__config *c, const scree__variant *va
   const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
   const int64_t stok = c->v[C_STOK], csize = c->v[C_CSIZE];
   if ((int64_t)c->v[C_TPR] * c->v[C_VEC] > 2 * (int64_t)pow2_ceil(a->cols)) return 0;
-  if (longest > csize * stok) return 0;
+  if (a->max_seqlen > csize * stok + csize * stok / 8) return 0;
   if (csize > 1 && csize / 2 * stok >= longest) return 0;
   if (csize == 1 && stok > 64 && stok / 2 >= longest) return 0;
   return 1;

@@ -226,6 +226,14 @@ START_TEST(problem_lengths_and_bytes) {
 }
 END_TEST
 
+/* The index of an implementation's field, by its name in config strings. */
+static int field(const scree__impl *im, const char *name) {
+  for (int i = 0; i < im->nfields; i++)
+    if (!strcmp(im->fields[i].name, name)) return i;
+  ck_abort_msg("%s has no field %s", im->name, name);
+  return -1;
+}
+
 /* The default passes the check on every arch and dtype, for shapes of every
  * kind, and adapt keeps it valid; on the bench shapes it is worth timing. */
 START_TEST(default_configs_are_valid) {
@@ -262,10 +270,43 @@ START_TEST(default_configs_are_valid) {
         a.x = 0x10002; /* 2-byte aligned: vec 1 for 16-bit, none for fp32 */
         o->impls[c.impl].adapt(&c, &var, &a); /* vec: field 2, the cluster's field 1 */
         ck_assert(scree__config_check(o, &c, &var, &t, why, sizeof why));
-        if (d) ck_assert_int_eq(c.v[c.impl == 2 ? 1 : SCREE__RW_VEC], 1);
+        if (d) ck_assert_int_eq(c.v[field(&o->impls[c.impl], "vec")], 1);
         o->default_config(&t, &var, NULL, &c); /* shape-free */
         ck_assert(scree__config_check(o, &c, &var, &t, why, sizeof why));
       }
+}
+END_TEST
+
+/* The cluster default's csize: the fewest CTAs that stage the longest
+ * sequence, but 4 up to 2304 tokens (4 x 512 and an eighth), where 8 was
+ * slower on the H100; the default is worth timing, and so is csize 4 up
+ * to there, not past it. */
+START_TEST(cluster_default_csize) {
+  const scree__op *o = op();
+  scree__target t;
+  ck_assert_int_eq(scree__target_for_arch("sm_90", &t), 0);
+  scree__variant var;
+  memset(&var, 0, sizeof var);
+  var.v[0] = var.v[1] = SCREE_DTYPE_FP16;
+  const int cs = field(&o->impls[2], "csize");
+  const int64_t lens[][2] = {{257, 1},  {512, 1},  {513, 2},  {1024, 2},  {1025, 4},
+                             {2048, 4}, {2064, 4}, {2304, 4}, {2305, 8}, {100000, 8}};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    scree_ragged_softmax_args a = {.batch = 4, .max_seqlen = lens[i][0],
+                                   .total = 4 * lens[i][0], .cols = 4096,
+                                   .x_dtype = SCREE_DTYPE_FP16, .y_dtype = SCREE_DTYPE_FP16};
+    scree__config c;
+    o->default_config(&t, &var, &a, &c);
+    ck_assert_int_eq(c.impl, 2);
+    ck_assert_msg(c.v[cs] == lens[i][1], "max_seqlen %lld: csize %d, expected %lld",
+                  (long long)lens[i][0], c.v[cs], (long long)lens[i][1]);
+    if (lens[i][0] <= 8 * 512) /* past that it streams: pruned, timed as the default */
+      ck_assert(o->impls[2].worth_timing(&c, &var, &a));
+    if (lens[i][0] >= 2048) { /* 4 x 512 stays worth timing while it streams an eighth */
+      c.v[cs] = 4;
+      ck_assert_int_eq(o->impls[2].worth_timing(&c, &var, &a), lens[i][0] <= 2304);
+    }
+  }
 }
 END_TEST
 
@@ -406,6 +447,7 @@ int main(void) {
   tcase_add_test(hooks, check_problem_has_edge_lengths);
   tcase_add_test(hooks, problem_lengths_and_bytes);
   tcase_add_test(hooks, default_configs_are_valid);
+  tcase_add_test(hooks, cluster_default_csize);
   tcase_add_test(hooks, adapt_narrows_vec_only);
   tcase_add_test(hooks, smem_check_limits);
   tcase_add_test(hooks, buckets_and_representatives);
