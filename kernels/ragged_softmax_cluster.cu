@@ -418,11 +418,11 @@ scree_ragged_softmax_cluster(const xt *x, yt *y, const int *__restrict__ cu_seql
   }
   scree_cluster_sync();
 #endif
-  int next = 0; /* with clusters, position STAGES's number */
+  int next = 0; /* with clusters, position STAGES's number, taken here */
   if (fetcher) {
     const int base = atomicAdd(counters, SCREE_STAGES + (SCREE_CSIZE > 1));
     for (int p = 0; p < SCREE_STAGES; p++) scree_rsc_put(ring, bars, p, base + p);
-    next = base + SCREE_STAGES;
+    if (SCREE_CSIZE > 1) next = base + SCREE_STAGES;
   }
 #if SCREE_CSIZE == 1
   __syncthreads();

@@ -196,6 +196,17 @@ enum { C_TPR, C_VEC, C_WARPS, C_STOK, C_STAGES, C_CSIZE, C_E1, C_NFIELDS };
  * 128-byte strips, 4 warps, one stage of 512 tokens, clusters of as many
  * CTAs as stage the longest sequence (csize 4 there; at most 8: a sequence
  * past 8 x 512 tokens is streamed twice). */
+/* Whether clusters of csize CTAs of stok tokens stage a sequence of len
+ * tokens, or leave each CTA at most an eighth of a stage to stream (read
+ * twice): as far as the smaller cluster stayed worth it on an H100, 4 x
+ * 512 against 8 x 512 taking 110 against 133 us with a longest sequence
+ * of 2064 tokens, 117 against 119 us with 2200, 108 against 107 with
+ * 2300, and 8 ahead by 6-33% from 2600 tokens
+ * (bench/results/h100-ragged-cluster-limits.txt, part 13). */
+static int cluster_stages_nearly(int64_t len, int64_t csize, int64_t stok) {
+  return len <= csize * stok + csize * stok / 8;
+}
+
 static void cluster_default(const scree__variant *var, const scree_ragged_softmax_args *a,
                             scree__config *out) {
   const int es = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
@@ -207,14 +218,10 @@ static void cluster_default(const scree__variant *var, const scree_ragged_softma
   out->v[C_STOK] = 512;
   out->v[C_STAGES] = 1;
   /* The fewest CTAs that stage the longest sequence, at most 4; 8 only
-   * where 4 would leave each of its CTAs more than an eighth of a stage to
-   * stream (read twice). On an H100, 8 took 133 against 110 us with a
-   * longest sequence of 2064 tokens, 119 against 117 us with 2200, 107
-   * against 108 with 2300, and won by 6-33% from 2600 tokens
-   * (bench/results/h100-ragged-cluster-limits.txt, part 13). */
+   * where 4 does not nearly stage it. */
   int csize = 1;
   while (csize < 4 && (int64_t)csize * 512 < a->max_seqlen) csize *= 2;
-  if (a->max_seqlen > 4 * 512 + 4 * 512 / 8) csize = 8;
+  if (!cluster_stages_nearly(a->max_seqlen, 4, 512)) csize = 8;
   out->v[C_CSIZE] = csize;
   out->v[C_E1] = 0;
 }
@@ -433,13 +440,10 @@ static void cluster_adapt(scree__config *c, const scree__variant *var, const voi
   while (c->v[C_VEC] > widest) c->v[C_VEC] /= 2;
 }
 
-/* A strip over twice the (pow2) row; a sequence longer than the cluster
- * stages by more than an eighth (a CTA's part past its stage is streamed:
- * read twice; up to an eighth, the smaller cluster can win, as 4 x 512
- * did for 2064 tokens on an H100: 110 against 133 us with 8); a cluster
- * twice as large as the longest sequence needs (the same items on fewer
- * CTAs); a stage of which half would hold the longest sequence (the
- * smallest stok kept). */
+/* A strip over twice the (pow2) row; a longest sequence that the cluster
+ * does not nearly stage (cluster_stages_nearly); a cluster twice as large
+ * as the longest sequence needs (the same items on fewer CTAs); a stage of
+ * which half would hold the longest sequence (the smallest stok kept). */
 static int cluster_worth_timing(const scree__config *c, const scree__variant *var,
                                 const void *args) {
   (void)var;
@@ -447,7 +451,7 @@ static int cluster_worth_timing(const scree__config *c, const scree__variant *va
   const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
   const int64_t stok = c->v[C_STOK], csize = c->v[C_CSIZE];
   if ((int64_t)c->v[C_TPR] * c->v[C_VEC] > 2 * (int64_t)pow2_ceil(a->cols)) return 0;
-  if (a->max_seqlen > csize * stok + csize * stok / 8) return 0;
+  if (!cluster_stages_nearly(a->max_seqlen, csize, stok)) return 0;
   if (csize > 1 && csize / 2 * stok >= longest) return 0;
   if (csize == 1 && stok > 64 && stok / 2 >= longest) return 0;
   return 1;

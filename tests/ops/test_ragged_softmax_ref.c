@@ -268,7 +268,7 @@ START_TEST(default_configs_are_valid) {
           ck_assert_msg(o->impls[c.impl].worth_timing(&c, &var, &a), "shape %zu: default pruned",
                         i);
         a.x = 0x10002; /* 2-byte aligned: vec 1 for 16-bit, none for fp32 */
-        o->impls[c.impl].adapt(&c, &var, &a); /* vec: field 2, the cluster's field 1 */
+        o->impls[c.impl].adapt(&c, &var, &a);
         ck_assert(scree__config_check(o, &c, &var, &t, why, sizeof why));
         if (d) ck_assert_int_eq(c.v[field(&o->impls[c.impl], "vec")], 1);
         o->default_config(&t, &var, NULL, &c); /* shape-free */
