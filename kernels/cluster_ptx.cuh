@@ -3,6 +3,8 @@
  * ptx.cuh: thread block clusters and mbarriers (sm_90), and the max / min
  * of two packed 16-bit pairs (sm_80).
  *
+ * Also an async copy whose L2 fetches the whole line.
+ *
  * Clusters: a CTA's rank in its cluster; the address of a shared variable
  * in another CTA of the cluster (mapa); 32-bit loads from there
  * (distributed shared memory); the cluster barrier, whole or as its two
@@ -26,6 +28,22 @@
  */
 #ifndef SCREE_CLUSTER_PTX_CUH
 #define SCREE_CLUSTER_PTX_CUH
+
+/* scree_cp_async (ptx.cuh: BYTES 4, 8 or 16 global -> shared, zero-filled
+ * past src_bytes) with the L2 fetching the whole 128-byte line from memory
+ * (.L2::128B): for accesses narrower than a line whose other bytes other
+ * CTAs read soon after. */
+template <int BYTES>
+__device__ __forceinline__ void scree_cp_async_line(unsigned saddr, const void *gptr,
+                                                    int src_bytes) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(saddr),
+                 "l"(gptr), "r"(src_bytes));
+  else
+    asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], %2, %3;" ::"r"(saddr),
+                 "l"(gptr), "n"(BYTES), "r"(src_bytes));
+}
 
 __device__ __forceinline__ unsigned scree_cluster_rank() {
   unsigned r;

@@ -105,6 +105,22 @@ __device__ __forceinline__ yv scree_rs_out(const rv &a, float sl, const float (&
   return o;
 }
 
+/* Whether the staged copies have the L2 fetch whole 128-byte lines (a
+ * kernel defines it before including this file; else 0). */
+#ifndef SCREE_RS_LINE
+#define SCREE_RS_LINE 0
+#endif
+
+/* One async copy of BYTES (4, 8 or 16) into shared memory, zero-filled
+ * past n bytes: with SCREE_RS_LINE, the L2 fetches the whole line. */
+template <int BYTES>
+__device__ __forceinline__ void scree_rs_copy(unsigned d, const void *src, int n) {
+  if constexpr (SCREE_RS_LINE)
+    scree_cp_async_line<BYTES>(d, src, n);
+  else
+    scree_cp_async<BYTES>(d, src, n);
+}
+
 /* One token's VEC columns of x (at src) into the shared-memory slot p:
  * an async copy (cp.async; past the row's nc columns zero-filled) for
  * accesses of 4 bytes or more, which the caller commits and waits for; a
@@ -115,10 +131,10 @@ __device__ __forceinline__ void scree_rs_stage1(rv *p, const xt *src, int nc) {
     const unsigned d = scree_smem_u32(p);
     const int bytes = (nc < SCREE_VEC ? nc : SCREE_VEC) * (int)sizeof(xt);
     if constexpr (SCREE_VBYTES == 32) { /* 8 fp32 columns: two 16-byte copies */
-      scree_cp_async16(d, src, bytes < 16 ? bytes : 16);
-      scree_cp_async16(d + 16, src + 4, bytes > 16 ? bytes - 16 : 0);
+      scree_rs_copy<16>(d, src, bytes < 16 ? bytes : 16);
+      scree_rs_copy<16>(d + 16, src + 4, bytes > 16 ? bytes - 16 : 0);
     } else {
-      scree_cp_async<SCREE_VBYTES>(d, src, bytes);
+      scree_rs_copy<SCREE_VBYTES>(d, src, bytes);
     }
   } else {
     *p = scree_rs_load(src, nc);

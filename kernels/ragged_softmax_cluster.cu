@@ -137,6 +137,15 @@
  * Test alone: ctest -R ragged_softmax    Bench: build/bench/bench_ops --op ragged_softmax
  */
 
+/* Strips narrower than a 128-byte line have the L2 fetch whole lines: the
+ * neighbouring strip of the same tokens (the cluster's other CTAs, or an
+ * item a few numbers away, in flight at about the same time) then finds
+ * its half of each line in L2. On an H100 that made 64-byte strips 3-5%
+ * faster and 32-byte strips 8-9%, and 64-byte strips the fastest there
+ * are; 128-byte strips, with no line to share, were unchanged or up to 1%
+ * slower with the hint, and go without it
+ * (bench/results/h100-ragged-cluster-limits.txt, part 16). */
+#define SCREE_RS_LINE (SCREE_TPR * SCREE_VBYTES < 128)
 #include "ptx.cuh"
 #include "cluster_ptx.cuh"
 #include "ragged_softmax.cuh"

@@ -190,12 +190,6 @@ static void smem_default(const scree__variant *var, const scree_ragged_softmax_a
 /* The cluster implementation's fields (cluster_fields below). */
 enum { C_TPR, C_VEC, C_WARPS, C_STOK, C_STAGES, C_CSIZE, C_E1, C_NFIELDS };
 
-/* The cluster implementation's default, sm_90, rows of 2 KiB and more:
- * the fastest of its H100 sweep on 16 sequences of 337..1821 tokens x
- * 4096 (bench/results/h100-rowwise-sweep-ragged_softmax-cluster.csv):
- * 128-byte strips, 4 warps, one stage of 512 tokens, clusters of as many
- * CTAs as stage the longest sequence (csize 4 there; at most 8: a sequence
- * past 8 x 512 tokens is streamed twice). */
 /* Whether clusters of csize CTAs of stok tokens stage a sequence of len
  * tokens, or leave each CTA at most an eighth of a stage to stream (read
  * twice): as far as the smaller cluster stayed worth it on an H100, 4 x
@@ -207,6 +201,30 @@ static int cluster_stages_nearly(int64_t len, int64_t csize, int64_t stok) {
   return len <= csize * stok + csize * stok / 8;
 }
 
+/* Whether a config's strips are narrower than a 128-byte line: the kernel
+ * then has the L2 fetch whole lines (SCREE_RS_LINE), and the neighbouring
+ * strip, taken by the cluster's other CTAs or the next item, finds its half
+ * there. */
+static int cluster_narrow(const scree__config *c, const scree__variant *var) {
+  return (int64_t)c->v[C_TPR] * c->v[C_VEC] * (int64_t)scree_dtype_size((scree_dtype)var->v[V_X]) <
+         128;
+}
+
+/* The cluster implementation's default, sm_90, rows of 2 KiB and more:
+ * the fastest of its H100 sweep (bench/results/h100-rowwise-sweep-
+ * ragged_softmax-cluster-line.csv; 4 warps, one stage) by the longest
+ * sequence:
+ *   - up to 512 tokens: 128-byte strips of 512 tokens, no
+ *     cluster (101.7 us on 32 x 512 x 4096; 64-byte strips 103.5);
+ *   - up to 1024: 64-byte strips of 1024 tokens, no cluster (57.8 us on 8
+ *     x 149..891 x 8192, against 59.9 for 128-byte strips in clusters of 2);
+ *   - up to 4 x 512: 64-byte strips of 512 tokens in clusters of 8, two
+ *     strips (one line) an item (107.5 us on 16 x 337..1821 x 4096, 106.4
+ *     on 64 x 292..2064 x 1024, against 110.5 and 109.9 for 128-byte
+ *     strips in clusters of 4; 64-byte strips in clusters of 4 took 119.8
+ *     and 110.9);
+ *   - longer: 128-byte strips of 512 tokens in clusters of 8 (a sequence
+ *     past 8 x 512 tokens is streamed twice). */
 static void cluster_default(const scree__variant *var, const scree_ragged_softmax_args *a,
                             scree__config *out) {
   const int es = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
@@ -217,13 +235,17 @@ static void cluster_default(const scree__variant *var, const scree_ragged_softma
   out->v[C_WARPS] = 4;
   out->v[C_STOK] = 512;
   out->v[C_STAGES] = 1;
-  /* The fewest CTAs that stage the longest sequence, at most 4; 8 only
-   * where 4 does not nearly stage it. */
-  int csize = 1;
-  while (csize < 4 && (int64_t)csize * 512 < a->max_seqlen) csize *= 2;
-  if (!cluster_stages_nearly(a->max_seqlen, 4, 512)) csize = 8;
-  out->v[C_CSIZE] = csize;
+  out->v[C_CSIZE] = 8;
   out->v[C_E1] = 0;
+  if (a->max_seqlen <= 512) {
+    out->v[C_CSIZE] = 1;
+  } else if (a->max_seqlen <= 1024) {
+    out->v[C_TPR] = 4;
+    out->v[C_STOK] = 1024;
+    out->v[C_CSIZE] = 1;
+  } else if (cluster_stages_nearly(a->max_seqlen, 4, 512)) {
+    out->v[C_TPR] = 4;
+  }
 }
 
 static void default_config(const scree__target *t, const scree__variant *var,
@@ -442,17 +464,18 @@ static void cluster_adapt(scree__config *c, const scree__variant *var, const voi
 
 /* A strip over twice the (pow2) row; a longest sequence that the cluster
  * does not nearly stage (cluster_stages_nearly); a cluster twice as large
- * as the longest sequence needs (the same items on fewer CTAs); a stage of
- * which half would hold the longest sequence (the smallest stok kept). */
+ * as the longest sequence needs (its CTAs take two strips an item), four
+ * times as large for strips narrower than a line (two strips of one line an
+ * item were the fastest: cluster_default); a stage of which half would
+ * hold the longest sequence (the smallest stok kept). */
 static int cluster_worth_timing(const scree__config *c, const scree__variant *var,
                                 const void *args) {
-  (void)var;
   const scree_ragged_softmax_args *a = args;
   const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
   const int64_t stok = c->v[C_STOK], csize = c->v[C_CSIZE];
   if ((int64_t)c->v[C_TPR] * c->v[C_VEC] > 2 * (int64_t)pow2_ceil(a->cols)) return 0;
   if (!cluster_stages_nearly(a->max_seqlen, csize, stok)) return 0;
-  if (csize > 1 && csize / 2 * stok >= longest) return 0;
+  if (csize > 1 && csize / (cluster_narrow(c, var) ? 4 : 2) * stok >= longest) return 0;
   if (csize == 1 && stok > 64 && stok / 2 >= longest) return 0;
   return 1;
 }

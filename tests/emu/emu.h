@@ -210,6 +210,11 @@ static inline float scree_cluster_ld_f32(unsigned addr) {
 static inline void scree_cluster_arrive() { emu::cluster_arrive(true); }
 static inline void scree_cluster_arrive_relaxed() { emu::cluster_arrive(false); }
 static inline void scree_cluster_wait() { emu::cluster_wait(); }
+/* The L2 prefetch size changes nothing here. */
+template <int BYTES> static inline void scree_cp_async_line(unsigned saddr, const void *gptr, int n) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  emu::cp_async(saddr, gptr, BYTES, n);
+}
 static inline void scree_cluster_sync() {
   emu::cluster_arrive(true);
   emu::cluster_wait();

@@ -277,35 +277,59 @@ START_TEST(default_configs_are_valid) {
 }
 END_TEST
 
-/* The cluster default's csize: the fewest CTAs that stage the longest
- * sequence, but 4 up to 2304 tokens (4 x 512 and an eighth), where 8 was
- * slower on the H100; the default is worth timing, and so is csize 4 up
- * to there, not past it. */
-START_TEST(cluster_default_csize) {
+/* The cluster default by the longest sequence: 128-byte strips of 512
+ * tokens without a cluster up to 512 tokens; 64-byte strips of 1024
+ * tokens without one up to 1024; 64-byte strips of 512 in clusters of 8
+ * (two strips an item) up to 2304 (4 x 512 and an eighth); 128-byte strips
+ * in clusters of 8 past that. The default is worth timing; so is a
+ * cluster of 4 up to 2304 tokens, not past it. A cluster twice as large as
+ * the longest sequence needs is worth timing only for strips narrower than
+ * a line, and four times as large never. */
+START_TEST(cluster_default_by_length) {
   const scree__op *o = op();
   scree__target t;
   ck_assert_int_eq(scree__target_for_arch("sm_90", &t), 0);
   scree__variant var;
   memset(&var, 0, sizeof var);
   var.v[0] = var.v[1] = SCREE_DTYPE_FP16;
-  const int cs = field(&o->impls[2], "csize");
-  const int64_t lens[][2] = {{257, 1},  {512, 1},  {513, 2},  {1024, 2},  {1025, 4},
-                             {2048, 4}, {2064, 4}, {2304, 4}, {2305, 8}, {100000, 8}};
-  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-    scree_ragged_softmax_args a = {.batch = 4, .max_seqlen = lens[i][0],
-                                   .total = 4 * lens[i][0], .cols = 4096,
+  const scree__impl *im = &o->impls[2];
+  const int cs = field(im, "csize"), tp = field(im, "tpr"), sk = field(im, "stok");
+  /* max_seqlen, tpr, stok, csize */
+  const int64_t want[][4] = {{257, 8, 512, 1},  {512, 8, 512, 1},    {513, 4, 1024, 1},
+                             {1024, 4, 1024, 1}, {1025, 4, 512, 8},  {2048, 4, 512, 8},
+                             {2064, 4, 512, 8},  {2304, 4, 512, 8},  {2305, 8, 512, 8},
+                             {100000, 8, 512, 8}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const int64_t len = want[i][0];
+    scree_ragged_softmax_args a = {.batch = 4, .max_seqlen = len, .total = 4 * len, .cols = 4096,
                                    .x_dtype = SCREE_DTYPE_FP16, .y_dtype = SCREE_DTYPE_FP16};
     scree__config c;
     o->default_config(&t, &var, &a, &c);
     ck_assert_int_eq(c.impl, 2);
-    ck_assert_msg(c.v[cs] == lens[i][1], "max_seqlen %lld: csize %d, expected %lld",
-                  (long long)lens[i][0], c.v[cs], (long long)lens[i][1]);
-    if (lens[i][0] <= 8 * 512) /* past that it streams: pruned, timed as the default */
-      ck_assert(o->impls[2].worth_timing(&c, &var, &a));
-    if (lens[i][0] >= 2048) { /* 4 x 512 stays worth timing while it streams an eighth */
+    ck_assert_msg(c.v[tp] == want[i][1] && c.v[sk] == want[i][2] && c.v[cs] == want[i][3],
+                  "max_seqlen %lld: tpr %d, stok %d, csize %d, expected %lld, %lld, %lld",
+                  (long long)len, c.v[tp], c.v[sk], c.v[cs], (long long)want[i][1],
+                  (long long)want[i][2], (long long)want[i][3]);
+    if (len <= 8 * 512) /* past that it streams: pruned, timed as the default */
+      ck_assert(im->worth_timing(&c, &var, &a));
+    if (len >= 2048) { /* 4 x 512 stays worth timing while it streams an eighth */
       c.v[cs] = 4;
-      ck_assert_int_eq(o->impls[2].worth_timing(&c, &var, &a), lens[i][0] <= 2304);
+      ck_assert_int_eq(im->worth_timing(&c, &var, &a), len <= 2304);
     }
+  }
+  /* 1000 tokens: two CTAs of 512 stage it; clusters of 4 are twice that. */
+  scree_ragged_softmax_args a = {.batch = 4, .max_seqlen = 1000, .total = 4000, .cols = 4096,
+                                 .x_dtype = SCREE_DTYPE_FP16, .y_dtype = SCREE_DTYPE_FP16};
+  scree__config c;
+  o->default_config(&t, &var, &a, &c);
+  c.v[sk] = 512;
+  const int64_t prune[][3] = {/* tpr, csize, worth */ {4, 2, 1}, {4, 4, 1}, {4, 8, 0},
+                              {8, 2, 1}, {8, 4, 0}, {8, 8, 0}};
+  for (size_t i = 0; i < sizeof prune / sizeof prune[0]; i++) {
+    c.v[tp] = (int)prune[i][0];
+    c.v[cs] = (int)prune[i][1];
+    ck_assert_msg(im->worth_timing(&c, &var, &a) == prune[i][2], "tpr %d, csize %d: worth %d",
+                  c.v[tp], c.v[cs], (int)!prune[i][2]);
   }
 }
 END_TEST
@@ -447,7 +471,7 @@ int main(void) {
   tcase_add_test(hooks, check_problem_has_edge_lengths);
   tcase_add_test(hooks, problem_lengths_and_bytes);
   tcase_add_test(hooks, default_configs_are_valid);
-  tcase_add_test(hooks, cluster_default_csize);
+  tcase_add_test(hooks, cluster_default_by_length);
   tcase_add_test(hooks, adapt_narrows_vec_only);
   tcase_add_test(hooks, smem_check_limits);
   tcase_add_test(hooks, buckets_and_representatives);
