@@ -210,10 +210,9 @@ static inline float scree_cluster_ld_f32(unsigned addr) {
 static inline void scree_cluster_arrive() { emu::cluster_arrive(true); }
 static inline void scree_cluster_arrive_relaxed() { emu::cluster_arrive(false); }
 static inline void scree_cluster_wait() { emu::cluster_wait(); }
-/* The L2 prefetch size changes nothing here. */
+/* The L2 prefetch size changes nothing here: scree_cp_async. */
 template <int BYTES> static inline void scree_cp_async_line(unsigned saddr, const void *gptr, int n) {
-  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
-  emu::cp_async(saddr, gptr, BYTES, n);
+  scree_cp_async<BYTES>(saddr, gptr, n);
 }
 static inline void scree_cluster_sync() {
   emu::cluster_arrive(true);
