@@ -218,11 +218,12 @@ static int cluster_narrow(const scree__config *c, const scree__variant *var) {
  *     cluster (101.7 us on 32 x 512 x 4096; 64-byte strips 103.5);
  *   - up to 1024: 64-byte strips of 1024 tokens, no cluster (57.8 us on 8
  *     x 149..891 x 8192, against 59.9 for 128-byte strips in clusters of 2);
- *   - up to 4 x 512: 64-byte strips of 512 tokens in clusters of 8, two
- *     strips (one line) an item (107.5 us on 16 x 337..1821 x 4096, 106.4
- *     on 64 x 292..2064 x 1024, against 110.5 and 109.9 for 128-byte
- *     strips in clusters of 4; 64-byte strips in clusters of 4 took 119.8
- *     and 110.9);
+ *   - up to 4 x 512 and an eighth (2304 tokens, cluster_stages_nearly):
+ *     64-byte strips of 512 tokens in clusters of 8, two strips (one line)
+ *     an item (107.5 us on 16 x 337..1821 x 4096, 106.4 on 64 x
+ *     292..2064 x 1024, against 110.5 and 109.9 for 128-byte strips in
+ *     clusters of 4; 64-byte strips in clusters of 4 took 119.8 and
+ *     110.9);
  *   - longer: 128-byte strips of 512 tokens in clusters of 8 (a sequence
  *     past 8 x 512 tokens is streamed twice). */
 static void cluster_default(const scree__variant *var, const scree_ragged_softmax_args *a,
