@@ -18,7 +18,7 @@
  * --sweep also times every config of the op's space that this device can
  * run on each case (each checked on the edge-case batch first), prints the
  * five fastest and writes all of them to the CSV: the measurements behind
- * safe_configs/ (bench/make_safelist.py). --sweep-impl NAME sweeps only the
+ * safe_configs/ (tools/make_safelist.py). --sweep-impl NAME sweeps only the
  * configs of that implementation (impl=NAME); --sweep-grep A,B only those
  * whose config string holds every field A, B ("vec=8,band=1").
  *
@@ -356,7 +356,7 @@ int main(int argc, char **argv) {
   snprintf(db, sizeof db, "%s/tune.db", dir);
   scree_options o;
   scree_options_init(&o);
-  /* --cache keeps the tunes (scripts/gen-shipped-configs.sh); a bucket it
+  /* --cache keeps the tunes (tools/gen-shipped-configs.sh); a bucket it
    * holds already is not tuned again. */
   o.cache_path = keep_cache ? keep_cache : db;
   o.cache_search_path = "";

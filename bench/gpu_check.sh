@@ -6,7 +6,7 @@
 # (or any build in ./build). Results go to OUTDIR.
 #   bench/gpu_check.sh [OUTDIR] [tests|sanitize|bench|sweep|all]
 # sweep (not part of all): every config of each row-wise op's space timed on
-# its cases of bench/rowwise_sweep.txt, CSVs for bench/make_rowwise_safelist.py.
+# its cases of bench/rowwise_sweep.txt, CSVs for tools/make_rowwise_safelist.py.
 set -u
 out=${1:-gpu-results}
 what=${2:-all}

@@ -6,7 +6,7 @@
 # An excerpt is an HTML comment on a line of its own, followed on the next
 # line by a fenced code block:
 #
-#   <!-- from: src/ops/rmsnorm.c -->
+#   <!-- from: src/runtime/ops/rmsnorm.c -->
 #   ```c
 #   ...code...
 #   ```

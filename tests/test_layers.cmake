@@ -1,15 +1,33 @@
 # test_layers.cmake - every #include "..." in src/ names a header of its own
-# layer or a lower one (docs/architecture.md): base < ops < kernels < store
-# < tuner < api < cli; the CLI includes only api/admin.h among them.
+# layer or a lower one (docs/architecture.md): base < ops < jit < store
+# < tuner < api < cli. The runtime's layers live under src/runtime/, the
+# tuner and the CLI directly under src/; an include names only the layer
+# ("ops/op.h"). The CLI includes only api/admin.h among them.
 #   cmake -DSRC=<repo>/src -P tests/test_layers.cmake
-set(order base ops kernels store tuner api cli)
+cmake_policy(SET CMP0054 NEW)
+set(order base ops jit store tuner api cli)
+set(runtime_layers base ops jit store api)
 set(errors 0)
 file(GLOB_RECURSE files ${SRC}/*.c ${SRC}/*.h)
 foreach(f ${files})
   file(RELATIVE_PATH rel ${SRC} ${f})
-  string(REGEX MATCH "^[^/]+" layer ${rel})
+  string(REGEX MATCH "^[^/]+" top ${rel})
+  if(top STREQUAL "runtime")
+    string(REGEX REPLACE "^runtime/" "" inner ${rel})
+    string(REGEX MATCH "^[^/]+" layer ${inner})
+    list(FIND runtime_layers ${layer} in_runtime)
+  else()
+    set(layer ${top})
+    list(FIND runtime_layers ${layer} in_runtime)
+    if(in_runtime GREATER -1)
+      message(SEND_ERROR "${rel}: ${layer}/ belongs under src/runtime/")
+      math(EXPR errors "${errors} + 1")
+      continue()
+    endif()
+    set(in_runtime 0)
+  endif()
   list(FIND order ${layer} rank)
-  if(rank LESS 0)
+  if(rank LESS 0 OR in_runtime LESS 0)
     message(SEND_ERROR "${rel}: ${layer}/ is not a layer (${order})")
     math(EXPR errors "${errors} + 1")
     continue()

@@ -6,7 +6,7 @@
 #ifndef SCREE_HARNESS_H
 #define SCREE_HARNESS_H
 
-#include "kernels/kernels.h"
+#include "jit/jit.h"
 
 #define SCREE__MAX_SETS 8
 

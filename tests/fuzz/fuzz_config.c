@@ -1,4 +1,4 @@
-/* fuzz_config.c - the text forms of src/ops/config.c on any text, for every
+/* fuzz_config.c - the text forms of src/runtime/ops/config.c on any text, for every
  * op of scree__ops: scree__config_parse, scree__variant_parse,
  * scree__bucket_parse and scree__shape_parse (what cache rows, safelist
  * lines and scree-tune's options are read with).

@@ -1,4 +1,4 @@
-/* fuzz_presets.c - the model presets' parser (src/ops/presets.c) on any
+/* fuzz_presets.c - the model presets' parser (src/runtime/ops/presets.c) on any
  * text. A file that parses expands, for every model and dtype, into call
  * shapes that each parse as their op's shape (and variant), within the
  * bounds of presets.h; a failed parse leaves nothing behind and names its

@@ -1,4 +1,4 @@
-/* fuzz_safelist.c - the safelist parser (src/store/safelist.c) on any text.
+/* fuzz_safelist.c - the safelist parser (src/runtime/store/safelist.c) on any text.
  * A list that parses must answer the queries as safelist.h says, and what
  * scree__safelist_write makes of it must parse back to the same entries
  * (docs/safelist.md, "Regenerating"). Seeds: tests/fuzz/corpus/safelist/. */

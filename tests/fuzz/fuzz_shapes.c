@@ -1,5 +1,5 @@
 /* fuzz_shapes.c - the shapes-file reader (scree__parse_shapes in
- * src/ops/shapes.c, scree-tune prewarm --shapes and bench_rowwise) on any
+ * src/runtime/ops/shapes.c, scree-tune prewarm --shapes and bench_rowwise) on any
  * text. It is read twice, with room for every shape and for one: the two
  * must agree, as the callers rely on (shapes past cap are counted, not
  * stored). Seeds: tests/fuzz/corpus/shapes/. */

@@ -1,4 +1,4 @@
-/* fuzz_tuned.c - the shipped tuned configs' parser (src/store/tuned.c) on
+/* fuzz_tuned.c - the shipped tuned configs' parser (src/runtime/store/tuned.c) on
  * any text. A file that parses holds only entries a cache row leaving its
  * file could be (scree__centry_check), and what scree__tuned_write makes of
  * them parses back to the same entries (docs/cache.md, "Shipped tuned

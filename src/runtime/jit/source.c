@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/sha256.h"
-#include "kernels/kernels.h"
+#include "jit/jit.h"
 
 /* Generated at build time by cmake/embed_kernels.cmake. */
 extern const scree__embedded scree__embedded_kernels[];

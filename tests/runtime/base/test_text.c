@@ -1,5 +1,5 @@
 /* test_text.c - UTF-8 reading and the escaping of text that came from a
- * file (src/base/util.c). */
+ * file (src/runtime/base/util.c). */
 #include <string.h>
 
 #include "test_util.h"

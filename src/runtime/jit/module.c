@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "jit/jit.h"
 
 struct scree__modtab {
   pthread_mutex_t lock;

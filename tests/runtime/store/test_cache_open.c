@@ -1,4 +1,4 @@
-/* test_cache_open.c - opening a cache file: schema, versions, arguments, read-only handles, recovery of corrupt files (src/store/cache_open.c, cache_db.c). */
+/* test_cache_open.c - opening a cache file: schema, versions, arguments, read-only handles, recovery of corrupt files (src/runtime/store/cache_open.c, cache_db.c). */
 #include "cache_fixtures.h"
 
 #define NCHILD 6 /* processes racing to recover one file */

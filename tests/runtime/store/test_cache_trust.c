@@ -1,6 +1,6 @@
 /* test_cache_trust.c - who may change a cache before scree reads it: the
  * permission check on shipped caches and merge sources
- * (src/store/cache_trust.c). The check reads owners and mode bits, so it
+ * (src/runtime/store/cache_trust.c). The check reads owners and mode bits, so it
  * gives the same answers when the tests run as root. */
 #include "cache_fixtures.h"
 

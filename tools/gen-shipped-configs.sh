@@ -5,8 +5,8 @@
 # the machine's GPUs, checks every winner against the CPU reference, and
 # writes them as the shipped tuned configs caches/NAME.txt (docs/cluster.md).
 #
-#   scripts/build.sh && scripts/gen-shipped-configs.sh h100-sxm    # on an H100 SXM
-#   scripts/gen-shipped-configs.sh h200                            # on an H200
+#   scripts/build.sh && tools/gen-shipped-configs.sh h100-sxm    # on an H100 SXM
+#   tools/gen-shipped-configs.sh h200                            # on an H200
 #
 # Environment: SCREE_BUILD_DIR (default build), SCREE_DTYPES (default
 # bf16,fp16), SCREE_DEVICES (default all), SCREE_KEEP_CACHE=FILE to keep the

@@ -1,6 +1,6 @@
 /* cache_fixtures.h - what the cache tests share: a scratch directory per
  * run, keys and entries, raw SQLite access to the files. Included by the
- * tests/store/test_cache_*.c files only. */
+ * tests/runtime/store/test_cache_*.c files only. */
 #ifndef SCREE_CACHE_FIXTURES_H
 #define SCREE_CACHE_FIXTURES_H
 

@@ -1,6 +1,6 @@
 /* cache_internal.h - what the cache's files share: the schema, the
  * prepared statements, the handle and the helpers. Not API; include only
- * from src/store/cache_*.c. */
+ * from src/runtime/store/cache_*.c. */
 #ifndef SCREE_CACHE_INTERNAL_H
 #define SCREE_CACHE_INTERNAL_H
 

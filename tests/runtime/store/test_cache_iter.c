@@ -1,4 +1,4 @@
-/* test_cache_iter.c - iteration over winners: order, filters, stopping, cubins (src/store/cache_iter.c). */
+/* test_cache_iter.c - iteration over winners: order, filters, stopping, cubins (src/runtime/store/cache_iter.c). */
 #include "cache_fixtures.h"
 
 static int check_cubin_cb(void *user, const scree__centry *e) {

@@ -1,9 +1,9 @@
 /*
- * kernels.h - kernel sources, NVRTC compilation, module loading and the
+ * jit.h - kernel sources, NVRTC compilation, module loading and the
  * context's module table. Not API. Sits on ops/ (descriptors) and base/.
  */
-#ifndef SCREE_KERNELS_H
-#define SCREE_KERNELS_H
+#ifndef SCREE_JIT_H
+#define SCREE_JIT_H
 
 #include "ops/op.h"
 

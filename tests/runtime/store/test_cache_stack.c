@@ -1,4 +1,4 @@
-/* test_cache_stack.c - the default path and the user/shipped stack (src/store/cache_stack.c). */
+/* test_cache_stack.c - the default path and the user/shipped stack (src/runtime/store/cache_stack.c). */
 #include "cache_fixtures.h"
 
 /* ------------------------------------------------------------------------ */

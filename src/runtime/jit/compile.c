@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "jit/jit.h"
 
 const char *scree__target_arch(const char *arch, int sm, const scree__impl *im, char *buf) {
   /* Arch-specific features ("a" targets) exist from sm_90 on; the cubin

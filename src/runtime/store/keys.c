@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "jit/jit.h"
 
 void scree__make_key(const scree_context *ctx, const scree__op *op,
                      const scree__variant *var, const scree__bucket *b, scree__ckey *k) {

@@ -1,5 +1,5 @@
 /* test_read_text.c - the shared file reader (scree__read_text in
- * src/base/util.c): whole regular files, and a clear refusal of anything
+ * src/runtime/base/util.c): whole regular files, and a clear refusal of anything
  * else without reading it. */
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_cache_admin.c - clear, merge and export (src/store/cache_admin.c). */
+/* test_cache_admin.c - clear, merge and export (src/runtime/store/cache_admin.c). */
 #include "cache_fixtures.h"
 
 /* ------------------------------------------------------------------------ */

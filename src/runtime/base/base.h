@@ -7,13 +7,13 @@
  *
  *   base     util, dtype, status, sha256, the dlopen'd driver and NVRTC,
  *            diagnostics (fail/log, context enter and leave), hash table,
- *            per-stream workspace                              src/base/
+ *            per-stream workspace                              src/runtime/base/
  *   ops      op descriptors, references, registry, config /
- *            variant / bucket / shape strings                   src/ops/
- *   kernels  sources, NVRTC compile, module load, module table  src/kernels/
- *   store    SQLite cache, safelists, cache keys                src/store/
+ *            variant / bucket / shape strings                   src/runtime/ops/
+ *   kernels  sources, NVRTC compile, module load, module table  src/runtime/jit/
+ *   store    SQLite cache, safelists, cache keys                src/runtime/store/
  *   tuner    problem harness (check, time), tuning, verify       src/tuner/
- *   api      context, dispatch, public op entries, admin.h      src/api/
+ *   api      context, dispatch, public op entries, admin.h      src/runtime/api/
  *   cli      scree-tune: scree.h and api/admin.h only           src/cli/
  *
  * The context struct lives here because every layer reports failures
@@ -31,7 +31,7 @@
 #include "base/cuda_api.h"
 #include "scree.h"
 
-struct scree__modtab;      /* kernels/: loaded modules */
+struct scree__modtab;      /* jit/: loaded modules */
 struct scree__cache_stack; /* store/: user and shipped caches */
 struct scree__safelist;    /* store/: this arch's safelist */
 struct scree__tuner;       /* tuner/: its lock and compiled candidates */

@@ -1,4 +1,4 @@
-/* test_sha256.c - SHA-256 against the FIPS 180-4 vectors (src/base/sha256.c). */
+/* test_sha256.c - SHA-256 against the FIPS 180-4 vectors (src/runtime/base/sha256.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* test_cache_records.c - winners, bad configs and misses, from one thread, several threads and several processes (src/store/cache_records.c). */
+/* test_cache_records.c - winners, bad configs and misses, from one thread, several threads and several processes (src/runtime/store/cache_records.c). */
 #include "cache_fixtures.h"
 
 /* ------------------------------------------------------------------------ */
