@@ -149,7 +149,7 @@ typedef struct scree_runtime_info {
   int device_count;      /* 0 when there is no driver or no device */
   char driver_error[256]; /* why the driver or devices are unavailable, or "" */
   char nvrtc_error[256];  /* why NVRTC is unavailable, or "" */
-  char nvrtc_path[256];   /* the NVRTC library that was opened, or "" */
+  char nvrtc_path[256];   /* the NVRTC file that was opened (an absolute path), or "" */
 } scree_runtime_info;
 
 /* Fills `info` with what this process can see: whether the driver and NVRTC

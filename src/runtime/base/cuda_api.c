@@ -2,6 +2,7 @@
 #include "base/cuda_api.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,7 @@ static pthread_once_t g_cu_once = PTHREAD_ONCE_INIT;
 static scree__nvrtc_api g_nvrtc;
 static int g_nvrtc_ok;
 static char g_nvrtc_why[1024];
-static char g_nvrtc_path[512];
+static char g_nvrtc_path[PATH_MAX];
 static pthread_once_t g_nvrtc_once = PTHREAD_ONCE_INIT;
 
 /* Resolves the first of `names` that the library exports. */
@@ -151,7 +152,19 @@ static int nvrtc_try(const char *path, char *tried, size_t tried_size) {
   NV_SYM(GetProgramLog, "nvrtcGetProgramLog");
   NV_SYM(GetCUBINSize, "nvrtcGetCUBINSize");
   NV_SYM(GetCUBIN, "nvrtcGetCUBIN");
-  snprintf(g_nvrtc_path, sizeof g_nvrtc_path, "%s", path);
+  /* Report the file that was opened, not the name asked for: a soname
+   * ("libnvrtc.so.13") found on the loader path says nothing about which
+   * toolkit or wheel it came from. dladdr names the object that holds a
+   * symbol, as the loader resolved it; realpath follows the soname link
+   * to the versioned file. */
+  Dl_info di;
+  char real[PATH_MAX];
+  const char *file = path;
+  void *sym;
+  memcpy(&sym, &g_nvrtc.Version, sizeof sym);
+  if (dladdr(sym, &di) && di.dli_fname && di.dli_fname[0] == '/') file = di.dli_fname;
+  if (realpath(file, real)) file = real;
+  snprintf(g_nvrtc_path, sizeof g_nvrtc_path, "%s", file);
   g_nvrtc_ok = 1;
   return 1;
 }

@@ -3,6 +3,7 @@
  * driver library chosen by SCREE_CUDA_LIBRARY is fresh per test. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -85,9 +86,12 @@ START_TEST(runtime_info_reports_nvrtc) {
   scree_runtime_info ri;
   ck_assert_int_eq(scree_get_runtime_info(&ri), SCREE_OK);
   /* The build machine has NVRTC; if not, the reason must be given. */
-  if (ri.nvrtc_loaded)
+  if (ri.nvrtc_loaded) {
     ck_assert_int_ge(ri.nvrtc_major, 12);
-  else
+    /* The file that was opened, not the soname that was asked for. */
+    ck_assert_msg(ri.nvrtc_path[0] == '/' && access(ri.nvrtc_path, R_OK) == 0,
+                  "nvrtc_path \"%s\" is not a readable absolute path", ri.nvrtc_path);
+  } else
     ck_assert(strlen(ri.nvrtc_error) > 0);
 }
 END_TEST
