@@ -2,12 +2,27 @@
 # layer or a lower one (docs/architecture.md): base < ops < jit < store
 # < tuner < api < cli. The runtime's layers live under src/runtime/, the
 # tuner and the CLI directly under src/; an include names only the layer
-# ("ops/op.h"). The CLI includes only api/admin.h among them.
+# ("ops/op.h"). The CLI includes only api/admin.h among them. Inside
+# src/tuner/ the files keep an order of their own, lowest first (tuner.h
+# is tune.c's header): each includes only the tuner headers at or below
+# it, so that no two of them call each other.
 #   cmake -DSRC=<repo>/src -P tests/test_layers.cmake
 cmake_policy(SET CMP0054 NEW)
 set(order base ops jit store tuner api cli)
 set(runtime_layers base ops jit store api)
+set(tuner_order policy harness trial worker tune)
+string(REPLACE ";" " < " tuner_order_text "${tuner_order}")
 set(errors 0)
+
+# The rank of a tuner file or header (by name) in tuner_order, or -1.
+function(tuner_rank name out)
+  get_filename_component(stem ${name} NAME_WE)
+  if(stem STREQUAL "tuner")
+    set(stem tune)
+  endif()
+  list(FIND tuner_order ${stem} r)
+  set(${out} ${r} PARENT_SCOPE)
+endfunction()
 file(GLOB_RECURSE files ${SRC}/*.c ${SRC}/*.h)
 foreach(f ${files})
   file(RELATIVE_PATH rel ${SRC} ${f})
@@ -32,6 +47,13 @@ foreach(f ${files})
     math(EXPR errors "${errors} + 1")
     continue()
   endif()
+  if(layer STREQUAL "tuner")
+    tuner_rank(${rel} file_rank)
+    if(file_rank LESS 0)
+      message(SEND_ERROR "${rel}: not in the tuner's file order (${tuner_order_text}): add it there")
+      math(EXPR errors "${errors} + 1")
+    endif()
+  endif()
   file(STRINGS ${f} lines REGEX "^#include \"")
   foreach(line ${lines})
     string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" inc ${line})
@@ -51,10 +73,16 @@ foreach(f ${files})
     elseif(layer STREQUAL "cli" AND NOT to STREQUAL "cli" AND NOT inc STREQUAL "api/admin.h")
       message(SEND_ERROR "${rel}: the CLI includes only scree.h and api/admin.h, not ${inc}")
       math(EXPR errors "${errors} + 1")
+    elseif(layer STREQUAL "tuner" AND to STREQUAL "tuner" AND file_rank GREATER -1)
+      tuner_rank(${inc} inc_rank)
+      if(inc_rank LESS 0 OR inc_rank GREATER file_rank)
+        message(SEND_ERROR "${rel}: #include \"${inc}\" reaches up the tuner's file order (${tuner_order_text})")
+        math(EXPR errors "${errors} + 1")
+      endif()
     endif()
   endforeach()
 endforeach()
 if(errors GREATER 0)
   message(FATAL_ERROR "${errors} include(s) break the layering")
 endif()
-message(STATUS "layers: every include runs downward")
+message(STATUS "layers: every include runs downward, in src/tuner/ too")

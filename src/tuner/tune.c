@@ -1,15 +1,11 @@
-/* tune.c - the tuner: candidates, compile (in parallel), run (check, then
- * time), pick, store. */
-#include <math.h>
+/* tune.c - the tuner: the policy's candidates, compiled (in parallel), run
+ * (checked, then timed) in the worker or here, the policy's winner stored. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/safelist.h"
 #include "tuner/tuner.h"
 #include "tuner/worker.h"
-
-#define MAX_CANDIDATES 4096
 
 /* The state a context keeps for tuning: one tune at a time, and the cubins
  * compiled so far. The buckets of one op share most candidates and a cubin
@@ -57,45 +53,18 @@ void scree__tuner_free(scree_context *ctx) {
   ctx->tuner = NULL;
 }
 
-void scree__default_config(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                           const void *args, scree__config *out) {
-  char vs[128];
-  scree__variant_str(op, var, vs, sizeof vs);
-  scree__target t;
-  scree__target_of(ctx, &t);
-  if (!ctx->safelist || !scree__safelist_default(ctx->safelist, op, vs, out) ||
-      !scree__config_check(op, out, var, &t, NULL, 0))
-    op->default_config(&t, var, args, out);
-  const scree__impl *im = &op->impls[out->impl];
-  if (args && im->adapt) im->adapt(out, var, args);
-}
-
 /* ---- candidates --------------------------------------------------------- */
 
+/* A candidate of the policy's list on its way through the tuner; its
+ * outcome (timed or not) is kept beside it, in a scree__outcome. */
 typedef struct cand {
   scree__config cfg;
   void *cubin;
   size_t cubin_size;
   char *log;
   scree_status cst; /* compile status */
-  double median, spread;
-  int ok;
-  char why[256]; /* why it failed */
+  char why[256];    /* why it failed */
 } cand;
-
-static int same_cfg(const scree__config *a, const scree__config *b) {
-  return !memcmp(a, b, sizeof *a);
-}
-
-static int add_cand(cand *c, int n, const scree__config *cfg) {
-  for (int i = 0; i < n; i++)
-    if (same_cfg(&c[i].cfg, cfg)) return n;
-  if (n >= MAX_CANDIDATES) return n;
-  memset(&c[n], 0, sizeof c[n]);
-  c[n].cfg = *cfg;
-  c[n].cst = SCREE_ERROR_INTERNAL; /* until compiled */
-  return n + 1;
-}
 
 static void record_bad(scree_context *ctx, const scree__ckey *key, const scree__op *op,
                        const scree__config *cfg, int any_bucket, const char *reason) {
@@ -109,58 +78,25 @@ static void record_bad(scree_context *ctx, const scree__ckey *key, const scree__
   scree__cache_record_bad(ctx->caches->user, &k, cs, scree__nvrtc_version(ctx), reason);
 }
 
-/* The candidate list: the safelist's allowed configs in file order (or the
- * whole space), then the default; each adapted to the bucket's alignment
- * (which may make two one), then those the device cannot run, that cannot
- * win, that are denied or recorded bad are dropped. */
-static int candidates(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                      const void *rep, const scree__ckey *key, const scree__tune_opts *o,
-                      cand *c, scree__config *dflt, scree__tune_result *res, int *whole) {
-  char vs[128];
-  scree__variant_str(op, var, vs, sizeof vs);
-  int n = 0;
-  *whole = o->explore || !ctx->safelist;
-  scree__config *list = calloc(MAX_CANDIDATES, sizeof *list);
-  if (!list) return -1;
-  if (!*whole) {
-    const int m = scree__safelist_candidates(ctx->safelist, op, vs, list, MAX_CANDIDATES);
-    for (int i = 0; i < m && i < MAX_CANDIDATES; i++) n = add_cand(c, n, &list[i]);
-    if (n == 0) *whole = 1;
+/* Asks the policy for pin's candidates (into cl, allocated here; the
+ * caller frees cl->cfg) and makes the tuner's candidates of them (*c, not
+ * compiled yet) and their outcomes (*out, none timed yet). */
+static scree_status candidates(const scree__policy *pol, const scree__policy_in *pin,
+                               scree__cands *cl, cand **c, scree__outcome **out) {
+  memset(cl, 0, sizeof *cl);
+  cl->cap = SCREE__MAX_CANDIDATES;
+  cl->cfg = calloc((size_t)cl->cap, sizeof *cl->cfg);
+  const scree_status st = cl->cfg ? pol->candidates(pol, pin, cl) : SCREE_ERROR_OUT_OF_MEMORY;
+  if (st) return st;
+  const size_t m = cl->n > 0 ? (size_t)cl->n : 1;
+  *c = calloc(m, sizeof **c);
+  *out = calloc(m, sizeof **out);
+  if (!*c || !*out) return SCREE_ERROR_OUT_OF_MEMORY;
+  for (int i = 0; i < cl->n; i++) {
+    (*c)[i].cfg = cl->cfg[i];
+    (*c)[i].cst = SCREE_ERROR_INTERNAL; /* until compiled */
   }
-  if (*whole) {
-    const int total = scree__config_space(op, list, MAX_CANDIDATES);
-    for (int i = 0; i < total && i < MAX_CANDIDATES; i++) n = add_cand(c, n, &list[i]);
-  }
-  free(list);
-  scree__default_config(ctx, op, var, rep, dflt);
-  n = add_cand(c, n, dflt); /* adapted to the bucket already */
-  int m = 0;
-  for (int i = 0; i < n; i++) {
-    scree__config a = c[i].cfg;
-    const scree__impl *im = &op->impls[a.impl];
-    if (im->adapt) im->adapt(&a, var, rep);
-    m = add_cand(c, m, &a);
-  }
-  n = m;
-  scree__target t;
-  scree__target_of(ctx, &t);
-  m = 0;
-  for (int i = 0; i < n; i++) {
-    const scree__impl *im = &op->impls[c[i].cfg.impl];
-    char cs[128];
-    if (!scree__config_check(op, &c[i].cfg, var, &t, NULL, 0)) continue;
-    if (!same_cfg(&c[i].cfg, dflt) && im->worth_timing && !im->worth_timing(&c[i].cfg, var, rep))
-      continue;
-    if (ctx->safelist && scree__safelist_denied(ctx->safelist, op, vs, &c[i].cfg)) continue;
-    scree__config_str(op, &c[i].cfg, cs, sizeof cs);
-    if (ctx->caches && ctx->caches->user &&
-        scree__cache_is_bad(ctx->caches->user, key, cs, scree__nvrtc_version(ctx), NULL, 0) == 1) {
-      res->known_bad++;
-      continue;
-    }
-    c[m++] = c[i];
-  }
-  return m;
+  return SCREE_OK;
 }
 
 /* ---- compile ------------------------------------------------------------------ */
@@ -260,52 +196,26 @@ static scree__trial_mode test_mode(const scree__tune_opts *o, const char *cs) {
   return SCREE__TRIAL_NORMAL;
 }
 
-/* The candidates run in this process, in order, until one breaks the
- * context (isolation off). */
-static scree_status trials_here(scree_context *ctx, const scree__op *op,
-                                const scree__variant *var, const scree__bucket *b,
-                                uint64_t seed, const scree__tune_opts *o, scree__trial *t,
-                                int n, scree__tune_result *res) {
-  scree__run chk, tp;
-  CUstream stream = NULL;
-  scree_status st = scree__run_make_bucket(ctx, op, var, b, 1, seed, &chk);
-  if (st) return st;
-  if ((st = scree__run_make_bucket(ctx, op, var, b, 0, seed + 1, &tp))) {
-    scree__run_free(ctx, &chk);
-    return st;
-  }
-  res->flops = tp.p.flops;
-  res->bytes = tp.p.bytes;
-  snprintf(res->problem, sizeof res->problem, "%s", tp.p.desc);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    scree__run_free(ctx, &chk);
-    scree__run_free(ctx, &tp);
-    return scree__fail(ctx, SCREE_ERROR_CUDA, "cuStreamCreate");
-  }
-  for (int i = 0; i < n; i++) {
-    if (o->progress) o->progress(o->user, i + 1, n, "time");
-    if (t[i].mode == SCREE__TRIAL_FAULT || t[i].mode == SCREE__TRIAL_HANG) {
-      t[i].ran = 1;
-      t[i].st = SCREE_ERROR_INVALID_ARGUMENT;
-      snprintf(t[i].why, sizeof t[i].why, "fault and hang tests need the tuning worker");
-      continue;
-    }
-    scree__trial_run(ctx, op, var, &chk, &tp, stream, o, &t[i]);
-    if (t[i].fatal) {
-      st = scree__cu_fail(ctx, ctx->cu->CtxSynchronize(), SCREE_ERROR_CUDA,
-                          "the CUDA context failed while tuning (recorded the config as bad)");
-      break;
-    }
-  }
-  ctx->cu->StreamDestroy(stream);
-  scree__run_free(ctx, &chk);
-  scree__run_free(ctx, &tp);
-  return st;
+/* A wall-clock limit of the worker: the option's, else the environment
+ * variable's, else the default, in seconds. */
+static double limit_s(double given, const char *env, double dflt) {
+  if (given > 0) return given;
+  const char *e = getenv(env);
+  char *end;
+  const double v = e && *e ? strtod(e, &end) : 0;
+  return e && *e && !*end && v > 0 && v < 1e7 ? v : dflt;
 }
 
+static double bucket_limit_s(const scree__tune_opts *o) {
+  return limit_s(o->bucket_limit_s, "SCREE_TUNE_BUCKET_TIMEOUT", 600);
+}
+
+/* Runs the compiled candidates (in the worker, or here with isolation
+ * off) and fills out[i] for each candidate c[i]; records the failures as
+ * bad. dflt_at: the default config's index in c, or -1. */
 static scree_status run_all(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                            const scree__bucket *b, const scree__ckey *key, cand *c, int n,
-                            const scree__config *dflt, const scree__tune_opts *o,
+                            const scree__bucket *b, const scree__ckey *key, cand *c,
+                            scree__outcome *out, int n, int dflt_at, const scree__tune_opts *o,
                             scree__tune_result *res) {
   scree__trial *t = calloc((size_t)(n > 0 ? n : 1), sizeof *t);
   int *of = calloc((size_t)(n > 0 ? n : 1), sizeof *of); /* trial -> candidate */
@@ -338,13 +248,28 @@ static scree_status run_all(scree_context *ctx, const scree__op *op, const scree
   const uint64_t seed = scree__fresh_seed();
   scree_status st = SCREE_OK;
   if (m > 0) {
+    const scree__trial_opts to = {
+        .reps = o->reps,
+        .warmup = o->warmup,
+        .time_limit_ms = o->time_limit_ms,
+        .candidate_limit_s = limit_s(o->candidate_limit_s, "SCREE_TUNE_CANDIDATE_TIMEOUT", 30),
+        .bucket_limit_s = bucket_limit_s(o),
+        .progress = o->progress,
+        .user = o->user};
+    scree__trials_info info;
+    memset(&info, 0, sizeof info);
     if (isolated(o))
-      st = scree__worker_trials(ctx, op, var, b, seed, o, t, m, res, &ctx->tuner->worker);
+      st = scree__worker_trials(ctx, op, var, b, seed, &to, t, m, &info, &ctx->tuner->worker);
     else
-      st = trials_here(ctx, op, var, b, seed, o, t, m, res);
+      st = scree__trials_here(ctx, op, var, b, seed, &to, t, m, &info);
+    res->flops = info.flops;
+    res->bytes = info.bytes;
+    memcpy(res->problem, info.problem, sizeof res->problem);
+    res->workers = info.workers;
   }
   for (int j = 0; j < m; j++) {
-    cand *k = &c[of[j]];
+    const int i = of[j];
+    cand *k = &c[i];
     if (!t[j].ran) continue;
     snprintf(k->why, sizeof k->why, "%s", t[j].why);
     if (t[j].st != SCREE_OK) {
@@ -352,11 +277,11 @@ static scree_status run_all(scree_context *ctx, const scree__op *op, const scree
       res->failed++;
       continue;
     }
-    k->median = t[j].median;
-    k->spread = t[j].spread;
-    k->ok = 1;
+    out[i].ok = 1;
+    out[i].median = t[j].median;
+    out[i].spread = t[j].spread;
     res->timed++;
-    if (same_cfg(&k->cfg, dflt)) res->default_us = k->median;
+    if (i == dflt_at) res->default_us = out[i].median;
   }
   free(t);
   free(of);
@@ -364,17 +289,6 @@ static scree_status run_all(scree_context *ctx, const scree__op *op, const scree
 }
 
 /* ---- pick and store -------------------------------------------------------------- */
-
-/* The first candidate (in candidate order) within the noise band of the
- * fastest wins, so runs that differ only by noise pick the same config. */
-static int pick(const cand *c, int n, double noise) {
-  double best = INFINITY;
-  for (int i = 0; i < n; i++)
-    if (c[i].ok && c[i].median < best) best = c[i].median;
-  for (int i = 0; i < n; i++)
-    if (c[i].ok && c[i].median <= best * (1 + noise)) return i;
-  return -1;
-}
 
 /* Why nothing won, as a status and a message. */
 static scree_status no_winner(scree_context *ctx, const scree__op *op, const scree__ckey *key,
@@ -396,14 +310,14 @@ static scree_status no_winner(scree_context *ctx, const scree__op *op, const scr
 }
 
 static void store(scree_context *ctx, const scree__op *op, const scree__ckey *key,
-                  const cand *w) {
+                  const cand *w, const scree__outcome *wo) {
   if (!ctx->caches || !ctx->caches->user) return;
   scree__centry e;
   memset(&e, 0, sizeof e);
   e.key = *key;
   scree__config_str(op, &w->cfg, e.config, sizeof e.config);
-  e.median_us = w->median;
-  e.spread_us = w->spread;
+  e.median_us = wo->median;
+  e.spread_us = wo->spread;
   snprintf(e.device_name, sizeof e.device_name, "%.127s", ctx->info.name);
   e.sm_count = ctx->info.sm_count;
   e.driver_version = ctx->driver_version;
@@ -465,7 +379,7 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
       pthread_mutex_unlock(&tu->lock);
       return SCREE_OK;
     }
-    const double limit = scree__tune_bucket_limit(&o) + 120;
+    const double limit = bucket_limit_s(&o) + 120;
     scree__log(ctx, SCREE_LOG_INFO, "tune %s %s %s: another process is tuning it; waiting",
                op->name, key.bucket, key.dtype);
     if (scree__cache_tune_lock(uc, &key, 1, limit, &lockfd) == 0) {
@@ -488,26 +402,37 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
   memset(rep, 0, sizeof rep);
   op->representative(b, var, 0, rep);
 
-  cand *c = calloc(MAX_CANDIDATES, sizeof *c);
-  scree__config dflt;
-  int whole = 0;
-  const int n = c ? candidates(ctx, op, var, rep, &key, &o, c, &dflt, res, &whole) : -1;
-  if (n < 0) {
+  const scree__policy *pol = o.policy    ? o.policy
+                              : o.explore ? &scree__policy_explore
+                                          : &scree__policy_default;
+  const scree__policy_in pin = {
+      .ctx = ctx, .op = op, .var = var, .rep = rep, .key = &key, .noise = o.noise};
+  scree__cands cl;
+  cand *c = NULL;
+  scree__outcome *out = NULL;
+  scree_status st = candidates(pol, &pin, &cl, &c, &out);
+  const int n = cl.n;
+  if (st) {
+    free(cl.cfg);
     free(c);
+    free(out);
     scree__cache_tune_unlock(lockfd);
     pthread_mutex_unlock(&tu->lock);
-    return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "tuner: candidate list");
+    return scree__fail(ctx, st, "tuner: candidate list");
   }
   res->candidates = n;
+  res->known_bad = cl.known_bad;
   scree__log(ctx, SCREE_LOG_INFO, "tune %s %s %s: %d candidates (%s), %d known bad", op->name,
-             key.bucket, key.dtype, n, whole ? "whole space" : "safelist", res->known_bad);
+             key.bucket, key.dtype, n, cl.source ? cl.source : pol->name, res->known_bad);
 
-  scree_status st = compile_all(ctx, op, var, c, n, &o);
+  st = compile_all(ctx, op, var, c, n, &o);
   const int pushed = scree__ctx_enter(ctx);
-  if (!st) st = run_all(ctx, op, var, b, &key, c, n, &dflt, &o, res);
+  const int dflt_at = scree__cands_find(&cl, &cl.dflt);
+  if (!st) st = run_all(ctx, op, var, b, &key, c, out, n, dflt_at, &o, res);
   scree__ctx_leave(ctx, pushed);
 
-  const int win = st ? -1 : pick(c, n, o.noise);
+  int win = st ? -1 : pol->pick(pol, &pin, out, n);
+  if (win >= n || (win >= 0 && !out[win].ok)) win = -1; /* only a timed candidate can win */
   if (!st && win < 0) st = no_winner(ctx, op, &key, c, n, res);
   if (win >= 0) {
     scree__kernel wk;
@@ -515,19 +440,21 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
   }
   if (!st && win >= 0) {
     res->cfg = c[win].cfg;
-    res->median_us = c[win].median;
-    res->spread_us = c[win].spread;
+    res->median_us = out[win].median;
+    res->spread_us = out[win].spread;
     char cs[128];
     scree__config_str(op, &res->cfg, cs, sizeof cs);
     scree__log(ctx, SCREE_LOG_INFO, "tune %s %s %s: winner %s %.2f us (default %.2f us), %d timed",
                op->name, key.bucket, key.dtype, cs, res->median_us, res->default_us, res->timed);
-    if (o.store) store(ctx, op, &key, &c[win]);
+    if (o.store) store(ctx, op, &key, &c[win], &out[win]);
   }
   for (int i = 0; i < n; i++) {
     free(c[i].cubin);
     free(c[i].log);
   }
   free(c);
+  free(out);
+  free(cl.cfg);
   scree__cache_tune_unlock(lockfd); /* after the store: a waiter finds the row */
   res->seconds = scree__now() - t0;
   pthread_mutex_unlock(&tu->lock);

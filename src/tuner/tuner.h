@@ -1,13 +1,20 @@
 /* tuner.h - finds the fastest correct config for a bucket on the live GPU.
- * Not API. See docs/architecture.md ("Tuning"). */
+ * Not API. See docs/architecture.md ("Tuning"). The tuner's files, each
+ * using only those before it: policy (what to try, who wins), harness
+ * (problems on the device), trial (one candidate), worker (the process),
+ * tune (this header: the whole run); tests/test_layers.cmake checks it. */
 #ifndef SCREE_TUNER_H
 #define SCREE_TUNER_H
 
 #include "store/keys.h"
 #include "tuner/harness.h"
+#include "tuner/policy.h"
 
 typedef struct scree__tune_opts {
   int explore;          /* time the whole space, not only the safelist */
+  /* How candidates and the winner are chosen (tuner/policy.h); NULL:
+   * scree__policy_explore with explore, else scree__policy_default. */
+  const scree__policy *policy;
   int reps;             /* timed runs per candidate; default 25 */
   int warmup;           /* untimed runs first; default 3 */
   double noise;         /* configs within this fraction of the best tie; 0.02 */
@@ -65,25 +72,20 @@ void scree__tune_opts_init(scree__tune_opts *o);
 scree_status scree__tuner_create(scree_context *ctx);
 void scree__tuner_free(scree_context *ctx);
 
-/* The config the op runs without tuning: the safelist's default line for
- * this variant, else the op's heuristic; adapted to args when not NULL. */
-void scree__default_config(scree_context *ctx, const scree__op *op,
-                           const scree__variant *var, const void *args,
-                           scree__config *out);
-
-/* Tunes op/variant for a bucket: candidates from the safelist (or the whole
- * space), filtered by the device, compiled on a thread pool, each checked
- * against the CPU reference on the bucket's check problem and timed on its
- * representative problem, in a worker process unless opts->isolate says
- * otherwise (tuner/worker.h); failures are recorded as bad configs in the
- * user cache; the winner (opts->store) is stored with its cubin and joins
- * the context's module table. Serialized per context, and per bucket
- * across the processes that share the user cache (its tune lock: a second
- * process waits, then reuses the first one's row when reuse_cached is
- * set, or returns at once with res->busy under busy_default). When no candidate
- * works the status says why: SCREE_ERROR_COMPILE if none compiled,
- * SCREE_ERROR_WRONG_ANSWER if none computed the right answer, with the
- * first reason in the message. */
+/* Tunes op/variant for a bucket: the policy's candidates (by default the
+ * safelist's or the whole space, filtered by the device), compiled on a
+ * thread pool, each checked against the CPU reference on the bucket's
+ * check problem and timed on its representative problem, in a worker
+ * process unless opts->isolate says otherwise (tuner/worker.h); failures
+ * are recorded as bad configs in the user cache; the policy's winner
+ * (opts->store) is stored with its cubin and joins the context's module
+ * table. Serialized per context, and per bucket across the processes that
+ * share the user cache (its tune lock: a second process waits, then
+ * reuses the first one's row when reuse_cached is set, or returns at once
+ * with res->busy under busy_default). When no candidate works the status
+ * says why: SCREE_ERROR_COMPILE if none compiled, SCREE_ERROR_WRONG_ANSWER
+ * if none computed the right answer, with the first reason in the
+ * message. */
 scree_status scree__tune(scree_context *ctx, const scree__op *op,
                          const scree__variant *var, const scree__bucket *b,
                          const scree__tune_opts *opts, scree__tune_result *res);

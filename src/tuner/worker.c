@@ -1,6 +1,6 @@
-/* worker.c - candidates checked and timed one at a time, in the caller's
- * context (scree__trial_run) or in a worker process (scree__worker_trials
- * on the caller's side, scree__worker_serve on the worker's).
+/* worker.c - a bucket's candidates checked and timed in a worker process:
+ * scree__worker_trials on the caller's side, scree__worker_serve on the
+ * worker's, which runs each as a trial (tuner/trial.h).
  *
  * A kernel that faults leaves its CUDA context unusable for good, and one
  * that never finishes blocks whatever waits for it; neither may reach the
@@ -42,130 +42,6 @@
 #include "tuner/worker.h"
 
 extern char **environ;
-
-/* ---- one candidate ------------------------------------------------------ */
-
-/* The fault mode's runner: the config's own kernel with every output
- * pointer replaced by an address nothing is mapped at. */
-typedef struct fault_runner {
-  scree__config_runner cr;
-  const scree__problem *p;
-} fault_runner;
-
-static scree_status run_faulting(void *user, scree_context *ctx, const void *args,
-                                 CUstream stream) {
-  fault_runner *f = user;
-  _Alignas(16) unsigned char a[SCREE__ARGS_MAX];
-  memcpy(a, args, sizeof a);
-  for (int b = 0; b < f->p->nbufs; b++) {
-    const scree__buf *bf = &f->p->bufs[b];
-    if (bf->kind == SCREE__BUF_OUT || bf->kind == SCREE__BUF_INOUT) {
-      const scree_devptr bad = (scree_devptr)1 << 44; /* 16 TiB: never mapped */
-      memcpy(a + bf->arg_offset, &bad, sizeof bad);
-    }
-  }
-  return scree__run_config(&f->cr, ctx, a, stream);
-}
-
-/* The hang mode's kernel: spins until a flag nobody sets is set. */
-static const char hang_src[] =
-    "extern \"C\" __global__ void scree_test_hang(volatile unsigned *flag) {\n"
-    "  while (*flag == 0u) { }\n"
-    "}\n";
-typedef struct hang_runner {
-  CUfunction fn;
-  CUdeviceptr flag;
-} hang_runner;
-
-static scree_status run_hanging(void *user, scree_context *ctx, const void *args,
-                                CUstream stream) {
-  (void)args;
-  hang_runner *h = user;
-  void *params[] = {&h->flag};
-  CUresult r = ctx->cu->LaunchKernel(h->fn, 1, 1, 1, 32, 1, 1, 0, stream, params, NULL);
-  return r ? scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "scree_test_hang") : SCREE_OK;
-}
-
-static scree_status hang_setup(scree_context *ctx, hang_runner *h, CUmodule *mod) {
-  const scree__nvrtc_api *nv = ctx->nvrtc;
-  if (!nv) return scree__fail(ctx, SCREE_ERROR_NO_NVRTC, "the hang test needs NVRTC");
-  char opt[48];
-  snprintf(opt, sizeof opt, "--gpu-architecture=%s", ctx->arch);
-  const char *opts[] = {opt};
-  nvrtcProgram prog;
-  if (nv->CreateProgram(&prog, hang_src, "scree_test_hang.cu", 0, NULL, NULL))
-    return scree__fail(ctx, SCREE_ERROR_INTERNAL, "nvrtcCreateProgram");
-  size_t size = 0;
-  char *cubin = NULL;
-  scree_status st = SCREE_OK;
-  if (nv->CompileProgram(prog, 1, opts) || nv->GetCUBINSize(prog, &size) || !size ||
-      !(cubin = malloc(size)) || nv->GetCUBIN(prog, cubin))
-    st = scree__fail(ctx, SCREE_ERROR_COMPILE, "the hang test's kernel did not compile");
-  nv->DestroyProgram(&prog);
-  if (!st && (ctx->cu->ModuleLoadDataEx(mod, cubin, 0, NULL, NULL) ||
-              ctx->cu->ModuleGetFunction(&h->fn, *mod, "scree_test_hang")))
-    st = scree__fail(ctx, SCREE_ERROR_LOAD, "the hang test's kernel did not load");
-  free(cubin);
-  if (!st && (ctx->cu->MemAlloc(&h->flag, 4) || ctx->cu->MemsetD8(h->flag, 0, 4)))
-    st = scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "the hang test's flag");
-  return st;
-}
-
-void scree__trial_run(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                      scree__run *chk, scree__run *tp, CUstream stream,
-                      const scree__tune_opts *o, scree__trial *t) {
-  t->ran = 1;
-  t->record = 0;
-  t->fatal = 0;
-  t->why[0] = 0;
-  scree__kernel k;
-  memset(&k, 0, sizeof k);
-  scree_status st = scree__module_load(ctx, op, &t->cfg, var, t->cubin, &k);
-  if (st) {
-    char err[200];
-    scree__error_copy(ctx, err, sizeof err);
-    snprintf(t->why, sizeof t->why, "load: %s", err);
-    /* Too many resources or a bad image is the config's (on any bucket);
-     * running out of device memory is not. */
-    t->record = st == SCREE_ERROR_LOAD ? 2 : 0;
-    t->st = st;
-    return;
-  }
-  scree__config_runner cr = {op, &t->cfg, var, &k};
-  fault_runner fr = {cr, &chk->p};
-  hang_runner hr = {NULL, 0};
-  CUmodule hmod = NULL;
-  scree__runner fn = scree__run_config;
-  void *user = &cr;
-  if (t->mode == SCREE__TRIAL_FAULT) {
-    fn = run_faulting;
-    user = &fr;
-  } else if (t->mode == SCREE__TRIAL_HANG) {
-    st = hang_setup(ctx, &hr, &hmod);
-    if (st) scree__error_copy(ctx, t->why, sizeof t->why);
-    fn = run_hanging;
-    user = &hr;
-  }
-  if (!st) st = scree__run_check(ctx, chk, fn, user, stream, o->time_limit_ms, t->why,
-                                 sizeof t->why);
-  if (!st && t->mode == SCREE__TRIAL_WRONG) {
-    snprintf(t->why, sizeof t->why, "wrong answer: poisoned for testing");
-    st = SCREE_ERROR_WRONG_ANSWER;
-  }
-  if (!st)
-    st = scree__run_time(ctx, tp, fn, user, stream, o->warmup, o->reps, 1, o->time_limit_ms,
-                         &t->median, &t->spread, t->why, sizeof t->why);
-  t->st = st;
-  if (st) {
-    t->record = 1;
-    /* A fault leaves the context unusable: nothing after it can run. */
-    const CUresult r = ctx->cu->CtxSynchronize();
-    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) t->fatal = 1;
-  }
-  if (hr.flag) ctx->cu->MemFree(hr.flag);
-  if (hmod) ctx->cu->ModuleUnload(hmod);
-  ctx->cu->ModuleUnload(k.module);
-}
 
 /* ---- the wire ------------------------------------------------------------ */
 
@@ -314,11 +190,7 @@ static int serve_one(scree_context *ctx, rbuf *in, int out, const char *line) {
     goto done;
   }
   if (rc) goto done;
-  scree__tune_opts o;
-  scree__tune_opts_init(&o);
-  o.reps = reps;
-  o.warmup = warmup;
-  o.time_limit_ms = limit_ms;
+  const scree__trial_opts o = {.reps = reps, .warmup = warmup, .time_limit_ms = limit_ms};
   const int pushed = scree__ctx_enter(ctx);
   scree__run chk, tp;
   CUstream stream = NULL;
@@ -513,7 +385,7 @@ static const char *mode_name(scree__trial_mode m) {
 
 /* Sends the request for trials [from, n). */
 static int send_request(struct scree__worker *w, const scree__op *op, const scree__variant *var,
-                        const scree__bucket *b, uint64_t seed, const scree__tune_opts *o,
+                        const scree__bucket *b, uint64_t seed, const scree__trial_opts *o,
                         const scree__trial *t, int from, int n) {
   char vs[128], bs[128];
   scree__variant_str(op, var, vs, sizeof vs);
@@ -531,29 +403,15 @@ static int send_request(struct scree__worker *w, const scree__op *op, const scre
   return 0;
 }
 
-static double env_seconds(const char *name, double dflt) {
-  const char *e = getenv(name);
-  char *end;
-  const double v = e && *e ? strtod(e, &end) : 0;
-  return e && *e && !*end && v > 0 && v < 1e7 ? v : dflt;
-}
-
-double scree__tune_bucket_limit(const scree__tune_opts *o) {
-  return o->bucket_limit_s > 0 ? o->bucket_limit_s
-                               : env_seconds("SCREE_TUNE_BUCKET_TIMEOUT", 600);
-}
-
 scree_status scree__worker_trials(scree_context *ctx, const scree__op *op,
                                   const scree__variant *var, const scree__bucket *b,
-                                  uint64_t seed, const scree__tune_opts *o, scree__trial *t,
-                                  int n, scree__tune_result *res, struct scree__worker **wp) {
+                                  uint64_t seed, const scree__trial_opts *o, scree__trial *t,
+                                  int n, scree__trials_info *info, struct scree__worker **wp) {
   if (!*wp && !(*wp = calloc(1, sizeof **wp)))
     return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "tuning worker");
   struct scree__worker *w = *wp;
-  const double cand_s = o->candidate_limit_s > 0
-                            ? o->candidate_limit_s
-                            : env_seconds("SCREE_TUNE_CANDIDATE_TIMEOUT", 30);
-  const double bucket_s = scree__tune_bucket_limit(o);
+  const double cand_s = o->candidate_limit_s;
+  const double bucket_s = o->bucket_limit_s;
   const double bucket_end = scree__now() + bucket_s;
   /* A worker that ended since the last tune (its parent thread exited,
    * or it was killed from outside) is replaced without blame. */
@@ -573,7 +431,7 @@ scree_status scree__worker_trials(scree_context *ctx, const scree__op *op,
     if (w->pid <= 0) {
       scree_status st = start(ctx, w);
       if (st) return st;
-      res->workers++;
+      info->workers++;
       fresh = 1;
     }
     if (send_request(w, op, var, b, seed, o, t, next, n)) {
@@ -608,9 +466,9 @@ scree_status scree__worker_trials(scree_context *ctx, const scree__op *op,
                            "--device %d` to see why", w->path, how, w->path, ctx->info.ordinal);
       continue;
     }
-    res->flops = flops;
-    res->bytes = bytes;
-    snprintf(res->problem, sizeof res->problem, "%s", line + off);
+    info->flops = flops;
+    info->bytes = bytes;
+    snprintf(info->problem, sizeof info->problem, "%s", line + off);
     while (next < n) {
       const double now = scree__now();
       const double until = now + cand_s < bucket_end ? now + cand_s : bucket_end;

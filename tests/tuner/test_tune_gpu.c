@@ -1,9 +1,10 @@
 /* test_tune_gpu.c - the tuner end to end on a GPU (label gpu): tune a
  * bucket, a second process hits the cache without compiling, a denied
- * config is never compiled, a failing config is recorded and skipped, the
- * miss policies, the hot path's host overhead, a faulting and a hanging
- * candidate kept in the worker process, eight processes that miss one
- * bucket tuning it once, and the cold tune in a worker and in process. */
+ * config is never compiled, a failing config is recorded and skipped, a
+ * policy plugged in through the options, the miss policies, the hot
+ * path's host overhead, a faulting and a hanging candidate kept in the
+ * worker process, eight processes that miss one bucket tuning it once,
+ * and the cold tune in a worker and in process. */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,6 +258,56 @@ START_TEST(failing_config_recorded_and_skipped) {
   char needle[200];
   snprintf(needle, sizeof needle, "compiling rmsnorm %s for", victim);
   ck_assert_msg(!log_has(needle), "known-bad %s was compiled again", victim);
+  scree_destroy(ctx);
+}
+END_TEST
+
+/* A policy plugged in through opts.policy (tuner/policy.h): it proposes
+ * nothing of its own, so the finished list is the default alone, and it
+ * picks the last timed candidate. */
+static int g_picks;
+
+static scree_status only_the_default(const scree__policy *self, const scree__policy_in *in,
+                                     scree__cands *c) {
+  (void)self;
+  scree__policy_finish(in, c);
+  c->source = "the default alone";
+  return SCREE_OK;
+}
+
+static int last_timed(const scree__policy *self, const scree__policy_in *in,
+                      const scree__outcome *o, int n) {
+  (void)self, (void)in;
+  g_picks++;
+  for (int i = n - 1; i >= 0; i--)
+    if (o[i].ok) return i;
+  return -1;
+}
+
+START_TEST(a_policy_plugs_in) {
+  char db[400];
+  snprintf(db, sizeof db, "%s/policy.db", g_dir);
+  scree_context *ctx = make_ctx(db, SCREE_MISS_DEFAULT);
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree__policy p = {
+      .name = "only-default", .candidates = only_the_default, .pick = last_timed};
+  scree__tune_opts o;
+  scree__tune_opts_init(&o);
+  o.policy = &p;
+  o.store = 0;
+  log_reset();
+  scree__tune_result res;
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, BK(2048, 2048), &o, &res), SCREE_OK);
+  ck_assert_int_eq(res.candidates, 1);
+  ck_assert_int_eq(res.timed, 1);
+  ck_assert_int_eq(g_picks, 1);
+  scree_rmsnorm_args rep;
+  op->representative(BK(2048, 2048), &fp16, 0, &rep);
+  scree__config d;
+  scree__default_config(ctx, op, &fp16, &rep, &d);
+  ck_assert(!memcmp(&res.cfg, &d, sizeof d));
+  ck_assert(res.median_us > 0 && res.default_us == res.median_us);
+  ck_assert(log_has("1 candidates (the default alone)"));
   scree_destroy(ctx);
 }
 END_TEST
@@ -632,6 +683,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, tune_then_second_process_hits_cache);
   tcase_add_test(tc, denied_config_is_never_compiled);
   tcase_add_test(tc, failing_config_recorded_and_skipped);
+  tcase_add_test(tc, a_policy_plugs_in);
   tcase_add_test(tc, miss_policies);
   tcase_add_test(tc, prewarm_from_misses);
   tcase_add_test(tc, verify_catches_a_wrong_entry);
