@@ -260,7 +260,7 @@ typedef struct scree_counters {
   uint64_t module_loads;     /* cubins loaded onto the device */
   uint64_t memory_hits;      /* config found in the in-process table */
   uint64_t user_cache_hits;  /* config found in the user's SQLite cache */
-  uint64_t shipped_cache_hits; /* config found in a read-only cache */
+  uint64_t shipped_cache_hits; /* config found in a read-only cache or a shipped tuned config */
   uint64_t safelist_defaults;  /* fell back to the architecture's default */
   uint64_t misses_recorded;  /* misses written to the cache */
   uint64_t tunes;            /* tuning runs started */

@@ -1,10 +1,11 @@
 /* test_tune_gpu.c - the tuner end to end on a GPU (label gpu): tune a
  * bucket, a second process hits the cache without compiling, a denied
  * config is never compiled, a failing config is recorded and skipped, a
- * policy plugged in through the options, the miss policies, the hot
- * path's host overhead, a faulting and a hanging candidate kept in the
- * worker process, eight processes that miss one bucket tuning it once,
- * and the cold tune in a worker and in process. */
+ * policy plugged in through the options, the miss policies, the shipped
+ * tuned configs under the user cache, the hot path's host overhead, a
+ * faulting and a hanging candidate kept in the worker process, eight
+ * processes that miss one bucket tuning it once, and the cold tune in a
+ * worker and in process. */
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,7 +287,7 @@ static int last_timed(const scree__policy *self, const scree__policy_in *in,
 
 START_TEST(a_policy_plugs_in) {
   char db[400];
-  snprintf(db, sizeof db, "%s/policy.db", g_dir);
+  snprintf(db, sizeof db, "%s/plugged.db", g_dir);
   scree_context *ctx = make_ctx(db, SCREE_MISS_DEFAULT);
   const scree__op *op = scree__op_find("rmsnorm");
   const scree__policy p = {
@@ -374,6 +375,63 @@ START_TEST(miss_policies) {
   ck_assert_uint_eq(c.user_cache_hits, 1);
   ck_assert_uint_eq(c.tunes, 0);
   scree_destroy(ctx);
+}
+END_TEST
+
+/* The shipped tuned configs are the cache stack's lowest level: a bucket
+ * that only they hold runs their config (compiled: they carry no cubin)
+ * and counts as a shipped hit; a row of the user cache outranks them. */
+START_TEST(shipped_tuned_configs_answer_last) {
+  char db[400], txt[400];
+  snprintf(db, sizeof db, "%s/shipped-text.db", g_dir);
+  snprintf(txt, sizeof txt, "%s/tuned.txt", g_dir);
+  const scree__op *op = scree__op_find("rmsnorm");
+  scree_context *ctx = make_ctx(db, SCREE_MISS_ERROR);
+  scree__centry e;
+  memset(&e, 0, sizeof e);
+  scree__make_key(ctx, op, &fp16, BK(100, 768), &e.key);
+  snprintf(e.config, sizeof e.config, "tpr=64,rows=2,vec=4,cache=4");
+  scree_rmsnorm_args a = {.rows = 100, .cols = 768, .x_dtype = SCREE_DTYPE_FP16,
+                          .w_dtype = SCREE_DTYPE_FP16, .y_dtype = SCREE_DTYPE_FP16};
+  scree__config d;
+  char cs[128];
+  scree__default_config(ctx, op, &fp16, &a, &d);
+  scree__config_str(op, &d, cs, sizeof cs);
+  ck_assert_str_ne(cs, e.config); /* so that the config that ran shows */
+  e.median_us = 1.5;
+  snprintf(e.device_name, sizeof e.device_name, "%.127s", ctx->info.name);
+  FILE *f = fopen(txt, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(scree__tuned_write(f, &e), 0);
+  fclose(f);
+  scree_destroy(ctx);
+
+  setenv("SCREE_TUNED_CONFIGS", txt, 1);
+  ctx = make_ctx(db, SCREE_MISS_ERROR);
+  log_reset();
+  run_once(ctx, 100, 768, SCREE_OK);
+  scree_counters c;
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.shipped_cache_hits, 1);
+  ck_assert_uint_eq(c.user_cache_hits, 0);
+  ck_assert_uint_ge(c.compiles, 1);
+  ck_assert(log_has("shipped tuned config"));
+  scree__config ran;
+  ck_assert(scree__plan_config(ctx, op, &fp16, &a, &ran));
+  scree__config_str(op, &ran, cs, sizeof cs);
+  ck_assert_str_eq(cs, e.config);
+  /* A tune stores a row in the user cache: the next context takes it. */
+  scree__tune_result res;
+  ck_assert_int_eq(scree__tune(ctx, op, &fp16, BK(100, 768), NULL, &res), SCREE_OK);
+  scree_destroy(ctx);
+  ctx = make_ctx(db, SCREE_MISS_ERROR);
+  run_once(ctx, 100, 768, SCREE_OK);
+  scree_get_counters(ctx, &c);
+  ck_assert_uint_eq(c.user_cache_hits, 1);
+  ck_assert_uint_eq(c.shipped_cache_hits, 0);
+  ck_assert_uint_eq(c.compiles, 0);
+  scree_destroy(ctx);
+  setenv("SCREE_TUNED_CONFIGS", "none", 1);
 }
 END_TEST
 
@@ -685,6 +743,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, failing_config_recorded_and_skipped);
   tcase_add_test(tc, a_policy_plugs_in);
   tcase_add_test(tc, miss_policies);
+  tcase_add_test(tc, shipped_tuned_configs_answer_last);
   tcase_add_test(tc, prewarm_from_misses);
   tcase_add_test(tc, verify_catches_a_wrong_entry);
   tcase_add_test(tc, hot_path_overhead);

@@ -218,6 +218,8 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
       free(ctx->caches);
       ctx->caches = NULL;
     }
+    if (ctx->caches) /* this GPU's model's shipped tuned configs answer first */
+      snprintf(ctx->caches->device, sizeof ctx->caches->device, "%.127s", ctx->info.name);
     if (warn[0]) scree__log(ctx, SCREE_LOG_WARN, "%s", warn);
     if (ctx->caches && ctx->caches->user)
       scree__log(ctx, SCREE_LOG_DEBUG, "user cache %s, %d shipped cache(s)",

@@ -2,17 +2,16 @@
  *
  * scree_<op>() checks its arguments (the op's validate hook), then looks up
  * the plan for (op, variant, bucket, alignment class) in the in-memory plan
- * table and launches. Only the first call of a plan consults the caches
- * (user, then shipped, then the shipped tuned configs) and, on a miss,
- * follows the miss policy: the default
- * config (recording the miss), tuning now, or an error. */
+ * table and launches. Only the first call of a plan consults the cache
+ * stack (user, then shipped, then the shipped tuned configs) and, on a
+ * miss, follows the miss policy: the default config (recording the miss),
+ * tuning now, or an error. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "ops/registry.h"
 #include "store/safelist.h"
-#include "store/tuned.h"
 #include "tuner/tuner.h"
 
 typedef struct pkey {
@@ -58,70 +57,63 @@ static void plan_key(const scree__op *op, const scree__variant *var, const void 
   key->aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
 }
 
-/* The cached config of a bucket, loaded (from its cubin when it serves the
- * call as stored). 1 if found. */
-static int from_cache(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                      const void *args, const scree__ckey *key, scree__config *cfg) {
-  scree__centry e;
-  scree__cache_level level = SCREE__LEVEL_NONE;
-  if (!ctx->caches || scree__cache_stack_get(ctx->caches, key, &e, &level) != SCREE_OK) return 0;
+/* Whether a cache stack entry gives this call its config (in cfg): it
+ * parses and passes the check for this device, and its cubin, if it has
+ * one and it serves the call as stored (adapt keeps the config), loads.
+ * A config without a cubin (a shipped tuned config), or one that adapt
+ * narrows, is compiled by the caller. */
+static int use_entry(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                     const void *args, const scree__ckey *key, const scree__centry *e,
+                     scree__cache_level level, scree__config *cfg) {
   char why[256];
   scree__target t;
   scree__target_of(ctx, &t);
-  int have = 0;
-  if (scree__config_parse(op, e.config, cfg, why, sizeof why) == 0 &&
-      scree__config_check(op, cfg, var, &t, why, sizeof why)) {
-    /* The cached cubin serves the call only if adapt keeps the config;
-     * otherwise the narrowed config is compiled by the caller. */
+  if (scree__config_parse(op, e->config, cfg, why, sizeof why) ||
+      !scree__config_check(op, cfg, var, &t, why, sizeof why)) {
+    scree__log(ctx, SCREE_LOG_WARN, "%s %s: ignoring %s \"%s\": %s", op->name, key->bucket,
+               level == SCREE__LEVEL_TUNED ? "shipped tuned config" : "cached config", e->config,
+               why);
+    return 0;
+  }
+  if (level != SCREE__LEVEL_TUNED) {
     scree__config adapted = *cfg;
     const scree__impl *im = &op->impls[cfg->impl];
     if (im->adapt) im->adapt(&adapted, var, args);
-    scree_status st = SCREE_OK;
-    if (!memcmp(&adapted, cfg, sizeof adapted)) {
-      scree__kernel k;
-      st = scree__kernel_from_cubin(ctx, op, cfg, var, e.cubin, &k);
-    }
-    if (st == SCREE_OK) {
-      have = 1;
-      scree__count(level == SCREE__LEVEL_USER ? &ctx->counters.user_cache_hits
-                                              : &ctx->counters.shipped_cache_hits);
-      scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: %s cache hit: %s", op->name, key->bucket,
-                 key->dtype, level == SCREE__LEVEL_USER ? "user" : "shipped", e.config);
-    } else {
+    scree__kernel k;
+    if (!memcmp(&adapted, cfg, sizeof adapted) &&
+        scree__kernel_from_cubin(ctx, op, cfg, var, e->cubin, &k) != SCREE_OK) {
       char err[512];
       scree__error_copy(ctx, err, sizeof err);
       scree__log(ctx, SCREE_LOG_WARN, "%s %s: cached cubin for %s does not load: %s", op->name,
-                 key->bucket, e.config, err);
+                 key->bucket, e->config, err);
+      return 0;
     }
-  } else {
-    scree__log(ctx, SCREE_LOG_WARN, "%s %s: ignoring cached config \"%s\": %s", op->name,
-               key->bucket, e.config, why);
   }
-  scree__centry_free(&e);
-  return have;
+  scree__count(level == SCREE__LEVEL_USER ? &ctx->counters.user_cache_hits
+                                          : &ctx->counters.shipped_cache_hits);
+  if (level == SCREE__LEVEL_TUNED)
+    scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: shipped tuned config (%s, %.2f us): %s",
+               op->name, key->bucket, key->dtype, e->device_name, e->median_us, e->config);
+  else
+    scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: %s cache hit: %s", op->name, key->bucket,
+               key->dtype, level == SCREE__LEVEL_USER ? "user" : "shipped", e->config);
+  return 1;
 }
 
-/* The shipped tuned config of a bucket (text, no cubin: the caller
- * compiles it), an entry tuned on this device's model first. 1 if found
- * and it passes the check for this device. */
-static int from_tuned(scree_context *ctx, const scree__op *op, const scree__variant *var,
-                      const scree__ckey *key, scree__config *cfg) {
+/* The config of a bucket from the cache stack: the first entry, in the
+ * stack's order, that this call can use (use_entry); one it cannot is
+ * passed over for the next level's. 1 if found. */
+static int from_cache(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                      const void *args, const scree__ckey *key, scree__config *cfg) {
   if (!ctx->caches) return 0;
-  const scree__tentry *te = scree__cache_stack_tuned(ctx->caches, key, ctx->info.name);
-  if (!te) return 0;
-  char why[256];
-  scree__target t;
-  scree__target_of(ctx, &t);
-  if (scree__config_parse(op, te->config, cfg, why, sizeof why) ||
-      !scree__config_check(op, cfg, var, &t, why, sizeof why)) {
-    scree__log(ctx, SCREE_LOG_WARN, "%s %s: ignoring shipped tuned config \"%s\": %s", op->name,
-               key->bucket, te->config, why);
-    return 0;
+  scree__centry e;
+  scree__cache_level level;
+  for (int pos = 0; scree__cache_stack_next(ctx->caches, key, &pos, &e, &level) == SCREE_OK;) {
+    const int have = use_entry(ctx, op, var, args, key, &e, level, cfg);
+    scree__centry_free(&e);
+    if (have) return 1;
   }
-  scree__count(&ctx->counters.shipped_cache_hits);
-  scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: shipped tuned config (%s, %.2f us): %s", op->name,
-             key->bucket, key->dtype, te->device, te->median_us, te->config);
-  return 1;
+  return 0;
 }
 
 /* Decides the config of a new plan: cache, then the miss policy; loads the
@@ -135,9 +127,8 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op, const sc
   scree__make_key(ctx, op, var, b, &key);
   *temporary = 0;
   if (from_cache(ctx, op, var, args, &key, &cfg)) {
-    /* the cache answers */
-  } else if (from_tuned(ctx, op, var, &key, &cfg)) {
-    /* a shipped tuned config: compiled below */
+    /* the cache stack answers; a config it holds no usable cubin for is
+     * compiled below */
   } else if (ctx->miss_policy == SCREE_MISS_ERROR) {
     return scree__fail(ctx, SCREE_ERROR_CACHE_MISS,
                        "no tuned config for %s %s %s on %s (miss policy: error); "

@@ -316,22 +316,26 @@ scree_status scree__cache_export(scree__cache *c, const char *dst_path,
                                  size_t why_size);
 
 /* ------------------------------------------------------------------------ */
-/* Layering: one read-write user cache over read-only shipped caches.        */
+/* Layering: one read-write user cache over read-only shipped caches, over  */
+/* the shipped tuned configs (text).                                        */
 /* ------------------------------------------------------------------------ */
 
 typedef enum {
   SCREE__LEVEL_NONE = 0,
   SCREE__LEVEL_USER = 1,
-  SCREE__LEVEL_SHIPPED = 2
+  SCREE__LEVEL_SHIPPED = 2,
+  SCREE__LEVEL_TUNED = 3 /* a shipped tuned config: a config and a time, no cubin */
 } scree__cache_level;
 
-struct scree__tuned;  /* store/tuned.h */
-struct scree__tentry; /* store/tuned.h */
+struct scree__tuned; /* store/tuned.h */
 typedef struct scree__cache_stack {
   scree__cache *user;     /* NULL when the user cache could not be opened */
   scree__cache **shipped; /* in search-path order */
   int nshipped;
   struct scree__tuned *tuned; /* shipped tuned configs (text), the lowest level; may be NULL */
+  /* The GPU's name: the shipped tuned configs of its model answer before
+   * those of another model of the arch. "" (as opened): any model. */
+  char device[128];
 } scree__cache_stack;
 
 /* The default user cache path: $SCREE_CACHE_DIR/tune.db, else
@@ -357,20 +361,26 @@ scree_status scree__cache_stack_open(scree__cache_stack *s,
                                      const char *user_path,
                                      const char *search_path, char *warn,
                                      size_t warn_size);
-/* The stack's lowest level: the shipped tuned config for k (store/tuned.h:
- * the embedded caches/ files or $SCREE_TUNED_CONFIGS), preferring an entry
- * tuned on `device` (a device name; may be NULL), or NULL. It has a config
- * and a time, no cubin: the caller compiles it. */
-const struct scree__tentry *scree__cache_stack_tuned(const scree__cache_stack *s,
-                                                     const scree__ckey *k, const char *device);
 /* Closes every cache of the stack and zeroes it. NULL-safe. */
 void scree__cache_stack_close(scree__cache_stack *s);
-/* Lookup in order: user, then the shipped caches in list order. An entry
- * whose cubin_ok is 0, or a level that fails with an error, is skipped
- * (the next level is asked). Returns SCREE_OK and the level that answered,
- * or SCREE_ERROR_NOT_FOUND and SCREE__LEVEL_NONE. level may be NULL. */
+/* Lookup in the stack's one order: the user cache, each shipped cache in
+ * list order, then the shipped tuned configs (store/tuned.h: the entry of
+ * s->device's model first). The first level holding the key answers; an
+ * SQLite entry whose cubin_ok is 0, or a level that fails with an error,
+ * is skipped (the next level is asked). A shipped tuned config answers
+ * with its key, config, median_us and device_name (as written, blanks as
+ * '_'), and no cubin (cubin NULL, cubin_ok 0): the caller compiles it.
+ * Returns SCREE_OK and the level that answered (free out with
+ * scree__centry_free), or SCREE_ERROR_NOT_FOUND and SCREE__LEVEL_NONE.
+ * level may be NULL. */
 scree_status scree__cache_stack_get(scree__cache_stack *s,
                                     const scree__ckey *k, scree__centry *out,
                                     scree__cache_level *level);
+/* The same from the stack's level *pos on (0: the top), and on SCREE_OK
+ * *pos moves past the level that answered: a caller that cannot use an
+ * entry (its config does not pass the device's check, its cubin does not
+ * load) asks again for the next level's. */
+scree_status scree__cache_stack_next(scree__cache_stack *s, const scree__ckey *k, int *pos,
+                                     scree__centry *out, scree__cache_level *level);
 
 #endif

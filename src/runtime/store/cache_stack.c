@@ -1,6 +1,6 @@
 /* cache_stack.c - the default path and the layered stack: one read-write
- * user cache over read-only shipped caches. docs/cache.md describes
- * the file format. */
+ * user cache over read-only shipped caches, over the shipped tuned configs
+ * (text). docs/cache.md describes the file format and the order. */
 #include "store/cache_internal.h"
 
 #include "store/tuned.h"
@@ -153,19 +153,36 @@ static int level_get(scree__cache *c, const scree__ckey *k,
   return 0;
 }
 
-scree_status scree__cache_stack_get(scree__cache_stack *s,
-                                    const scree__ckey *k, scree__centry *out,
-                                    scree__cache_level *level) {
+/* 1 if the shipped tuned configs hold k (left in out, without a cubin). */
+static int tuned_get(const scree__cache_stack *s, const scree__ckey *k, scree__centry *out) {
+  const scree__tentry *te =
+      s->tuned ? scree__tuned_find(s->tuned, k, s->device[0] ? s->device : NULL) : NULL;
+  if (!te) return 0;
+  out->key = te->key;
+  snprintf(out->config, sizeof out->config, "%s", te->config);
+  out->median_us = te->median_us;
+  snprintf(out->device_name, sizeof out->device_name, "%s", te->device);
+  return 1;
+}
+
+scree_status scree__cache_stack_next(scree__cache_stack *s, const scree__ckey *k, int *pos,
+                                     scree__centry *out, scree__cache_level *level) {
   if (level) *level = SCREE__LEVEL_NONE;
-  if (!s || !k || !out) return SCREE_ERROR_INVALID_ARGUMENT;
-  memset(out, 0, sizeof *out);
-  if (level_get(s->user, k, out)) {
-    if (level) *level = SCREE__LEVEL_USER;
-    return SCREE_OK;
-  }
-  for (int i = 0; i < s->nshipped; i++) {
-    if (level_get(s->shipped[i], k, out)) {
-      if (level) *level = SCREE__LEVEL_SHIPPED;
+  if (!s || !k || !pos || !out) return SCREE_ERROR_INVALID_ARGUMENT;
+  /* Levels: 0 the user cache, 1..nshipped the shipped caches, then the
+   * shipped tuned configs. */
+  for (; *pos >= 0 && *pos <= s->nshipped + 1; ++*pos) {
+    const int p = *pos;
+    const scree__cache_level lv = p == 0              ? SCREE__LEVEL_USER
+                                  : p <= s->nshipped ? SCREE__LEVEL_SHIPPED
+                                                     : SCREE__LEVEL_TUNED;
+    memset(out, 0, sizeof *out);
+    const int hit = lv == SCREE__LEVEL_TUNED
+                        ? tuned_get(s, k, out)
+                        : level_get(p == 0 ? s->user : s->shipped[p - 1], k, out);
+    if (hit) {
+      ++*pos;
+      if (level) *level = lv;
       return SCREE_OK;
     }
   }
@@ -173,9 +190,9 @@ scree_status scree__cache_stack_get(scree__cache_stack *s,
   return SCREE_ERROR_NOT_FOUND;
 }
 
-
-const struct scree__tentry *scree__cache_stack_tuned(const scree__cache_stack *s,
-                                                     const scree__ckey *k, const char *device) {
-  if (!s || !s->tuned || !k) return NULL;
-  return scree__tuned_find(s->tuned, k, device);
+scree_status scree__cache_stack_get(scree__cache_stack *s,
+                                    const scree__ckey *k, scree__centry *out,
+                                    scree__cache_level *level) {
+  int pos = 0;
+  return scree__cache_stack_next(s, k, &pos, out, level);
 }

@@ -1,8 +1,8 @@
 /*
  * tuned.h - shipped tuned configs as reviewable text (caches/<device>.txt):
- * one winner per line, without its cubin, consulted after every SQLite cache
- * and before the default config. Not API. docs/cache.md ("Shipped tuned
- * configs") has the format:
+ * one winner per line, without its cubin: the cache stack's lowest level,
+ * below every SQLite cache (store/cache.h). Not API. docs/cache.md
+ * ("Shipped tuned configs") has the format:
  *
  *   # comment
  *   op bucket dtype causal arch device config median_us src_hash

@@ -1,4 +1,5 @@
-/* test_cache_stack.c - the default path and the user/shipped stack (src/runtime/store/cache_stack.c). */
+/* test_cache_stack.c - the default path and the stack of user, shipped and
+ * shipped tuned configs (src/runtime/store/cache_stack.c). */
 #include "cache_fixtures.h"
 
 /* ------------------------------------------------------------------------ */
@@ -77,6 +78,89 @@ START_TEST(stack_layering_order) {
   ck_assert_ptr_null(s.user);
   ck_assert_ptr_null(s.shipped);
   ck_assert_int_eq(s.nshipped, 0);
+}
+END_TEST
+
+/* The shipped tuned configs (text) are the stack's lowest level: they
+ * answer after every SQLite level, with a config and a time and no cubin,
+ * the entry of the stack's GPU model first; next() goes on below a level
+ * whose entry the caller could not use. */
+START_TEST(stack_tuned_configs_are_the_lowest_level) {
+  char *dir = tdir();
+  char *up = pjoin(dir, "user/tune.db"), *sp = pjoin(dir, "shipped.db"),
+       *txt = pjoin(dir, "tuned.txt");
+  const scree__ckey k1 = keyi(1), k2 = keyi(2), k3 = keyi(3);
+  FILE *f = fopen(txt, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%s %s %s 0 sm_90 NVIDIA_H100_80GB_HBM3 %s 5.5 %s\n", k1.op, k1.bucket, k1.dtype,
+          CFG[0], g_src);
+  fprintf(f, "%s %s %s 0 sm_90 NVIDIA_H100_80GB_HBM3 %s 6.5 %s\n", k2.op, k2.bucket, k2.dtype,
+          CFG[1], g_src);
+  fprintf(f, "%s %s %s 0 sm_90 NVIDIA_H200 %s 7.5 %s\n", k2.op, k2.bucket, k2.dtype, CFG[2],
+          g_src);
+  fclose(f);
+  scree__cache *c = open_rw(up);
+  put_ok(c, &k1, "u1", 9, 1, 1);
+  scree__cache_close(c);
+  c = open_rw(sp);
+  put_ok(c, &k1, "s1", 9, 2, 1);
+  scree__cache_close(c);
+  setenv("SCREE_TUNED_CONFIGS", txt, 1);
+  scree__cache_stack s;
+  char warn[2048];
+  ck_assert_int_eq(scree__cache_stack_open(&s, up, sp, warn, sizeof warn), SCREE_OK);
+  ck_assert_msg(!warn[0], "%s", warn);
+  ck_assert_str_eq(s.device, "");
+
+  /* k1 on every level, walked in order. */
+  scree__centry g;
+  scree__cache_level lv;
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k1, &g, &lv), SCREE_OK);
+  ck_assert_int_eq(lv, SCREE__LEVEL_USER);
+  ck_assert_str_eq(g.config, "u1");
+  scree__centry_free(&g);
+  static const struct {
+    scree__cache_level level;
+    const char *config;
+  } walk[] = {{SCREE__LEVEL_USER, "u1"}, {SCREE__LEVEL_SHIPPED, "s1"}, {SCREE__LEVEL_TUNED, NULL}};
+  int pos = 0;
+  for (int i = 0; i < 3; i++) {
+    ck_assert_int_eq(scree__cache_stack_next(&s, &k1, &pos, &g, &lv), SCREE_OK);
+    ck_assert_int_eq(lv, walk[i].level);
+    ck_assert_str_eq(g.config, walk[i].config ? walk[i].config : CFG[0]);
+    scree__centry_free(&g);
+  }
+  ck_assert_int_eq(scree__cache_stack_next(&s, &k1, &pos, &g, &lv), SCREE_ERROR_NOT_FOUND);
+  ck_assert_int_eq(lv, SCREE__LEVEL_NONE);
+
+  /* k2 only in the text: no cubin, the time and model as written. */
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k2, &g, &lv), SCREE_OK);
+  ck_assert_int_eq(lv, SCREE__LEVEL_TUNED);
+  ck_assert_str_eq(g.config, CFG[1]);
+  ck_assert_ptr_null(g.cubin);
+  ck_assert_int_eq(g.cubin_ok, 0);
+  ck_assert(g.median_us == 6.5);
+  ck_assert_str_eq(g.device_name, "NVIDIA_H100_80GB_HBM3");
+  ck_assert_int_eq(memcmp(&g.key, &k2, sizeof k2), 0);
+  scree__centry_free(&g);
+  /* This GPU's model first (blanks and '_' alike), else the first. */
+  snprintf(s.device, sizeof s.device, "NVIDIA H200");
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k2, &g, &lv), SCREE_OK);
+  ck_assert_str_eq(g.config, CFG[2]);
+  scree__centry_free(&g);
+  snprintf(s.device, sizeof s.device, "NVIDIA A100-SXM4-80GB");
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k2, &g, &lv), SCREE_OK);
+  ck_assert_str_eq(g.config, CFG[1]);
+  scree__centry_free(&g);
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k3, &g, &lv), SCREE_ERROR_NOT_FOUND);
+  scree__cache_stack_close(&s);
+
+  /* SCREE_TUNED_CONFIGS=none: no such level. */
+  setenv("SCREE_TUNED_CONFIGS", "none", 1);
+  ck_assert_int_eq(scree__cache_stack_open(&s, up, sp, warn, sizeof warn), SCREE_OK);
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k2, &g, &lv), SCREE_ERROR_NOT_FOUND);
+  ck_assert_int_eq(lv, SCREE__LEVEL_NONE);
+  scree__cache_stack_close(&s);
 }
 END_TEST
 
@@ -233,6 +317,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
   tcase_add_test(tc, stack_layering_order);
+  tcase_add_test(tc, stack_tuned_configs_are_the_lowest_level);
   tcase_add_test(tc, stack_without_user_cache);
   tcase_add_test(tc, default_path_resolution);
   suite_add_tcase(s, tc);
