@@ -59,6 +59,7 @@ static void policy_ctx_free(scree_context *ctx) {
   scree__cache_stack_close(ctx->caches);
   free(ctx->caches);
   if (ctx->safelist) scree__safelist_free(ctx->safelist);
+  free(ctx->safelist);
   ctx->cu = NULL; /* offline again: scree_destroy frees only the struct */
   scree_destroy(ctx);
 }
@@ -110,6 +111,15 @@ static void run_policy(const scree__policy *p, const scree__policy_in *in, scree
 
 static const scree__variant fp16 = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
 
+/* RMSNorm fp16's bucket of rows x cols on ctx, and what a policy is asked
+ * about it. */
+static scree__policy_in rms_in(scree_context *ctx, int64_t rows, int64_t cols, bucket *b) {
+  const scree__op *op = scree__op_find("rmsnorm");
+  const scree_rmsnorm_args shape = {.rows = rows, .cols = cols};
+  bucket_at(ctx, op, &fp16, &shape, b);
+  return in_of(ctx, op, &fp16, b, 0.02);
+}
+
 static const char rms_safelist[] =
     "arch sm_90\n"
     "rmsnorm allow tpr=128,rows=1,vec=8,cache=4\n"
@@ -133,13 +143,10 @@ static void record_bad(scree_context *ctx, const bucket *b, const char *cfg) {
  * two lines (kept where the first was), narrows another onto the denied
  * line, and makes one not worth timing. */
 START_TEST(default_follows_the_safelist) {
-  const scree__op *op = scree__op_find("rmsnorm");
   scree_context *ctx = policy_ctx("sm_90", safelist_of(rms_safelist), "safelist.db");
-  scree_rmsnorm_args shape = {.rows = 4096, .cols = 4096};
   bucket b;
-  bucket_at(ctx, op, &fp16, &shape, &b);
+  scree__policy_in in = rms_in(ctx, 4096, 4096, &b);
   record_bad(ctx, &b, "tpr=256,rows=1,vec=8,cache=2");
-  scree__policy_in in = in_of(ctx, op, &fp16, &b, 0.02);
   scree__cands c;
   char list[4096];
   /* tpr=64,rows=2,vec=8,cache=2 covers half the row: not worth timing. */
@@ -156,9 +163,7 @@ START_TEST(default_follows_the_safelist) {
    * one, tpr=1024 is not worth timing on the shorter row, tpr=64 is now,
    * the bad 8-wide tpr=256 becomes the denied 4-wide one, and the default
    * (not worth timing either) stays. */
-  shape.cols = 1004;
-  bucket_at(ctx, op, &fp16, &shape, &b);
-  in = in_of(ctx, op, &fp16, &b, 0.02);
+  in = rms_in(ctx, 4096, 1004, &b);
   run_policy(&scree__policy_default, &in, &c, list, sizeof list);
   ck_assert_str_eq(list,
                    "tpr=128,rows=1,vec=4,cache=8 | tpr=64,rows=2,vec=4,cache=4 | "
@@ -170,19 +175,33 @@ START_TEST(default_follows_the_safelist) {
 }
 END_TEST
 
-/* Without a safelist, with one that has no line for the variant, and
- * under explore: the whole space, checked for this device, with the
+/* Swaps ctx's safelist for sl (NULL: none) and checks that the default
+ * policy then proposes the whole space, as explore does. */
+static void whole_space_with(scree_context *ctx, const scree__policy_in *in, scree__safelist *sl) {
+  if (ctx->safelist) scree__safelist_free(ctx->safelist);
+  free(ctx->safelist);
+  ctx->safelist = sl;
+  static char explored[65536], list[65536];
+  scree__cands ex, c;
+  run_policy(&scree__policy_explore, in, &ex, explored, sizeof explored);
+  run_policy(&scree__policy_default, in, &c, list, sizeof list);
+  ck_assert_str_eq(c.source, "whole space");
+  ck_assert_msg(!strcmp(list, explored), "not the whole space");
+  free(c.cfg);
+  free(ex.cfg);
+}
+
+/* Under explore, without a safelist, or with one that has no line for
+ * the variant: the whole space, checked for this device, with the
  * default in it, each config once, denied and bad ones left out. */
 START_TEST(whole_space_when_the_safelist_has_nothing) {
   const scree__op *op = scree__op_find("rmsnorm");
   scree_context *ctx = policy_ctx("sm_90", safelist_of(rms_safelist), "space.db");
-  scree_rmsnorm_args shape = {.rows = 64, .cols = 4096};
   bucket b;
-  bucket_at(ctx, op, &fp16, &shape, &b);
+  const scree__policy_in in = rms_in(ctx, 64, 4096, &b);
   record_bad(ctx, &b, "tpr=128,rows=1,vec=8,cache=4");
-  scree__policy_in in = in_of(ctx, op, &fp16, &b, 0.02);
   scree__cands ex;
-  char explored[65536], list[65536];
+  char explored[65536];
   run_policy(&scree__policy_explore, &in, &ex, explored, sizeof explored);
   ck_assert_str_eq(ex.source, "whole space");
   ck_assert_int_eq(ex.known_bad, 1);
@@ -200,29 +219,14 @@ START_TEST(whole_space_when_the_safelist_has_nothing) {
   ck_assert_int_eq(scree__cands_find(&ex, &bad), -1);
   free(ex.cfg);
 
-  /* The default policy on a safelist whose lines are all for bf16. */
-  scree__safelist_free(ctx->safelist);
-  free(ctx->safelist);
-  ctx->safelist = safelist_of("arch sm_90\n"
-                              "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=bf16,w=bf16,y=bf16\n"
-                              "rmsnorm deny tpr=256,rows=1,vec=4,cache=4 -- denied by the test\n");
-  scree__cands c;
-  run_policy(&scree__policy_explore, &in, &ex, explored, sizeof explored);
-  run_policy(&scree__policy_default, &in, &c, list, sizeof list);
-  ck_assert_str_eq(c.source, "whole space");
-  ck_assert_msg(!strcmp(list, explored), "not the whole space");
-  free(c.cfg);
-  free(ex.cfg);
-  /* And without a safelist. */
-  scree__safelist_free(ctx->safelist);
-  free(ctx->safelist);
-  ctx->safelist = NULL;
-  run_policy(&scree__policy_explore, &in, &ex, explored, sizeof explored);
-  run_policy(&scree__policy_default, &in, &c, list, sizeof list);
-  ck_assert_str_eq(c.source, "whole space");
-  ck_assert_msg(!strcmp(list, explored), "not the whole space");
-  free(c.cfg);
-  free(ex.cfg);
+  /* The default policy on a safelist whose lines are all for bf16, and
+   * without a safelist. */
+  whole_space_with(ctx, &in,
+                   safelist_of("arch sm_90\n"
+                               "rmsnorm allow tpr=128,rows=1,vec=8,cache=4 dtype=x=bf16,w=bf16,"
+                               "y=bf16\n"
+                               "rmsnorm deny tpr=256,rows=1,vec=4,cache=4 -- denied by the test\n"));
+  whole_space_with(ctx, &in, NULL);
   policy_ctx_free(ctx);
 }
 END_TEST
@@ -346,7 +350,7 @@ START_TEST(every_op_follows_the_rules) {
             if (si == 0 && !with_sl) { /* every 7th config bad, for every bucket */
               scree__config *space = calloc(SCREE__MAX_CANDIDATES, sizeof *space);
               const int total = scree__config_space(op, space, SCREE__MAX_CANDIDATES);
-              for (int i = 0; i < total; i += 7) {
+              for (int i = 0; i < total && i < SCREE__MAX_CANDIDATES; i += 7) {
                 char cs[128];
                 scree__config_str(op, &space[i], cs, sizeof cs);
                 record_bad(ctx, &b, cs);
@@ -408,15 +412,12 @@ static int fastest(const scree__policy *self, const scree__policy_in *in, const 
 }
 
 START_TEST(a_second_policy_plugs_in) {
-  const scree__op *op = scree__op_find("rmsnorm");
   scree_context *ctx = policy_ctx("sm_90", safelist_of(rms_safelist), "second.db");
-  scree_rmsnorm_args shape = {.rows = 4096, .cols = 4096};
   bucket b;
-  bucket_at(ctx, op, &fp16, &shape, &b);
+  const scree__policy_in in = rms_in(ctx, 4096, 4096, &b);
   int calls = 0;
   const scree__policy reversed = {
       .name = "reversed", .candidates = reversed_candidates, .pick = fastest, .data = &calls};
-  scree__policy_in in = in_of(ctx, op, &fp16, &b, 0.02);
   scree__cands c;
   char list[4096];
   run_policy(&reversed, &in, &c, list, sizeof list);
