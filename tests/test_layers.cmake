@@ -2,7 +2,9 @@
 # layer or a lower one (docs/architecture.md): base < ops < jit < store
 # < tuner < api < cli. The runtime's layers live under src/runtime/, the
 # tuner and the CLI directly under src/; an include names only the layer
-# ("ops/op.h"). The CLI includes only api/admin.h among them.
+# ("ops/op.h"). The CLI depends on one narrow interface: it includes only
+# scree.h, api/admin.h and its own headers, admin.h includes no layer's
+# header, and the CLI names no internal symbol but the scree__admin_* ones.
 #   cmake -DSRC=<repo>/src -P tests/test_layers.cmake
 cmake_policy(SET CMP0054 NEW)
 set(order base ops jit store tuner api cli)
@@ -51,8 +53,25 @@ foreach(f ${files})
     elseif(layer STREQUAL "cli" AND NOT to STREQUAL "cli" AND NOT inc STREQUAL "api/admin.h")
       message(SEND_ERROR "${rel}: the CLI includes only scree.h and api/admin.h, not ${inc}")
       math(EXPR errors "${errors} + 1")
+    elseif(rel STREQUAL "runtime/api/admin.h")
+      message(SEND_ERROR "${rel}: #include \"${inc}\": the administration interface "
+                         "declares its own records and includes only scree.h")
+      math(EXPR errors "${errors} + 1")
     endif()
   endforeach()
+  if(layer STREQUAL "cli")
+    file(STRINGS ${f} uses REGEX "scree__[a-z0-9_]+")
+    foreach(line ${uses})
+      string(REGEX MATCHALL "scree__[a-z0-9_]+" names "${line}")
+      foreach(name ${names})
+        if(NOT name MATCHES "^scree__admin_")
+          message(SEND_ERROR "${rel}: ${name}: the CLI reaches the layers through "
+                             "api/admin.h (scree__admin_*) only")
+          math(EXPR errors "${errors} + 1")
+        endif()
+      endforeach()
+    endforeach()
+  endif()
 endforeach()
 if(errors GREATER 0)
   message(FATAL_ERROR "${errors} include(s) break the layering")

@@ -176,7 +176,7 @@ int scree__jobs(char *how, size_t how_size) {
     errno = 0;
     const long v = strtol(env, &end, 10);
     if (!errno && !*end && v >= 1 && v <= SCREE__MAX_JOBS) {
-      scree__set_why(how, how_size, "SCREE_JOBS=%ld", v);
+      scree__set_why(how, how_size, "%ld (SCREE_JOBS=%ld)", v, v);
       return (int)v;
     }
     snprintf(ignored, sizeof ignored, "; SCREE_JOBS=%.40s ignored: not a number from 1 to %d",

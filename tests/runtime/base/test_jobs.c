@@ -39,7 +39,7 @@ START_TEST(scree_jobs_sets_the_count) {
   char how[256];
   setenv("SCREE_JOBS", "3", 1);
   ck_assert_int_eq(scree__jobs(how, sizeof how), 3);
-  ck_assert_str_eq(how, "SCREE_JOBS=3");
+  ck_assert_str_eq(how, "3 (SCREE_JOBS=3)");
   setenv("SCREE_JOBS", "200", 1); /* past the default's 32: asked for */
   ck_assert_int_eq(scree__jobs(NULL, 0), 200);
   static const char *const bad[] = {"0", "-2", "two", "4x", "1025", "99999999999999999999"};
