@@ -292,9 +292,9 @@ START_TEST(from_shipped_shows_progress) {
 }
 END_TEST
 
-/* deploy/prewarm.sbatch takes SCREE_DTYPES blank-separated, as
- * SCREE_MODELS is, or comma-separated; run here as a plain script (the
- * task of an array of one). */
+/* deploy/prewarm.sbatch and the Indexed Job take SCREE_DTYPES
+ * blank-separated, as SCREE_MODELS is, or comma-separated; run here as
+ * plain scripts (the task of an array of one, the pod of one completion). */
 START_TEST(sbatch_takes_blank_separated_dtypes) {
   ck_assert_int_eq(sh("for m in llama-3-8b gpt2; do $T prewarm --model $m --dtype bf16,fp16 "
                       "--dry-run -q; done | sort > all.txt; wc -l < all.txt"),
@@ -309,6 +309,14 @@ START_TEST(sbatch_takes_blank_separated_dtypes) {
                      "2>/dev/null | grep -v '^task ' | sort | cmp - all.txt",
                      forms[i]) == 0,
                   "SCREE_DTYPES='%s': %s", forms[i], out);
+    /* The Indexed Job's script, the same way (scree-tune on its PATH). */
+    ck_assert_msg(sh("sed -n '/set -eu/,/^ *done$/p' '" SCREE_SOURCE_DIR
+                     "/deploy/prewarm-indexed-job.yaml' | sed 's/^ *//' > job.sh && "
+                     "PATH=$(dirname \"$T\"):$PATH JOB_COMPLETION_INDEX=0 SCREE_SHARD_COUNT=1 "
+                     "SCREE_DRY_RUN=1 SCREE_MODELS='llama-3-8b gpt2' SCREE_DTYPES='%s' sh job.sh "
+                     "2>/dev/null | sort | cmp - all.txt",
+                     forms[i]) == 0,
+                  "Indexed Job, SCREE_DTYPES='%s': %s", forms[i], out);
   }
 }
 END_TEST
