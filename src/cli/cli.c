@@ -108,7 +108,12 @@ static const char *const all_options[] = {
 
 void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv,
                    const struct option *opts, const char *shortopts) {
-  *a = (cli_args){cmd, argc, argv, opts, shortopts};
+  a->cmd = cmd;
+  a->argc = argc;
+  a->argv = argv;
+  a->opts = opts;
+  a->shortopts = shortopts;
+  a->npos = 0;
   optind = 0; /* GNU: start afresh */
   opterr = 0; /* the messages are ours */
 }
@@ -173,13 +178,31 @@ static int bad_option(const cli_args *a, int ch) {
 }
 
 int cli_next(cli_args *a, const char **val) {
+  /* "-": arguments come back in order as option 1 instead of being moved
+   * to the end, so that options may follow them even where
+   * POSIXLY_CORRECT would stop getopt at the first one; ":": a missing
+   * value is told apart from an unknown option. */
   char so[40];
-  snprintf(so, sizeof so, ":%s", a->shortopts ? a->shortopts : "");
-  int idx = -1;
-  optopt = 0;
-  const int ch = getopt_long(a->argc, a->argv, so, a->opts, &idx);
+  snprintf(so, sizeof so, "-:%s", a->shortopts ? a->shortopts : "");
+  int idx = -1, ch;
+  while ((optopt = 0, ch = getopt_long(a->argc, a->argv, so, a->opts, &idx)) == 1) {
+    if (a->npos == CLI_MAX_POSITIONAL) {
+      fprintf(stderr, "scree-tune %s: more than %d arguments\n", a->cmd, CLI_MAX_POSITIONAL);
+      return CLI_BAD_OPTION;
+    }
+    a->pos[a->npos++] = optarg;
+    idx = -1;
+  }
   *val = optarg;
-  if (ch == -1) return -1;
+  if (ch == -1) {
+    /* What follows "--" is arguments. */
+    while (optind < a->argc && a->npos < CLI_MAX_POSITIONAL) a->pos[a->npos++] = a->argv[optind++];
+    if (optind < a->argc) {
+      fprintf(stderr, "scree-tune %s: more than %d arguments\n", a->cmd, CLI_MAX_POSITIONAL);
+      return CLI_BAD_OPTION;
+    }
+    return -1;
+  }
   if (ch == '?' || ch == ':') return bad_option(a, ch);
   if (optarg && !optarg[0]) {
     /* An empty filter would match every row: "clear --arch ''" must not
@@ -195,8 +218,8 @@ int cli_next(cli_args *a, const char **val) {
 }
 
 char **cli_positional(cli_args *a, int *n) {
-  *n = a->argc - optind;
-  return a->argv + optind;
+  *n = a->npos;
+  return a->pos;
 }
 
 int cli_common_opt(cli_common *c, int id, const char *val) {

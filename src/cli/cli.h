@@ -46,12 +46,17 @@ enum {
 /* What cli_next returns for a bad option, after saying why on stderr. */
 #define CLI_BAD_OPTION (-2)
 
+/* The most arguments (not options) one command line may give. */
+#define CLI_MAX_POSITIONAL 256
+
 typedef struct cli_args {
   const char *cmd;            /* "list", for messages */
   int argc;
   char **argv;                /* argv[0] is the command */
   const struct option *opts;  /* ends with CLI_OPT_END */
   const char *shortopts;      /* "q", "qo:" */
+  int npos;                   /* the arguments met so far */
+  char *pos[CLI_MAX_POSITIONAL];
 } cli_args;
 
 /* Starts parsing a command's arguments. */
@@ -63,7 +68,8 @@ void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv,
  * command does not take, an ambiguous prefix, a missing or empty value
  * (an empty filter would match every row). */
 int cli_next(cli_args *a, const char **val);
-/* The arguments that are not options, in order; *n of them. */
+/* The arguments that are not options, in order (those after `--`
+included); *n of them. */
 char **cli_positional(cli_args *a, int *n);
 
 /* Options every cache command shares. */
