@@ -173,9 +173,11 @@ static int on_winner(void *user, const scree__admin_row *e) {
     show_winner(l, e);
   } else {
     snprintf(us, sizeof us, "%.2f", e->median_us);
+    /* A row compiled from a shipped config was not tuned here: its age
+     * would be the compile's. */
     const char *cells[] = {cli_esc(e->key.op),  cli_esc(e->key.arch),   cli_esc(e->key.bucket),
-                           cli_esc(e->key.dtype), cli_esc(e->config), us,
-                           cli_esc(e->device),  age(e->created, a, sizeof a)};
+                           cli_esc(e->key.dtype), cli_esc(e->config), us, cli_esc(e->device),
+                           e->device_known ? age(e->created, a, sizeof a) : "shipped"};
     if (cli_table_add(&l->table, cells)) l->oom = 1;
   }
   l->n++;

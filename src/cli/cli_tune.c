@@ -1,7 +1,6 @@
 /* cli_tune.c - scree-tune prewarm and verify: the commands that need a GPU. */
 #include <errno.h>
 #include <pthread.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 

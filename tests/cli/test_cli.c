@@ -975,6 +975,8 @@ START_TEST(show_says_what_a_shipped_row_lacks) {
   ck_assert_msg(strstr(out, "\"origin\": \"shipped\", \"sm_count\": null, \"driver_version\": "
                             "null"),
                 "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s' --arch sm_90", db), 0);
+  ck_assert_msg(strstr(out, "Synthetic GPU shipped\n"), "%s", out);
   /* A tuned row keeps its facts; another NVRTC than this machine's is said. */
   sql(db, "UPDATE winners SET nvrtc_version = 12080 WHERE bucket = 'rows<=16384,cols=4096'");
   ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --arch sm_90 --bucket "

@@ -4,7 +4,6 @@
  * admin_tune.c has the side that runs kernels: prewarm tasks, tuning,
  * verify, the demo and the worker. */
 #include <dlfcn.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
