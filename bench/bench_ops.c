@@ -33,7 +33,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/admin.h"
+#include "api/api.h"
+#include "ops/registry.h"
+#include "store/cache.h"
+#include "store/keys.h"
+#include "store/safelist.h"
+#include "tuner/harness.h"
+#include "tuner/tuner.h"
 
 #ifndef SCREE_BENCH_FILE
 #define SCREE_BENCH_FILE ""

@@ -11,7 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/admin.h"
+#include "api/api.h"
+#include "ops/registry.h"
+#include "store/cache.h"
+#include "store/keys.h"
+#include "store/safelist.h"
+#include "tuner/harness.h"
+#include "tuner/tuner.h"
 
 int main(int argc, char **argv) {
   if (argc < 4) {

@@ -2,8 +2,10 @@
 # layer or a lower one (docs/architecture.md): base < ops < jit < store
 # < tuner < api < cli. The runtime's layers live under src/runtime/, the
 # tuner and the CLI directly under src/; an include names only the layer
-# ("ops/op.h"). The CLI includes only api/admin.h among them. Inside
-# src/tuner/ the files keep an order of their own, lowest first (tuner.h
+# ("ops/op.h"). The CLI depends on one narrow interface: it includes only
+# scree.h, api/admin.h and its own headers, admin.h includes no layer's
+# header, and the CLI names no internal symbol but the scree__admin_* ones.
+# Inside src/tuner/ the files keep an order of their own, lowest first (tuner.h
 # is tune.c's header): each includes only the tuner headers at or below
 # it, so that no two of them call each other.
 #   cmake -DSRC=<repo>/src -P tests/test_layers.cmake
@@ -79,8 +81,25 @@ foreach(f ${files})
         message(SEND_ERROR "${rel}: #include \"${inc}\" reaches up the tuner's file order (${tuner_order_text})")
         math(EXPR errors "${errors} + 1")
       endif()
+    elseif(rel STREQUAL "runtime/api/admin.h")
+      message(SEND_ERROR "${rel}: #include \"${inc}\": the administration interface "
+                         "declares its own records and includes only scree.h")
+      math(EXPR errors "${errors} + 1")
     endif()
   endforeach()
+  if(layer STREQUAL "cli")
+    file(STRINGS ${f} uses REGEX "scree__[a-z0-9_]+")
+    foreach(line ${uses})
+      string(REGEX MATCHALL "scree__[a-z0-9_]+" names "${line}")
+      foreach(name ${names})
+        if(NOT name MATCHES "^scree__admin_")
+          message(SEND_ERROR "${rel}: ${name}: the CLI reaches the layers through "
+                             "api/admin.h (scree__admin_*) only")
+          math(EXPR errors "${errors} + 1")
+        endif()
+      endforeach()
+    endforeach()
+  endif()
 endforeach()
 if(errors GREATER 0)
   message(FATAL_ERROR "${errors} include(s) break the layering")

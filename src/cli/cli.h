@@ -1,7 +1,10 @@
-/* cli.h - what the scree-tune command files share. */
+/* cli.h - what the scree-tune command files share. The CLI reaches the
+ * library through scree.h and the administration interface (api/admin.h)
+ * only. */
 #ifndef SCREE_CLI_H
 #define SCREE_CLI_H
 
+#include <getopt.h>
 #include <stdio.h>
 
 #include "api/admin.h"
@@ -16,7 +19,60 @@ enum {
   CLI_CACHE = 4      /* a cache file could not be opened, read or written */
 };
 
-/* Options every command accepts. */
+/* ---- command lines ------------------------------------------------------------
+ * Every command parses its options with getopt_long (cli_next): `--opt
+ * value` and `--opt=value` alike, options and arguments in any order, an
+ * unambiguous prefix of a long option for the option. A command takes
+ * only the options its table lists; any other is a usage error, never
+ * ignored. */
+
+/* Option ids past the characters of short options. */
+enum {
+  OPT_CACHE = 256, OPT_ARCH, OPT_OP, OPT_JSON, OPT_BUCKET, OPT_DTYPE, OPT_MISSES, OPT_BAD,
+  OPT_TEXT, OPT_NO_STRICT, OPT_ALL, OPT_RETIME, OPT_SHIPPED, OPT_DEVICE, OPT_DEVICES,
+  OPT_ROWS, OPT_COLS, OPT_ROWS_MAX, OPT_SHAPE, OPT_SHAPES, OPT_VARIANT, OPT_MODEL,
+  OPT_PRESETS, OPT_FROM_MISSES, OPT_FROM_SHIPPED, OPT_SHARD, OPT_SHARD_COUNT, OPT_DRY_RUN,
+  OPT_EXPLORE, OPT_FORCE, OPT_REPS
+};
+
+/* The options many commands take. */
+#define CLI_OPT_CACHE {"cache", required_argument, NULL, OPT_CACHE}
+#define CLI_OPT_ARCH {"arch", required_argument, NULL, OPT_ARCH}
+#define CLI_OPT_OP {"op", required_argument, NULL, OPT_OP}
+#define CLI_OPT_QUIET {"quiet", no_argument, NULL, 'q'}
+#define CLI_OPT_JSON {"json", no_argument, NULL, OPT_JSON}
+#define CLI_OPT_END {NULL, 0, NULL, 0}
+
+/* What cli_next returns for a bad option, after saying why on stderr. */
+#define CLI_BAD_OPTION (-2)
+
+/* The most arguments (not options) one command line may give. */
+#define CLI_MAX_POSITIONAL 256
+
+typedef struct cli_args {
+  const char *cmd;            /* "list", for messages */
+  int argc;
+  char **argv;                /* argv[0] is the command */
+  const struct option *opts;  /* ends with CLI_OPT_END */
+  const char *shortopts;      /* "q", "qo:" */
+  int npos;                   /* the arguments met so far */
+  char *pos[CLI_MAX_POSITIONAL];
+} cli_args;
+
+/* Starts parsing a command's arguments. */
+void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv,
+                   const struct option *opts, const char *shortopts);
+/* The next option's id (its `val`) with its value in *val, -1 when the
+ * options are done (the arguments left are cli_positional's), or
+ * CLI_BAD_OPTION after naming the problem on stderr: an option this
+ * command does not take, an ambiguous prefix, a missing or empty value
+ * (an empty filter would match every row). */
+int cli_next(cli_args *a, const char **val);
+/* The arguments that are not options, in order (those after `--`
+included); *n of them. */
+char **cli_positional(cli_args *a, int *n);
+
+/* Options every cache command shares. */
 typedef struct cli_common {
   const char *cache;  /* --cache PATH: the user cache (default: scree's default path) */
   int quiet;          /* --quiet: no progress, only results and errors */
@@ -25,19 +81,26 @@ typedef struct cli_common {
   const char *op;     /* --op rmsnorm: filter */
 } cli_common;
 
-/* Consumes a common option at argv[*i]; 1 if it was one, 0 if not, -1 on
- * a missing value (message printed). */
-int cli_common_opt(cli_common *c, int argc, char **argv, int *i, const char *cmd);
-/* The value of option `name` at argv[*i] (advancing *i), or NULL. */
-const char *cli_value(int argc, char **argv, int *i, const char *name, const char *cmd);
-int cli_unknown(const char *cmd, const char *arg);
+/* Takes one of the common options (id and value from cli_next) into c:
+ * 1 if it was one, 0 if not. */
+int cli_common_opt(cli_common *c, int id, const char *val);
+/* The filter of c's --arch and --op. */
+scree__admin_filter cli_filter(const cli_common *c);
+/* Says that a command takes no (or no more) arguments: CLI_USAGE. */
+int cli_unexpected(const char *cmd, const char *arg);
+/* Parses --dtype's list ("bf16,fp16"): at most cap, each once. CLI_OK,
+ * or CLI_USAGE naming the dtype that is not one. */
+int cli_parse_dtypes(const char *cmd, const char *s, scree_dtype *out, int cap, int *n);
+/* A non-negative integer option value in [lo, hi]: CLI_OK or CLI_USAGE
+ * naming the option. */
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long hi, long *out);
 
 /* Opens the user cache (--cache or the default path). readonly = 1 for
  * commands that only read: a missing or empty file is then not created or
  * changed, *out is NULL and the result CLI_OK (nothing cached yet, said on
  * stderr unless --quiet or --json); a file that cannot be reached is
  * CLI_CACHE, a --cache path too long for the system CLI_USAGE. */
-int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd,
+int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const char *cmd,
                         int readonly);
 
 /* Writes len bytes of data to path. A regular file (or a new one; through
@@ -50,10 +113,10 @@ int cli_open_user_cache(const cli_common *c, scree__cache **out, const char *cmd
 int cli_write_file(const char *path, const char *data, size_t len, char *why, size_t why_size);
 /* Says on stderr why the last call on cache failed (st, its status) and
  * returns CLI_CACHE; CLI_OK when st is SCREE_OK. */
-int cli_cache_failed(scree__cache *cache, scree_status st, const char *cmd);
+int cli_cache_failed(scree__admin_cache *cache, scree_status st, const char *cmd);
 /* Says on stderr how many rows of cache failed their checks and were
  * skipped (none: says nothing); returns that number. */
-int cli_report_refused(scree__cache *cache, const char *cmd);
+int cli_report_refused(scree__admin_cache *cache, const char *cmd);
 
 /* A progress bar with ETA on stderr when it is a terminal and not --quiet. */
 typedef struct cli_progress {
@@ -65,22 +128,37 @@ void cli_progress_init(cli_progress *p, int quiet, const char *label);
 void cli_progress_update(void *p, int done, int total, const char *stage);
 void cli_progress_done(cli_progress *p);
 
-/* Prints a string as a JSON string literal: quotes, backslashes, controls
- * and the characters scree__unsafe_char names as \uXXXX escapes, bytes that
- * are not well-formed UTF-8 as \ufffd, so that the output is valid JSON and
- * safe to show. */
+/* Prints a string as a JSON string literal, valid and safe to show
+ * (scree__admin_json_string). */
 void cli_json_str(FILE *f, const char *s);
 /* Prints a number with printf format fmt, or null when it is not finite:
  * JSON has no inf or nan. */
 void cli_json_num(FILE *f, const char *fmt, double v);
+/* A CUDA version (major*1000 + minor*10) as "13.0", or null when 0. */
+void cli_json_version(FILE *f, int v);
 /* Text from a cache (buckets, device names, reasons) made safe for a
- * terminal (scree__escape_text). The result lives in one of 8 static
+ * terminal (scree__admin_escape). The result lives in one of 8 static
  * buffers, reused in turn: use it before the 9th call. */
 const char *cli_esc(const char *s);
 double cli_now(void);
 /* "312.5 TFLOP/s" when flops > 0, else "2950 GB/s". */
 void cli_rate(char *buf, size_t size, double flops, double bytes, double us);
-int cli_parse_dtype(const char *s, scree_dtype *out);
+
+/* A table on stdout whose columns are as wide as their widest cell:
+ * rows are kept until cli_table_print. Cells are copied. */
+typedef struct cli_table {
+  int ncols, nrows, cap;
+  const char *const *heads;
+  const char *align; /* per column: 'l' or 'r' */
+  char **cells;      /* nrows * ncols, malloc'd */
+} cli_table;
+void cli_table_init(cli_table *t, int ncols, const char *const *heads, const char *align);
+/* Adds a row of ncols cells (NULL for an empty one). 0, or -1 when out of
+ * memory. */
+int cli_table_add(cli_table *t, const char *const *cells);
+/* Prints the heading and the rows (nothing when there are none), then
+ * frees the rows. */
+void cli_table_print(cli_table *t, FILE *f);
 
 /* Shards of a prewarm (cli_shard.c, docs/cluster.md). */
 #define CLI_MAX_SHARDS 65536
@@ -104,10 +182,11 @@ int cli_shard_parse(const char *spec, const char *count_opt, cli_shard *out);
 int cli_shard_select(const char *const *ids, int n, const cli_shard *s, unsigned char *keep);
 
 /* The shipped tuned configs (cli_shipped.c): export --text OUT (or "-"),
- * verify --shipped (list = 1: a line per entry, else the summary only),
- * prewarm --from-shipped. Each returns an exit code. */
+ * verify --shipped, prewarm --from-shipped. Each returns an exit code.
+ * cli_shipped_summary prints verify's closing line on them. */
 int cli_export_text(const cli_common *c, const char *out);
-int cli_shipped_report(const cli_common *c, int list);
+int cli_verify_shipped(const cli_common *c);
+int cli_shipped_summary(const cli_common *c);
 int cli_prewarm_from_shipped(const cli_common *c, int force);
 
 int cmd_prewarm(int argc, char **argv);
@@ -118,9 +197,10 @@ int cmd_export(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_clear(int argc, char **argv);
 int cmd_safelist(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 
 extern const char *const usage_prewarm, *const usage_verify, *const usage_list,
-    *const usage_show, *const usage_export, *const usage_merge,
-    *const usage_import, *const usage_clear, *const usage_safelist;
+    *const usage_show, *const usage_export, *const usage_merge, *const usage_import,
+    *const usage_clear, *const usage_safelist, *const usage_doctor;
 
 #endif

@@ -1,7 +1,6 @@
 /* cli_tune.c - scree-tune prewarm and verify: the commands that need a GPU. */
 #include <errno.h>
 #include <pthread.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,12 +11,13 @@ const char *const usage_prewarm =
     "Tunes shapes on this GPU now and stores the winners (with their cubins)\n"
     "in the user cache, so later processes start warm.\n\n"
     "what (any combination):\n"
-    "  --op OP --shape S     one call shape of OP in its own fields, as misses\n"
-    "                        record them (repeatable), e.g. --op rmsnorm\n"
-    "                        --shape rows=16000,cols=4096, or --op attention\n"
-    "                        --shape batch=16,total_q=12081,total_k=12081,\n"
-    "                        max_seqlen_q=2048,max_seqlen_k=2048,heads_q=16,\n"
-    "                        heads_kv=16,head_dim=64\n"
+    "  --op OP --shape S     one call shape of OP in its own fields, every field\n"
+    "                        given, as misses record them (repeatable), e.g.\n"
+    "                        --op rmsnorm --shape rows=16000,cols=4096, or --op\n"
+    "                        attention --shape batch=16,total_q=12081,\n"
+    "                        total_k=12081,max_seqlen_q=2048,max_seqlen_k=2048,\n"
+    "                        heads_q=16,heads_kv=16,head_dim=64,window_left=-1,\n"
+    "                        window_right=-1\n"
     "  --variant V           the variant of --shape calls in the op's form\n"
     "                        (dtype=bf16,head_dim=128,causal=1,window=0); default:\n"
     "                        every dtype field at --dtype, the rest from the shape\n"
@@ -49,7 +49,8 @@ const char *const usage_prewarm =
     "                        JOB_COMPLETION_INDEX with --shard-count N (or\n"
     "                        SCREE_SHARD_COUNT)\n"
     "  --dry-run             print the buckets (op bucket variant shape) and stop:\n"
-    "                        no GPU\n\n"
+    "                        no GPU; --from-misses lists those of --arch (default\n"
+    "                        every arch)\n\n"
     "options:\n"
     "  --dtype fp16|bf16|fp32[,..]  dtypes for --op/--model (default bf16)\n"
     "  --explore             time the whole config space, not only the safelist\n"
@@ -58,264 +59,133 @@ const char *const usage_prewarm =
     "  --cache PATH          the user cache (default $SCREE_CACHE_DIR/tune.db,\n"
     "                        $XDG_CACHE_HOME/scree/tune.db or ~/.cache/scree/tune.db)\n"
     "  --device N            GPU ordinal (default 0; see --devices)\n"
+    "  --arch A              with --from-shipped or --dry-run --from-misses\n"
     "  --quiet, --json\n\n"
     "exit codes: 0 all tuned, 1 some bucket found no correct config,\n"
     "2 usage, 3 no GPU or NVRTC, 4 cache error\n";
 
 const char *const usage_verify =
-    "usage: scree-tune verify [--retime | --shipped] [--cache PATH] [--arch A] [--op OP]\n"
-    "                         [--device N] [--quiet] [--json]\n\n"
+    "usage: scree-tune verify [--retime] [--cache PATH] [--arch A] [--op OP] [--device N]\n"
+    "                         [--quiet] [--json]\n"
+    "       scree-tune verify --shipped [--arch A] [--op OP] [--quiet] [--json]\n\n"
     "Re-checks every cached winner for this GPU's architecture: loads its\n"
     "cubin (hash-checked) and compares its output with the CPU reference on\n"
     "random inputs. With --retime it also times each one and flags entries\n"
     "now slower than recorded (by more than 10% or 3x the recorded spread).\n"
-    "Entries for another kernel source (stale) are reported, not run.\n"
-    "--shipped checks the shipped tuned configs (caches/, SCREE_TUNED_CONFIGS)\n"
-    "instead, without a GPU: each line, and whether its kernel source is\n"
-    "this build's (stale ones are ignored at run time).\n\n"
+    "Entries for another kernel source (stale) are reported, not run; entries\n"
+    "built by another NVRTC or tuned under another driver are checked and\n"
+    "marked. --shipped checks the shipped tuned configs (caches/,\n"
+    "SCREE_TUNED_CONFIGS) instead, without a GPU: each line, and whether its\n"
+    "kernel source is this build's (stale ones are ignored at run time).\n\n"
     "exit codes: 0 all correct, 1 some entry wrong or not loadable,\n"
     "2 usage, 3 no GPU, 4 cache error\n";
 
-typedef struct task {
-  const scree__op *op;
-  scree__variant var;
-  scree__bucket bucket;
-  int from_miss;
-  scree__ckey miss_key;
-  char shape[256]; /* the first call shape that gave the bucket ("" for a miss without one) */
-} task;
+/* ---- the buckets to tune -------------------------------------------------------- */
 
 typedef struct tasks {
-  task *t;
+  scree__admin_task *t;
   int n, cap;
 } tasks;
 
-/* Adds a task unless it is there already; returns its index, or -1 when
- * out of memory. */
-static int add_task(tasks *ts, const scree__op *op, const scree__variant *var,
-                    const scree__bucket *bucket) {
-  for (int i = 0; i < ts->n; i++)
-    if (ts->t[i].op == op && !memcmp(&ts->t[i].bucket, bucket, sizeof *bucket) &&
-        !memcmp(&ts->t[i].var, var, sizeof *var))
-      return i;
+/* Adds a task unless its bucket is there already (then a miss marks the
+ * one there, and the first shape given stays); 0, or 1 when out of
+ * memory. The callback of the admin task sources. */
+static int add_task(void *user, const scree__admin_task *t) {
+  tasks *ts = user;
+  for (int i = 0; i < ts->n; i++) {
+    scree__admin_task *x = &ts->t[i];
+    if (strcmp(x->op, t->op) || strcmp(x->bucket, t->bucket) || strcmp(x->variant, t->variant))
+      continue;
+    if (!x->shape[0]) snprintf(x->shape, sizeof x->shape, "%s", t->shape);
+    if (t->from_miss && !x->from_miss) {
+      x->from_miss = 1;
+      x->miss = t->miss;
+    }
+    return 0;
+  }
   if (ts->n == ts->cap) {
-    int cap = ts->cap ? ts->cap * 2 : 64;
-    task *t = realloc(ts->t, (size_t)cap * sizeof *t);
-    if (!t) return -1;
-    ts->t = t;
+    const int cap = ts->cap ? ts->cap * 2 : 64;
+    scree__admin_task *n = realloc(ts->t, (size_t)cap * sizeof *n);
+    if (!n) return 1;
+    ts->t = n;
     ts->cap = cap;
   }
-  memset(&ts->t[ts->n], 0, sizeof ts->t[ts->n]);
-  ts->t[ts->n].op = op;
-  ts->t[ts->n].var = *var;
-  ts->t[ts->n].bucket = *bucket;
-  return ts->n++;
-}
-
-/* The variant of a shape: vtext if given, else every dtype field at dt
- * and every other field from the shape field of the same name, or the op's
- * example value. */
-static int shape_variant(const scree__op *op, const void *args, const char *vtext,
-                         scree_dtype dt, scree__variant *var) {
-  char why[512];
-  if (vtext) {
-    if (scree__variant_parse(op, vtext, var, why, sizeof why)) {
-      fprintf(stderr, "scree-tune prewarm: --variant: %s\n", why);
-      return -1;
-    }
-    return 0;
-  }
-  scree__variant_example(op, var);
-  for (int i = 0; i < op->nvfields; i++) {
-    if (op->vfields[i].is_dtype) {
-      var->v[i] = dt;
-      continue;
-    }
-    for (int f = 0; f < op->nshape; f++)
-      if (!strcmp(op->shape[f].name, op->vfields[i].name)) {
-        int64_t v;
-        memcpy(&v, (const char *)args + op->shape[f].offset, sizeof v);
-        var->v[i] = (int)v;
-      }
-  }
+  ts->t[ts->n++] = *t;
   return 0;
 }
 
-/* A task for one call shape ("rows=16000,cols=4096") of op. The op's own
- * checks vet the shape first (a context-free call of validate would need
- * buffers), so only shapes its problem builder accepts are tuned. */
-static int add_shape(tasks *ts, const scree__op *op, const char *shape, const char *vtext,
+/* One call shape as a task; CLI_OK or CLI_USAGE with the reason said. */
+static int add_shape(tasks *ts, const char *op, const char *shape, const char *variant,
                      scree_dtype dt) {
-  _Alignas(16) unsigned char args[SCREE__ARGS_MAX];
-  memset(args, 0, sizeof args);
-  char why[512];
-  if (scree__shape_parse(op, shape, args, why, sizeof why)) {
-    fprintf(stderr, "scree-tune prewarm: --shape: %s\n", why);
-    return -1;
+  scree__admin_task t;
+  char why[1024];
+  if (scree__admin_task_of_shape(op, shape, variant, dt, &t, why, sizeof why)) {
+    fprintf(stderr, "scree-tune prewarm: %s\n", why);
+    return CLI_USAGE;
   }
-  scree__variant var;
-  if (shape_variant(op, args, vtext, dt, &var)) return -1;
-  scree__problem p;
-  memset(&p, 0, sizeof p);
-  const int bad = op->problem(args, &var, 1, 1, NULL, &p, why, sizeof why);
-  scree__problem_free(&p);
-  if (bad) {
-    fprintf(stderr, "scree-tune prewarm: %s shape %s: %s\n", op->name, shape, why);
-    return -1;
+  if (add_task(ts, &t)) {
+    fprintf(stderr, "scree-tune prewarm: out of memory\n");
+    return CLI_FAIL;
   }
-  scree__bucket b;
-  scree__bucket_of(op, &var, args, &b);
-  const int i = add_task(ts, op, &var, &b);
-  if (i >= 0 && !ts->t[i].shape[0]) snprintf(ts->t[i].shape, sizeof ts->t[i].shape, "%s", shape);
-  return i;
+  return CLI_OK;
 }
 
-static void add_rmsnorm(tasks *ts, long rows, long cols, scree_dtype dt) {
-  char shape[96];
-  snprintf(shape, sizeof shape, "rows=%ld,cols=%ld", rows, cols);
-  add_shape(ts, scree__op_find("rmsnorm"), shape, NULL, dt);
-}
-
-static int parse_list(const char *s, long *out, int cap) {
-  int n = 0;
-  while (*s && n < cap) {
+/* "1,2,3": positive integers, at most cap. */
+static int parse_list(const char *opt, const char *s, long *out, int cap, int *n) {
+  *n = 0;
+  for (const char *p = s;;) {
     char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || errno || v < 1) return -1;
-    out[n++] = v;
-    if (*end == ',')
-      end++;
-    else if (*end)
-      return -1;
-    s = end;
+    const long v = strtol(p, &end, 10);
+    if (end == p || errno || v < 1 || v > (1L << 40) || (*end && *end != ',') || *n == cap) {
+      fprintf(stderr, "scree-tune prewarm: --%s %s: give at most %d integers from 1 to 2^40, "
+                      "separated by commas\n", opt, s, cap);
+      return CLI_USAGE;
+    }
+    out[(*n)++] = v;
+    if (!*end) return CLI_OK;
+    p = end + 1;
   }
-  return n;
 }
 
-static int parse_dtypes(const char *s, scree_dtype *out, int cap) {
-  int n = 0;
-  char buf[64];
-  while (*s && n < cap) {
-    size_t len = strcspn(s, ",");
-    if (len >= sizeof buf) return -1;
-    memcpy(buf, s, len);
-    buf[len] = 0;
-    if (cli_parse_dtype(buf, &out[n++])) return -1;
-    s += len + (s[len] == ',');
-  }
-  return n;
+static void print_preset(void *user, const char *name, const char *about) {
+  (void)user;
+  fprintf(stderr, "  %-18s %s\n", name, about);
 }
 
-typedef struct preset_ctx {
-  tasks *ts;
-  const scree__preset *p;
-  scree_dtype dt;
-} preset_ctx;
-
-/* One call shape of a preset line (presets/models.txt); the op's problem
- * builder vets it, so a shape the op cannot serve names its line. */
-static int on_preset_shape(void *user, const scree__preset_line *l, const char *shape,
-                           const char *variant) {
-  preset_ctx *pc = user;
-  if (add_shape(pc->ts, l->op, shape, variant, pc->dt) < 0) {
-    fprintf(stderr, "scree-tune prewarm: model %s: %s:%d\n", pc->p->name, pc->p->source,
-            l->line);
-    return 1;
-  }
-  return 0;
-}
-
-/* The tasks of --model NAME in each dtype, from the presets (the embedded
- * presets/ files, $SCREE_PRESETS, --presets FILE). */
+/* The tasks of --model in each dtype; CLI_OK or CLI_USAGE with the reason. */
 static int add_model(tasks *ts, const char *model, const char *presets_file,
                      const scree_dtype *dts, int ndt) {
-  scree__presets ps;
-  char why[1024];
-  if (scree__presets_load(presets_file, &ps, why, sizeof why)) {
-    fprintf(stderr, "scree-tune prewarm: presets: %s\n", why);
-    return -1;
-  }
-  const scree__preset *p = scree__preset_find(&ps, model);
-  int rc = 0;
-  if (!p) {
+  char why[1536];
+  const scree_status st =
+      scree__admin_model_tasks(model, presets_file, dts, ndt, add_task, ts, why, sizeof why);
+  if (st == SCREE_ERROR_NOT_FOUND) {
     fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:\n", model);
-    for (int k = 0; k < ps.n; k++)
-      fprintf(stderr, "  %-18s %s\n", ps.p[k].name, ps.p[k].about);
-    rc = -1;
+    scree__admin_presets(presets_file, print_preset, NULL, why, sizeof why);
+    return CLI_USAGE;
   }
-  for (int d = 0; p && !rc && d < ndt; d++) {
-    preset_ctx pc = {ts, p, dts[d]};
-    rc = scree__preset_expand(p, dts[d], on_preset_shape, &pc) ? -1 : 0;
+  if (st) {
+    fprintf(stderr, "scree-tune prewarm: %s\n", st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory"
+                                                                               : why);
+    return st == SCREE_ERROR_OUT_OF_MEMORY ? CLI_FAIL : CLI_USAGE;
   }
-  scree__presets_free(&ps);
-  return rc;
+  return CLI_OK;
 }
 
-/* Reads {"shapes": [[r, c], ...], "dtypes": ["fp16", ...]}; bf16 if the
- * file names no dtypes. */
-static int read_shapes_file(const char *path, tasks *ts) {
+/* The misses of cache for arch and op as tasks; unreadable ones said. */
+static int add_misses(tasks *ts, scree__admin_cache *cache, const char *arch, const char *op) {
+  int unreadable = 0;
   char why[1024];
-  char *text = scree__read_text(path, why, sizeof why);
-  if (!text) {
-    fprintf(stderr, "scree-tune prewarm: --shapes: cannot read %s\n", why);
-    return -1;
+  const scree_status st =
+      scree__admin_miss_tasks(cache, arch, op, add_task, ts, &unreadable, why, sizeof why);
+  if (st) {
+    fprintf(stderr, "scree-tune prewarm: %s: %s\n", scree_status_name(st), cli_esc(why));
+    return CLI_CACHE;
   }
-  long shapes[256][2];
-  scree_dtype dts[3];
-  int ndt = 0;
-  const int n = scree__parse_shapes(text, shapes, 256, dts, 3, &ndt, why, sizeof why);
-  free(text);
-  if (n < 0 || n > 256) {
-    fprintf(stderr, "scree-tune prewarm: %s: %s\n", path, n < 0 ? why : "more than 256 shapes");
-    return -1;
-  }
-  if (!ndt) dts[ndt++] = SCREE_DTYPE_BF16;
-  for (int i = 0; i < n; i++) {
-    if (shapes[i][1] > 65536) {
-      fprintf(stderr, "scree-tune prewarm: %s: shape %d has cols %ld > 65536\n", path, i + 1,
-              shapes[i][1]);
-      return -1;
-    }
-    for (int k = 0; k < ndt; k++) add_rmsnorm(ts, shapes[i][0], shapes[i][1], dts[k]);
-  }
-  return n;
-}
-
-typedef struct miss_ctx {
-  tasks *ts;
-  const char *arch;
-  int bad;
-} miss_ctx;
-
-static int on_miss(void *user, const scree__cmiss *m) {
-  miss_ctx *mc = user;
-  const scree__op *op = scree__op_find(m->key.op);
-  scree__variant var;
-  scree__bucket bucket;
-  if (!op || scree__variant_parse(op, m->key.dtype, &var, NULL, 0) ||
-      scree__bucket_parse(op, m->key.bucket, &bucket, NULL, 0)) {
-    fprintf(stderr, "scree-tune prewarm: skipping unreadable miss %s %s %s\n",
-            cli_esc(m->key.op), cli_esc(m->key.bucket), cli_esc(m->key.dtype));
-    mc->bad++;
-    return 0;
-  }
-  const int i = add_task(mc->ts, op, &var, &bucket);
-  if (i < 0) return 1;
-  if (!mc->ts->t[i].shape[0])
-    snprintf(mc->ts->t[i].shape, sizeof mc->ts->t[i].shape, "%s", m->example);
-  mc->ts->t[i].from_miss = 1;
-  mc->ts->t[i].miss_key = m->key;
-  return 0;
-}
-
-/* "op bucket variant": what a dry run prints for a task, and what shards
- * rank it by. */
-static void task_id(const task *t, char *buf, size_t n) {
-  char b[128], v[128];
-  scree__bucket_str(t->op, &t->bucket, b, sizeof b);
-  scree__variant_str(t->op, &t->var, v, sizeof v);
-  snprintf(buf, n, "%s %s %s", t->op->name, b, v);
+  if (unreadable)
+    fprintf(stderr, "scree-tune prewarm: skipping %d miss(es) this build cannot read (first: "
+                    "%s)\n", unreadable, cli_esc(why));
+  return CLI_OK;
 }
 
 enum { ID_LEN = 320 };
@@ -329,7 +199,7 @@ static int apply_shard(tasks *ts, const cli_shard *s) {
   int rc = -1;
   if (ids && p && keep) {
     for (int i = 0; i < ts->n; i++) {
-      task_id(&ts->t[i], ids + (size_t)i * ID_LEN, ID_LEN);
+      scree__admin_task_id(&ts->t[i], ids + (size_t)i * ID_LEN, ID_LEN);
       p[i] = ids + (size_t)i * ID_LEN;
     }
     if (cli_shard_select(p, ts->n, s, keep) >= 0) {
@@ -395,20 +265,10 @@ typedef struct prun {
   retry *rq;
   int nrq;
   int failures, first, done, total;
+  int wop, wbucket, wdtype; /* column widths: the longest op, bucket and variant to tune */
   double t0;
   cli_progress bar; /* --devices: one for the whole job */
 } prun;
-
-/* What one bucket's run gave. */
-typedef struct outcome {
-  scree__ckey key;
-  int cached;
-  double cached_us;
-  char config[128];
-  scree_status st;
-  scree__tune_result res;
-  char err[512];
-} outcome;
 
 /* Failures that are not the config's: another GPU may do better. */
 static int worth_retrying(scree_status st) {
@@ -418,65 +278,29 @@ static int worth_retrying(scree_status st) {
 }
 
 /* Tunes task t on g (or finds it cached); no output. */
-static void run_task(prun *r, gpu *g, task *t, outcome *out) {
-  memset(out, 0, sizeof *out);
-  scree__cache *user = scree__user_cache(g->ctx);
-  scree__make_key(g->ctx, t->op, &t->var, &t->bucket, &out->key);
-  scree__centry e;
-  if (!r->force && scree__cache_get(user, &out->key, &e) == SCREE_OK) {
-    const int ok = e.cubin_ok;
-    if (ok) {
-      out->cached = 1;
-      out->cached_us = e.median_us;
-      snprintf(out->config, sizeof out->config, "%s", e.config);
-    }
-    scree__centry_free(&e);
-    if (ok) {
-      if (t->from_miss) scree__cache_delete_miss(user, &t->miss_key);
-      return;
-    }
-  }
-  scree__tune_opts o;
-  scree__tune_opts_init(&o);
-  o.explore = r->explore;
-  o.reps = r->reps;
-  /* Another prewarm, another GPU of this one, or a process tuning on a
-   * miss may tune the bucket meanwhile: then its row is taken, unless
-   * --force. */
-  o.reuse_cached = !r->force;
+static void run_task(prun *r, gpu *g, const scree__admin_task *t, scree__admin_tuned *out) {
   cli_progress prog;
   char label[160];
-  snprintf(label, sizeof label, "%s %s", out->key.bucket, out->key.dtype);
+  snprintf(label, sizeof label, "%s %s", t->bucket, t->variant);
   cli_progress_init(&prog, r->c->quiet || r->c->json || r->multi, label);
-  o.progress = cli_progress_update;
-  o.user = &prog;
+  const scree__admin_tune_opts o = {r->explore, r->force, r->reps, cli_progress_update, &prog};
   const double t0 = cli_now();
-  out->st = scree__tune(g->ctx, t->op, &t->var, &t->bucket, &o, &out->res);
+  scree__admin_tune(g->ctx, t, &o, out);
   cli_progress_done(&prog);
   g->busy_s += cli_now() - t0;
-  if (out->st == SCREE_OK) {
-    scree__config_str(t->op, &out->res.cfg, out->config, sizeof out->config);
-    if (!out->res.tuned) { /* another process or GPU stored it meanwhile */
-      out->cached = 1;
-      out->cached_us = out->res.median_us;
-    }
-    if (t->from_miss) scree__cache_delete_miss(user, &t->miss_key);
-  } else {
-    snprintf(out->err, sizeof out->err, "%s", scree_last_error(g->ctx));
-  }
 }
 
 /* Prints one bucket's line (the caller holds r->lock). note: "" or what
  * happens next to a failed bucket. */
-static void report(prun *r, const gpu *g, const outcome *o, const char *note) {
+static void report(prun *r, const gpu *g, const scree__admin_tuned *o, const char *note) {
   const cli_common *c = r->c;
-  const scree__tune_result *res = &o->res;
+  const int wo = r->wop, wb = r->wbucket, wd = r->wdtype;
   if (r->multi) cli_progress_done(&r->bar);
   if (o->cached) {
     if (!c->quiet && !c->json) {
       if (r->multi) printf("%-3d ", g->ordinal);
-      printf("%-9s %-24s %-20s %-32s %9.2f %12s %9s %6s %5s %6s\n", o->key.op, o->key.bucket,
-             o->key.dtype, cli_esc(o->config), o->cached_us, "", "cached", "", "", "");
+      printf("%-*s %-*s %-*s %-32s %9.2f %12s %9s %6s %5s %6s\n", wo, o->key.op, wb, o->key.bucket,
+             wd, o->key.dtype, cli_esc(o->config), o->median_us, "", "cached", "", "", "");
     }
   } else if (c->json) {
     printf("%s\n {\"op\": \"%s\", \"bucket\": ", r->first ? "" : ",", o->key.op);
@@ -487,34 +311,37 @@ static void report(prun *r, const gpu *g, const outcome *o, const char *note) {
     printf(", \"status\": \"%s\", \"config\": ", scree_status_name(o->st));
     cli_json_str(stdout, o->config);
     printf(", \"median_us\": ");
-    cli_json_num(stdout, "%.3f", res->median_us);
+    cli_json_num(stdout, "%.3f", o->median_us);
     printf(", \"spread_us\": ");
-    cli_json_num(stdout, "%.3f", res->spread_us);
+    cli_json_num(stdout, "%.3f", o->spread_us);
     printf(", \"default_us\": ");
-    cli_json_num(stdout, "%.3f", res->default_us);
+    cli_json_num(stdout, "%.3f", o->default_us);
     printf(", \"candidates\": %d, \"timed\": %d, \"failed\": %d, \"known_bad\": %d, "
-           "\"seconds\": ", res->candidates, res->timed, res->failed, res->known_bad);
-    cli_json_num(stdout, "%.3f", res->seconds);
+           "\"seconds\": ", o->candidates, o->timed, o->failed, o->known_bad);
+    cli_json_num(stdout, "%.3f", o->seconds);
     printf(", \"flops\": ");
-    cli_json_num(stdout, "%.6g", res->flops);
+    cli_json_num(stdout, "%.6g", o->flops);
     printf(", \"bytes\": ");
-    cli_json_num(stdout, "%.6g", res->bytes);
+    cli_json_num(stdout, "%.6g", o->bytes);
     printf(", \"problem\": ");
-    cli_json_str(stdout, res->problem);
+    cli_json_str(stdout, o->problem);
+    if (o->st) {
+      printf(", \"error\": ");
+      cli_json_str(stdout, o->why);
+    }
     printf("}");
     r->first = 0;
   } else if (o->st != SCREE_OK) {
     if (r->multi) printf("%-3d ", g->ordinal);
-    printf("%-9s %-24s %-20s FAILED%s: %s\n", o->key.op, o->key.bucket, o->key.dtype, note,
-           cli_esc(o->err));
+    printf("%-*s %-*s %-*s FAILED%s: %s\n", wo, o->key.op, wb, o->key.bucket, wd, o->key.dtype,
+           note, cli_esc(o->why));
   } else if (!c->quiet) {
     char rate[32];
-    cli_rate(rate, sizeof rate, res->flops, res->bytes, res->median_us);
+    cli_rate(rate, sizeof rate, o->flops, o->bytes, o->median_us);
     if (r->multi) printf("%-3d ", g->ordinal);
-    printf("%-9s %-24s %-20s %-32s %9.2f %12s %9.2f %5.2fx %5d %6.2f\n", o->key.op,
-           o->key.bucket, o->key.dtype, o->config, res->median_us, rate, res->default_us,
-           res->default_us > 0 ? res->default_us / res->median_us : 0, res->candidates,
-           res->seconds);
+    printf("%-*s %-*s %-*s %-32s %9.2f %12s %9.2f %5.2fx %5d %6.2f\n", wo, o->key.op, wb,
+           o->key.bucket, wd, o->key.dtype, o->config, o->median_us, rate, o->default_us,
+           o->default_us > 0 ? o->default_us / o->median_us : 0, o->candidates, o->seconds);
   }
   fflush(stdout);
   if (r->multi) cli_progress_update(&r->bar, r->done, r->total, "buckets");
@@ -524,8 +351,9 @@ static void report(prun *r, const gpu *g, const outcome *o, const char *note) {
 static void *gpu_main(void *p) {
   gpu *g = p;
   prun *r = g->r;
+  scree__admin_tuned *o = malloc(sizeof *o);
   pthread_mutex_lock(&r->lock);
-  while (g->alive) {
+  while (g->alive && o) {
     int ti = -1, retried = 0, pending = 0;
     for (int k = 0; k < r->nrq && ti < 0; k++) {
       if (r->rq[k].group != g->group) continue;
@@ -545,29 +373,30 @@ static void *gpu_main(void *p) {
       break;
     }
     pthread_mutex_unlock(&r->lock);
-    outcome o;
-    run_task(r, g, &r->ts->t[ti], &o);
+    run_task(r, g, &r->ts->t[ti], o);
     pthread_mutex_lock(&r->lock);
-    if (o.st == SCREE_ERROR_CUDA && !o.cached) g->alive = 0; /* its context is gone */
-    if (!o.cached && worth_retrying(o.st) && !retried && r->live[g->group] > 1) {
+    if (o->st == SCREE_ERROR_CUDA && !o->cached) g->alive = 0; /* its context is gone */
+    if (!o->cached && worth_retrying(o->st) && !retried && r->live[g->group] > 1) {
       r->rq[r->nrq++] = (retry){ti, g->group, g->ordinal};
-      report(r, g, &o, " (will retry on another GPU of this model)");
+      report(r, g, o, " (will retry on another GPU of this model)");
       g->failed++;
     } else {
       r->done++;
-      if (o.st != SCREE_OK) {
+      if (o->st != SCREE_OK) {
         r->failures++;
         g->failed++;
-      } else if (!o.cached) {
+      } else if (!o->cached) {
         g->tuned++;
       }
-      report(r, g, &o, "");
+      report(r, g, o, "");
     }
     pthread_cond_broadcast(&r->cv);
   }
+  if (!o) g->alive = 0;
   r->live[g->group]--;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->lock);
+  free(o);
   return NULL;
 }
 
@@ -607,6 +436,18 @@ static int parse_devices(const char *spec, int *ords, int *n) {
   return CLI_OK;
 }
 
+/* The widths of the op, bucket and dtype columns: the longest of the
+ * tasks (and the headings), so that long attention buckets stay in line. */
+static void column_widths(prun *r) {
+  r->wop = 9, r->wbucket = 24, r->wdtype = 20;
+  for (int i = 0; i < r->ts->n; i++) {
+    const scree__admin_task *t = &r->ts->t[i];
+    if ((int)strlen(t->op) > r->wop) r->wop = (int)strlen(t->op);
+    if ((int)strlen(t->bucket) > r->wbucket) r->wbucket = (int)strlen(t->bucket);
+    if ((int)strlen(t->variant) > r->wdtype) r->wdtype = (int)strlen(t->variant);
+  }
+}
+
 static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spec, int device,
                        int from_misses, const cli_shard *shard, int explore, int force,
                        int reps) {
@@ -626,7 +467,7 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
       if (!first_rc) first_rc = r;
       continue;
     }
-    if (!scree__user_cache(x->ctx)) {
+    if (!scree__admin_context_cache(x->ctx)) {
       fprintf(stderr, "scree-tune prewarm: the user cache could not be opened; "
                       "nothing would be kept (see SCREE_LOG_LEVEL=warn)\n");
       scree_destroy(x->ctx);
@@ -643,14 +484,12 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
     free(g);
     return first_rc ? first_rc : CLI_NO_GPU;
   }
-  scree__cache *user = scree__user_cache(g[0].ctx);
+  scree__admin_cache *user = scree__admin_context_cache(g[0].ctx);
   const scree_device_info *dev = &g[0].dev;
   if (from_misses) {
-    miss_ctx mc = {.ts = tsp, .arch = dev->arch};
     const int before = tsp->n;
-    const scree_status mst = scree__cache_foreach_miss(user, dev->arch, c.op, on_miss, &mc);
-    if (mst) rc = cli_cache_failed(user, mst, "prewarm");
-    else if (!c.quiet && !c.json)
+    rc = add_misses(tsp, user, dev->arch, c.op);
+    if (!rc && !c.quiet && !c.json)
       printf("%d recorded miss(es) for %s\n", tsp->n - before, dev->arch);
   }
   if (!rc && apply_shard(tsp, shard)) {
@@ -667,6 +506,7 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
     free(r.rq);
     return rc;
   }
+  column_widths(&r);
   /* Groups: GPUs of one model (name, SM count, arch) share a queue, so a
    * bucket is tuned once per model; each model tunes every bucket. */
   for (int k = 0; k < ng; k++) {
@@ -702,8 +542,8 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
     printf("\"results\": [");
   } else if (!c.quiet) {
     if (r.multi) printf("%-3s ", "gpu");
-    printf("%-9s %-24s %-20s %-32s %9s %12s %9s %6s %5s %6s\n", "op", "bucket", "dtype",
-           "winner", "us", "rate", "default", "gain", "cand", "s");
+    printf("%-*s %-*s %-*s %-32s %9s %12s %9s %6s %5s %6s\n", r.wop, "op", r.wbucket, "bucket",
+           r.wdtype, "dtype", "winner", "us", "rate", "default", "gain", "cand", "s");
   }
   fflush(stdout);
   pthread_mutex_init(&r.lock, NULL);
@@ -731,7 +571,7 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
   /* What no GPU of its model was left to take, and what no GPU reached. */
   for (int k = 0; k < r.nrq; k++) {
     char id[ID_LEN];
-    task_id(&tsp->t[r.rq[k].task], id, sizeof id);
+    scree__admin_task_id(&tsp->t[r.rq[k].task], id, sizeof id);
     r.failures++;
     if (!c.json) printf("%s: FAILED: not retried: no other GPU of its model is left\n", id);
   }
@@ -756,7 +596,7 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
     printf("}\n");
   } else if (!c.quiet) {
     printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", tsp->n, cli_now() - r.t0,
-           r.failures, scree__cache_path(user));
+           r.failures, scree__admin_path(user));
     if (r.multi)
       for (int k = 0; k < ng; k++)
         printf("gpu %d (%s): %d tuned, %d failed, %.1f s tuning%s\n", g[k].ordinal,
@@ -773,19 +613,17 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
 
 /* prewarm --dry-run: the buckets this task would tune, one "op bucket
  * variant shape" line each (shape: the first call shape given for the
- * bucket, which bench_ops --file takes as "op variant shape"), without a
- * GPU. Misses are those of the user cache
- * for --arch (every arch without it). */
+ * bucket, which bench_ops --file takes as "op variant shape"), or JSON,
+ * without a GPU. Misses are those of the user cache for --arch (every
+ * arch without it). */
 static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const cli_shard *s) {
   if (from_misses) {
-    scree__cache *user = NULL;
+    scree__admin_cache *user = NULL;
     int rc = cli_open_user_cache(c, &user, "prewarm", 1);
     if (rc) return rc;
     if (user) {
-      miss_ctx mc = {.ts = ts, .arch = c->arch};
-      const scree_status st = scree__cache_foreach_miss(user, c->arch, c->op, on_miss, &mc);
-      rc = cli_cache_failed(user, st, "prewarm");
-      scree__cache_close(user);
+      rc = add_misses(ts, user, c->arch, c->op);
+      scree__admin_close(user);
       if (rc) return rc;
     }
   }
@@ -794,10 +632,38 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
     fprintf(stderr, "scree-tune prewarm: out of memory\n");
     return CLI_FAIL;
   }
+  if (c->json) {
+    printf("{\"buckets\": [");
+    for (int i = 0; i < ts->n; i++) {
+      const scree__admin_task *t = &ts->t[i];
+      printf("%s\n {\"op\": ", i ? "," : "");
+      cli_json_str(stdout, t->op);
+      printf(", \"bucket\": ");
+      cli_json_str(stdout, t->bucket);
+      printf(", \"variant\": ");
+      cli_json_str(stdout, t->variant);
+      printf(", \"shape\": ");
+      if (t->shape[0])
+        cli_json_str(stdout, t->shape);
+      else
+        printf("null");
+      printf(", \"from_miss\": %s}", t->from_miss ? "true" : "false");
+    }
+    printf("\n], \"count\": %d, \"total\": %d, \"shard\": ", ts->n, all);
+    if (s->on) {
+      printf("{\"k\": %d, \"n\": %d, \"source\": ", s->k, s->n);
+      cli_json_str(stdout, s->source);
+      printf("}");
+    } else {
+      printf("null");
+    }
+    printf("}\n");
+    return CLI_OK;
+  }
   char id[ID_LEN];
   for (int i = 0; i < ts->n; i++) {
-    task_id(&ts->t[i], id, sizeof id);
-    printf("%s %s\n", id, ts->t[i].shape[0] ? ts->t[i].shape : "-");
+    scree__admin_task_id(&ts->t[i], id, sizeof id);
+    printf("%s %s\n", id, ts->t[i].shape[0] ? cli_esc(ts->t[i].shape) : "-");
   }
   fflush(stdout); /* the list before the summary, where both go to one file */
   if (!c->quiet) {
@@ -810,155 +676,209 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
   return CLI_OK;
 }
 
-static int prewarm(int argc, char **argv, tasks *tsp) {
-  cli_common c = {0};
-  long rows[64], cols[64], rows_max = 0;
-  int nrows = 0, ncols = 0, ndt = 0, explore = 0, force = 0, reps = 25, device = 0;
-  int from_misses = 0, have_op = 0, dry_run = 0, from_shipped = 0;
-  const char *shard_spec = NULL, *shard_count = NULL, *devices_spec = NULL;
-  int have_device = 0;
-  cli_shard shard = {0};
+/* The options of a prewarm, as given. */
+typedef struct popts {
+  cli_common c;
+  long rows[64], cols[64], rows_max, reps, device;
+  int nrows, ncols, ndt, explore, force, from_misses, dry_run, from_shipped, have_device,
+      have_reps;
+  const char *shard_spec, *shard_count, *devices_spec, *shapes, *model, *variant,
+      *presets_file, *shape_list[64];
+  int nshape;
   scree_dtype dts[3];
-  const char *shapes = NULL, *model = NULL, *variant = NULL, *presets_file = NULL;
-  const char *shape_list[64];
-  int nshape = 0;
-  for (int i = 1; i < argc; i++) {
-    int r = cli_common_opt(&c, argc, argv, &i, "prewarm");
-    if (r < 0) return CLI_USAGE;
-    if (r) continue;
-    const char *v;
-    if ((v = cli_value(argc, argv, &i, "--rows", "prewarm"))) {
-      if ((nrows = parse_list(v, rows, 64)) <= 0) return cli_unknown("prewarm", v);
-    } else if ((v = cli_value(argc, argv, &i, "--cols", "prewarm"))) {
-      if ((ncols = parse_list(v, cols, 64)) <= 0) return cli_unknown("prewarm", v);
-    } else if ((v = cli_value(argc, argv, &i, "--rows-max", "prewarm"))) {
-      rows_max = atol(v);
-      if (rows_max < 1 || rows_max > (1L << 40)) {
-        fprintf(stderr, "scree-tune prewarm: --rows-max must be in [1, 2^40]\n");
-        return CLI_USAGE;
-      }
-    } else if ((v = cli_value(argc, argv, &i, "--dtype", "prewarm"))) {
-      if ((ndt = parse_dtypes(v, dts, 3)) <= 0) return cli_unknown("prewarm", v);
-    } else if ((v = cli_value(argc, argv, &i, "--shape", "prewarm"))) {
-      if (nshape == 64) {
-        fprintf(stderr, "scree-tune prewarm: at most 64 --shape options\n");
-        return CLI_USAGE;
-      }
-      shape_list[nshape++] = v;
-    } else if ((v = cli_value(argc, argv, &i, "--variant", "prewarm"))) {
-      variant = v;
-    } else if ((v = cli_value(argc, argv, &i, "--shapes", "prewarm"))) {
-      shapes = v;
-    } else if ((v = cli_value(argc, argv, &i, "--model", "prewarm"))) {
-      model = v;
-    } else if ((v = cli_value(argc, argv, &i, "--presets", "prewarm"))) {
-      presets_file = v;
-    } else if ((v = cli_value(argc, argv, &i, "--reps", "prewarm"))) {
-      reps = atoi(v);
-    } else if ((v = cli_value(argc, argv, &i, "--device", "prewarm"))) {
-      device = atoi(v);
-      have_device = 1;
-    } else if ((v = cli_value(argc, argv, &i, "--devices", "prewarm"))) {
-      devices_spec = v;
-    } else if ((v = cli_value(argc, argv, &i, "--shard", "prewarm"))) {
-      shard_spec = v;
-    } else if ((v = cli_value(argc, argv, &i, "--shard-count", "prewarm"))) {
-      shard_count = v;
-    } else if (!strcmp(argv[i], "--dry-run")) {
-      dry_run = 1;
-    } else if (!strcmp(argv[i], "--from-shipped")) {
-      from_shipped = 1;
-    } else if (!strcmp(argv[i], "--explore")) {
-      explore = 1;
-    } else if (!strcmp(argv[i], "--force")) {
-      force = 1;
-    } else if (!strcmp(argv[i], "--from-misses")) {
-      from_misses = 1;
-    } else if (!strcmp(argv[i], "--rows") || !strcmp(argv[i], "--cols") ||
-               !strcmp(argv[i], "--dtype") || !strcmp(argv[i], "--shapes") ||
-               !strcmp(argv[i], "--model") || !strcmp(argv[i], "--reps") ||
-               !strcmp(argv[i], "--rows-max") || !strcmp(argv[i], "--device") ||
-               !strcmp(argv[i], "--shape") || !strcmp(argv[i], "--variant") ||
-               !strcmp(argv[i], "--shard") || !strcmp(argv[i], "--shard-count") ||
-               !strcmp(argv[i], "--presets") || !strcmp(argv[i], "--devices")) {
-      return CLI_USAGE; /* cli_value printed the missing value */
-    } else {
-      return cli_unknown("prewarm", argv[i]);
+} popts;
+
+static int prewarm_options(int argc, char **argv, popts *p) {
+  static const struct option opts[] = {
+      CLI_OPT_OP,
+      {"shape", required_argument, NULL, OPT_SHAPE},
+      {"variant", required_argument, NULL, OPT_VARIANT},
+      {"rows", required_argument, NULL, OPT_ROWS},
+      {"cols", required_argument, NULL, OPT_COLS},
+      {"rows-max", required_argument, NULL, OPT_ROWS_MAX},
+      {"dtype", required_argument, NULL, OPT_DTYPE},
+      {"shapes", required_argument, NULL, OPT_SHAPES},
+      {"model", required_argument, NULL, OPT_MODEL},
+      {"presets", required_argument, NULL, OPT_PRESETS},
+      {"from-misses", no_argument, NULL, OPT_FROM_MISSES},
+      {"from-shipped", no_argument, NULL, OPT_FROM_SHIPPED},
+      {"devices", required_argument, NULL, OPT_DEVICES},
+      {"device", required_argument, NULL, OPT_DEVICE},
+      {"shard", required_argument, NULL, OPT_SHARD},
+      {"shard-count", required_argument, NULL, OPT_SHARD_COUNT},
+      {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+      {"explore", no_argument, NULL, OPT_EXPLORE},
+      {"force", no_argument, NULL, OPT_FORCE},
+      {"reps", required_argument, NULL, OPT_REPS},
+      CLI_OPT_ARCH,
+      CLI_OPT_CACHE,
+      CLI_OPT_QUIET,
+      CLI_OPT_JSON,
+      CLI_OPT_END};
+  cli_args a;
+  cli_args_init(&a, "prewarm", argc, argv, opts, "q");
+  int ch, npos;
+  const char *v;
+  while ((ch = cli_next(&a, &v)) != -1) {
+    if (ch == CLI_BAD_OPTION) return CLI_USAGE;
+    if (cli_common_opt(&p->c, ch, v)) continue;
+    int rc = CLI_OK;
+    switch (ch) {
+      case OPT_ROWS: rc = parse_list("rows", v, p->rows, 64, &p->nrows); break;
+      case OPT_COLS: rc = parse_list("cols", v, p->cols, 64, &p->ncols); break;
+      case OPT_ROWS_MAX:
+        rc = cli_parse_int("prewarm", "rows-max", v, 1, 1L << 40, &p->rows_max);
+        break;
+      case OPT_DTYPE: rc = cli_parse_dtypes("prewarm", v, p->dts, 3, &p->ndt); break;
+      case OPT_SHAPE:
+        if (p->nshape == 64) {
+          fprintf(stderr, "scree-tune prewarm: at most 64 --shape options\n");
+          rc = CLI_USAGE;
+        } else {
+          p->shape_list[p->nshape++] = v;
+        }
+        break;
+      case OPT_VARIANT: p->variant = v; break;
+      case OPT_SHAPES: p->shapes = v; break;
+      case OPT_MODEL: p->model = v; break;
+      case OPT_PRESETS: p->presets_file = v; break;
+      case OPT_REPS:
+        rc = cli_parse_int("prewarm", "reps", v, 1, 1000000, &p->reps);
+        p->have_reps = 1;
+        break;
+      case OPT_DEVICE:
+        rc = cli_parse_int("prewarm", "device", v, 0, 1024, &p->device);
+        p->have_device = 1;
+        break;
+      case OPT_DEVICES: p->devices_spec = v; break;
+      case OPT_SHARD: p->shard_spec = v; break;
+      case OPT_SHARD_COUNT: p->shard_count = v; break;
+      case OPT_DRY_RUN: p->dry_run = 1; break;
+      case OPT_FROM_SHIPPED: p->from_shipped = 1; break;
+      case OPT_EXPLORE: p->explore = 1; break;
+      case OPT_FORCE: p->force = 1; break;
+      case OPT_FROM_MISSES: p->from_misses = 1; break;
     }
+    if (rc) return rc;
   }
-  if (shard_count && (!shard_spec || strcmp(shard_spec, "auto"))) {
+  char **pos = cli_positional(&a, &npos);
+  if (npos) return cli_unexpected("prewarm", pos[0]);
+  return CLI_OK;
+}
+
+static int prewarm(int argc, char **argv, tasks *tsp) {
+  popts p = {.reps = 0};
+  int rc = prewarm_options(argc, argv, &p);
+  if (rc) return rc;
+  const cli_common *c = &p.c;
+  cli_shard shard = {0};
+  if (p.shard_count && (!p.shard_spec || strcmp(p.shard_spec, "auto"))) {
     fprintf(stderr, "scree-tune prewarm: --shard-count goes with --shard auto (an Indexed "
                     "Job's completions)\n");
     return CLI_USAGE;
   }
-  if (shard_spec && cli_shard_parse(shard_spec, shard_count, &shard)) return CLI_USAGE;
-  if (devices_spec && have_device) {
+  if (p.shard_spec && cli_shard_parse(p.shard_spec, p.shard_count, &shard)) return CLI_USAGE;
+  if (p.devices_spec && p.have_device) {
     fprintf(stderr, "scree-tune prewarm: give --device N or --devices LIST, not both\n");
     return CLI_USAGE;
   }
-  if (from_shipped) {
-    if (nshape || ncols || nrows || rows_max || shapes || model || from_misses || shard_spec ||
-        dry_run) {
+  if (p.from_shipped) {
+    if (p.nshape || p.variant || p.ncols || p.nrows || p.rows_max || p.shapes || p.model ||
+        p.presets_file || p.from_misses || p.shard_spec || p.dry_run || p.ndt || p.explore ||
+        p.have_reps || p.have_device || p.devices_spec) {
       fprintf(stderr, "scree-tune prewarm: --from-shipped compiles the shipped tuned configs "
-                      "alone (with --arch, --op, --force)\n");
+                      "alone: it takes --arch, --op, --force, --cache, --quiet and --json\n");
       return CLI_USAGE;
     }
-    return cli_prewarm_from_shipped(&c, force);
+    return cli_prewarm_from_shipped(c, p.force);
   }
-  if (c.op && !scree__op_find(c.op)) {
-    fprintf(stderr, "scree-tune prewarm: unknown op %s\n", c.op);
+  /* A prewarm tunes for the GPU it runs on: --arch names the misses a dry
+   * run lists, nothing else. */
+  if (c->arch && !(p.dry_run && p.from_misses)) {
+    fprintf(stderr, "scree-tune prewarm: --arch goes with --from-shipped, or with --dry-run "
+                    "--from-misses; a prewarm tunes for this GPU's architecture\n");
+    return CLI_USAGE;
+  }
+  if (c->op && !scree__admin_source_hash(c->op)) {
+    fprintf(stderr, "scree-tune prewarm: unknown op %s (ops:", c->op);
+    for (int i = 0; scree__admin_op_name(i); i++) fprintf(stderr, " %s", scree__admin_op_name(i));
+    fprintf(stderr, ")\n");
     return CLI_USAGE;
   }
   /* --op names the op of --shape (and, for rmsnorm, --cols/--rows) shapes;
    * with --from-misses alone it filters the misses. */
-  if ((nshape || variant) && !c.op) {
+  if ((p.nshape || p.variant) && !c->op) {
     fprintf(stderr, "scree-tune prewarm: --shape and --variant need --op\n");
     return CLI_USAGE;
   }
-  if (c.op && (ncols || nrows || rows_max)) {
-    if (strcmp(c.op, "rmsnorm")) {
-      fprintf(stderr, "scree-tune prewarm: --op %s: --cols/--rows are RMSNorm's; use --shape\n",
-              c.op);
-      return CLI_USAGE;
-    }
-    have_op = 1;
-  } else if (c.op && !nshape && !from_misses) {
-    fprintf(stderr, "scree-tune prewarm: --op %s needs --shape (or, for rmsnorm, --cols and "
-                    "--rows or --rows-max)\n", c.op);
+  if (p.variant && !p.nshape) {
+    fprintf(stderr, "scree-tune prewarm: --variant is the variant of --shape calls; give "
+                    "--shape\n");
     return CLI_USAGE;
   }
-  if (!ndt) dts[ndt++] = SCREE_DTYPE_BF16;
-  for (int k = 0; k < nshape; k++)
-    for (int d = 0; d < (variant ? 1 : ndt); d++)
-      if (add_shape(tsp, scree__op_find(c.op), shape_list[k], variant, dts[d]) < 0)
-        return CLI_USAGE;
-  if (have_op || ncols || nrows || rows_max) {
-    if (!ncols || (!nrows && !rows_max)) {
+  const int rmsnorm_flags = p.ncols || p.nrows || p.rows_max;
+  if (c->op && rmsnorm_flags && strcmp(c->op, "rmsnorm")) {
+    fprintf(stderr, "scree-tune prewarm: --op %s: --cols/--rows are RMSNorm's; use --shape\n",
+            c->op);
+    return CLI_USAGE;
+  }
+  if (c->op && !p.nshape && !rmsnorm_flags && !p.from_misses) {
+    fprintf(stderr, "scree-tune prewarm: --op %s needs --shape (or, for rmsnorm, --cols and "
+                    "--rows or --rows-max)\n", c->op);
+    return CLI_USAGE;
+  }
+  if (p.ndt && p.variant && !p.model && !rmsnorm_flags) {
+    fprintf(stderr, "scree-tune prewarm: --dtype does not apply to --shape calls with "
+                    "--variant (the variant names their dtypes)\n");
+    return CLI_USAGE;
+  }
+  if (!p.ndt) p.dts[p.ndt++] = SCREE_DTYPE_BF16;
+  for (int k = 0; k < p.nshape; k++)
+    for (int d = 0; d < (p.variant ? 1 : p.ndt); d++)
+      if ((rc = add_shape(tsp, c->op, p.shape_list[k], p.variant, p.dts[d]))) return rc;
+  if (rmsnorm_flags) {
+    if (!p.ncols || (!p.nrows && !p.rows_max)) {
       fprintf(stderr, "scree-tune prewarm: give --cols and --rows or --rows-max\n");
       return CLI_USAGE;
     }
-    for (int k = 0; k < ncols; k++) {
-      if (cols[k] > 65536) {
-        fprintf(stderr, "scree-tune prewarm: --cols %ld exceeds 65536\n", cols[k]);
+    for (int k = 0; k < p.ncols; k++) {
+      if (p.cols[k] > 65536) {
+        fprintf(stderr, "scree-tune prewarm: --cols %ld exceeds 65536\n", p.cols[k]);
         return CLI_USAGE;
       }
-      for (int d = 0; d < ndt; d++) {
-        for (int r = 0; r < nrows; r++) add_rmsnorm(tsp, rows[r], cols[k], dts[d]);
-        for (long r = 1; rows_max && r <= rows_max; r *= 2) add_rmsnorm(tsp, r, cols[k], dts[d]);
+      for (int d = 0; d < p.ndt; d++) {
+        char shape[96];
+        for (int r = 0; r < p.nrows; r++) {
+          snprintf(shape, sizeof shape, "rows=%ld,cols=%ld", p.rows[r], p.cols[k]);
+          if ((rc = add_shape(tsp, "rmsnorm", shape, NULL, p.dts[d]))) return rc;
+        }
+        for (long r = 1; p.rows_max && r <= p.rows_max; r *= 2) {
+          snprintf(shape, sizeof shape, "rows=%ld,cols=%ld", r, p.cols[k]);
+          if ((rc = add_shape(tsp, "rmsnorm", shape, NULL, p.dts[d]))) return rc;
+        }
       }
     }
   }
-  if (model && add_model(tsp, model, presets_file, dts, ndt)) return CLI_USAGE;
-  if (shapes && read_shapes_file(shapes, tsp) < 0) return CLI_USAGE;
-  if (!from_misses && tsp->n == 0) {
+  if (p.model && (rc = add_model(tsp, p.model, p.presets_file, p.dts, p.ndt))) return rc;
+  if (p.presets_file && !p.model) {
+    fprintf(stderr, "scree-tune prewarm: --presets adds model presets; name one with --model\n");
+    return CLI_USAGE;
+  }
+  if (p.shapes) {
+    char why[1536];
+    if (scree__admin_shapes_file_tasks(p.shapes, add_task, tsp, why, sizeof why) < 0) {
+      fprintf(stderr, "scree-tune prewarm: --shapes: %s\n", why);
+      return CLI_USAGE;
+    }
+  }
+  if (!p.from_misses && tsp->n == 0) {
     fprintf(stderr, "scree-tune prewarm: nothing to tune: give --op/--cols/--rows, "
                     "--shapes, --model or --from-misses (see --help)\n");
     return CLI_USAGE;
   }
-
-  if (dry_run) return dry_run_list(&c, tsp, from_misses, &shard);
-
-  return run_prewarm(&c, tsp, devices_spec, device, from_misses, &shard, explore, force, reps);
+  if (p.dry_run) return dry_run_list(c, tsp, p.from_misses, &shard);
+  return run_prewarm(c, tsp, p.devices_spec, (int)p.device, p.from_misses, &shard, p.explore,
+                     p.force, (int)p.reps);
 }
 
 int cmd_prewarm(int argc, char **argv) {
@@ -971,61 +891,16 @@ int cmd_prewarm(int argc, char **argv) {
 /* ---- verify ------------------------------------------------------------ */
 
 typedef struct vctx {
-  scree_context *ctx;
   const cli_common *c;
-  int retime, checked, wrong, slower, stale, other_arch, first;
+  int retime, first;
+  int nvrtc_here, driver_here;
 } vctx;
 
-static int on_entry(void *user, const scree__centry *e) {
-  vctx *v = user;
-  scree_context *ctx = v->ctx;
-  scree_device_info dev;
-  scree_context_device(ctx, &dev);
-  if (strcmp(e->key.arch, dev.arch)) {
-    v->other_arch++;
-    return 0;
-  }
-  const scree__op *op = scree__op_find(e->key.op);
-  scree__variant var;
-  scree__bucket bucket;
-  scree__config cfg;
-  char why[256];
-  const char *verdict = NULL;
-  double now_us = 0, sp = 0;
-  if (!op) {
-    verdict = "unknown op";
-  } else if (strcmp(e->key.src_hash, scree__source_hash(op))) {
-    verdict = "stale";
-    v->stale++;
-  } else if (scree__variant_parse(op, e->key.dtype, &var, NULL, 0) ||
-             scree__bucket_parse(op, e->key.bucket, &bucket, NULL, 0) ||
-             scree__config_parse(op, e->config, &cfg, why, sizeof why)) {
-    verdict = "unreadable";
-    v->wrong++;
-  } else if (!e->cubin_ok) {
-    verdict = "cubin hash mismatch";
-    v->wrong++;
-  } else {
-    scree_status st = scree__verify_config(ctx, op, &var, &bucket, &cfg, e->cubin,
-                                           v->retime ? &now_us : NULL, &sp);
-    v->checked++;
-    if (st) {
-      verdict = st == SCREE_ERROR_WRONG_ANSWER ? "WRONG" : scree_status_name(st);
-      v->wrong++;
-    } else if (v->retime) {
-      const double band = fmax(0.10 * e->median_us, 3 * e->spread_us);
-      if (now_us > e->median_us + band) {
-        verdict = "slower";
-        v->slower++;
-      } else {
-        verdict = "ok";
-      }
-    } else {
-      verdict = "ok";
-    }
-  }
-  if (v->c->json) {
-    printf("%s\n {\"op\": ", v->first ? "" : ",");
+static int on_verdict(void *user, const scree__admin_row *e, const scree__admin_verdict *v) {
+  vctx *x = user;
+  const int ok = !strcmp(v->verdict, "ok");
+  if (x->c->json) {
+    printf("%s\n {\"op\": ", x->first ? "" : ",");
     cli_json_str(stdout, e->key.op);
     printf(", \"bucket\": ");
     cli_json_str(stdout, e->key.bucket);
@@ -1034,72 +909,109 @@ static int on_entry(void *user, const scree__centry *e) {
     printf(", \"config\": ");
     cli_json_str(stdout, e->config);
     printf(", \"verdict\": ");
-    cli_json_str(stdout, verdict);
+    cli_json_str(stdout, v->verdict);
     printf(", \"recorded_us\": ");
     cli_json_num(stdout, "%.3f", e->median_us);
     printf(", \"now_us\": ");
-    cli_json_num(stdout, "%.3f", now_us);
-    if (!strcmp(verdict, "WRONG")) {
+    cli_json_num(stdout, "%.3f", v->now_us);
+    printf(", \"nvrtc_version\": %d, \"other_nvrtc\": %s, \"other_driver\": %s",
+           e->nvrtc_version, v->other_nvrtc ? "true" : "false",
+           v->other_driver ? "true" : "false");
+    if (v->detail[0]) {
       printf(", \"detail\": ");
-      cli_json_str(stdout, scree_last_error(ctx));
+      cli_json_str(stdout, v->detail);
     }
     printf("}");
-    v->first = 0;
-  } else if (!v->c->quiet || strcmp(verdict, "ok")) {
+    x->first = 0;
+  } else if (!x->c->quiet || !ok) {
     printf("%-8s %-24s %-20s %-32s %-8s", cli_esc(e->key.op), cli_esc(e->key.bucket),
-           cli_esc(e->key.dtype), cli_esc(e->config), verdict);
-    if (v->retime && now_us > 0) printf(" recorded %.2f us, now %.2f us", e->median_us, now_us);
-    if (!strcmp(verdict, "WRONG")) printf(" (%s)", cli_esc(scree_last_error(ctx)));
+           cli_esc(e->key.dtype), cli_esc(e->config), v->verdict);
+    if (x->retime && v->now_us > 0)
+      printf(" recorded %.2f us, now %.2f us", e->median_us, v->now_us);
+    if (v->other_nvrtc)
+      printf(" (cubin by NVRTC %d.%d, this machine has %d.%d)", e->nvrtc_version / 1000,
+             (e->nvrtc_version % 1000) / 10, x->nvrtc_here / 1000, (x->nvrtc_here % 1000) / 10);
+    if (v->other_driver)
+      printf(" (tuned under driver %d.%d, this machine has %d.%d)", e->driver_version / 1000,
+             (e->driver_version % 1000) / 10, x->driver_here / 1000, (x->driver_here % 1000) / 10);
+    if (v->detail[0]) printf(" (%s)", cli_esc(v->detail));
     printf("\n");
   }
+  fflush(stdout);
   return 0;
 }
 
 int cmd_verify(int argc, char **argv) {
+  static const struct option opts[] = {{"retime", no_argument, NULL, OPT_RETIME},
+                                       {"shipped", no_argument, NULL, OPT_SHIPPED},
+                                       {"device", required_argument, NULL, OPT_DEVICE},
+                                       CLI_OPT_ARCH, CLI_OPT_OP, CLI_OPT_CACHE, CLI_OPT_QUIET,
+                                       CLI_OPT_JSON, CLI_OPT_END};
   cli_common c = {0};
-  int retime = 0, device = 0, shipped = 0;
-  for (int i = 1; i < argc; i++) {
-    int r = cli_common_opt(&c, argc, argv, &i, "verify");
-    if (r < 0) return CLI_USAGE;
-    if (r) continue;
-    const char *v;
-    if (!strcmp(argv[i], "--retime"))
-      retime = 1;
-    else if (!strcmp(argv[i], "--shipped"))
-      shipped = 1;
-    else if ((v = cli_value(argc, argv, &i, "--device", "verify")))
-      device = atoi(v);
-    else
-      return cli_unknown("verify", argv[i]);
+  int retime = 0, shipped = 0, have_device = 0, ch, npos;
+  long device = 0;
+  const char *v;
+  cli_args a;
+  cli_args_init(&a, "verify", argc, argv, opts, "q");
+  while ((ch = cli_next(&a, &v)) != -1) {
+    if (ch == CLI_BAD_OPTION) return CLI_USAGE;
+    if (cli_common_opt(&c, ch, v)) continue;
+    if (ch == OPT_RETIME) retime = 1;
+    if (ch == OPT_SHIPPED) shipped = 1;
+    if (ch == OPT_DEVICE) {
+      if (cli_parse_int("verify", "device", v, 0, 1024, &device)) return CLI_USAGE;
+      have_device = 1;
+    }
   }
-  /* The shipped tuned configs need no GPU: stale ones are listed. */
-  if (shipped) return cli_shipped_report(&c, 1);
-  scree__cache *cache = NULL;
+  char **pos = cli_positional(&a, &npos);
+  if (npos) return cli_unexpected("verify", pos[0]);
+  /* The shipped tuned configs need no GPU and no cache: stale ones are listed. */
+  if (shipped) {
+    if (retime || have_device || c.cache) {
+      fprintf(stderr, "scree-tune verify: --shipped checks the shipped tuned configs without a "
+                      "GPU or a cache: not with --retime, --device or --cache\n");
+      return CLI_USAGE;
+    }
+    return cli_verify_shipped(&c);
+  }
+  scree__admin_cache *cache = NULL;
   int rc = cli_open_user_cache(&c, &cache, "verify", 1);
   if (rc) return rc;
-  if (!cache) return CLI_OK; /* nothing cached: nothing to verify */
+  if (!cache) {
+    if (c.json)
+      printf("{\"arch\": null, \"entries\": [], \"checked\": 0, \"wrong\": 0, \"slower\": 0, "
+             "\"stale\": 0, \"other_arch\": 0, \"other_compiler\": 0, \"skipped\": 0}\n");
+    return CLI_OK; /* nothing cached: nothing to verify */
+  }
   scree_context *ctx = NULL;
-  if ((rc = make_context(&c, device, &ctx, "verify"))) {
-    scree__cache_close(cache);
+  if ((rc = make_context(&c, (int)device, &ctx, "verify"))) {
+    scree__admin_close(cache);
     return rc;
   }
-  vctx v = {.ctx = ctx, .c = &c, .retime = retime, .first = 1};
+  scree_runtime_info ri;
+  scree_get_runtime_info(&ri);
+  vctx x = {.c = &c, .retime = retime, .first = 1,
+            .nvrtc_here = ri.nvrtc_major * 1000 + ri.nvrtc_minor * 10,
+            .driver_here = ri.driver_version};
   scree_device_info dev;
   scree_context_device(ctx, &dev);
   if (c.json) printf("{\"arch\": \"%s\", \"entries\": [", dev.arch);
-  scree_status st = scree__cache_foreach_entry(cache, c.arch, c.op, 1, on_entry, &v);
+  scree__admin_verify_counts n;
+  const scree__admin_filter f = cli_filter(&c);
+  scree_status st = scree__admin_verify(ctx, cache, &f, retime, on_verdict, &x, &n);
   const int skipped = cli_report_refused(cache, "verify");
   if (c.json)
     printf("\n], \"checked\": %d, \"wrong\": %d, \"slower\": %d, \"stale\": %d, "
-           "\"other_arch\": %d, \"skipped\": %d}\n", v.checked, v.wrong, v.slower, v.stale,
-           v.other_arch, skipped);
+           "\"other_arch\": %d, \"other_compiler\": %d, \"skipped\": %d}\n", n.checked, n.wrong,
+           n.slower, n.stale, n.other_arch, n.other_compiler, skipped);
   else
-    printf("%d checked on %s: %d wrong, %d slower than recorded, %d stale, %d for other archs\n",
-           v.checked, dev.arch, v.wrong, v.slower, v.stale, v.other_arch);
-  if (!c.json) cli_shipped_report(&c, 0);
+    printf("%d checked on %s: %d wrong, %d slower than recorded, %d stale, %d for other archs, "
+           "%d built by another NVRTC or driver\n",
+           n.checked, dev.arch, n.wrong, n.slower, n.stale, n.other_arch, n.other_compiler);
+  if (!c.json) cli_shipped_summary(&c);
   scree_destroy(ctx);
   rc = cli_cache_failed(cache, st, "verify");
-  scree__cache_close(cache);
+  scree__admin_close(cache);
   if (rc) return rc;
-  return v.wrong || skipped ? CLI_FAIL : CLI_OK;
+  return n.wrong || skipped ? CLI_FAIL : CLI_OK;
 }

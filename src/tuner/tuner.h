@@ -19,7 +19,7 @@ typedef struct scree__tune_opts {
   int warmup;           /* untimed runs first; default 3 */
   double noise;         /* configs within this fraction of the best tie; 0.02 */
   double time_limit_ms; /* one run slower than this is a timeout; 1000 */
-  int threads;          /* compile threads; 0 = online CPUs (at most 32) */
+  int threads;          /* compile threads; 0 = scree__jobs() (SCREE_JOBS, else the usable CPUs) */
   int store;            /* write the winner into the user cache; default 1 */
   /* Called as candidates finish (done of total); may be NULL. */
   void (*progress)(void *user, int done, int total, const char *stage);

@@ -768,6 +768,265 @@ START_TEST(too_many_rows_is_an_error_with_a_reason) {
 }
 END_TEST
 
+/* 1 if text is one JSON value (SQLite's json_valid, as shapes.c reads JSON). */
+static int json_ok(const char *text) {
+  sqlite3 *h = NULL;
+  sqlite3_stmt *st = NULL;
+  int ok = 0;
+  if (sqlite3_open(":memory:", &h) == SQLITE_OK &&
+      sqlite3_prepare_v2(h, "SELECT json_valid(?1)", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_bind_text(st, 1, text, -1, SQLITE_STATIC) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    ok = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+  return ok;
+}
+
+/* Every command takes --opt=value as --opt value, and an option it does
+ * not take is an error that names it, never ignored. */
+START_TEST(options_parse_alike_and_unknown_ones_are_errors) {
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache='%s' --arch=sm_80", db), 0);
+  ck_assert_msg(strstr(out, "1 winner(s)"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket='rows<=1024,cols=4096'", db),
+                   0);
+  ck_assert(strstr(out, "10.250 us median"));
+  ck_assert_int_eq(tune(out, sizeof out, "list --arch sm_80 --cache='%s' -q", db), 0);
+  ck_assert(!strstr(out, "winner(s)"));
+  /* An option of another command. */
+  ck_assert_int_eq(tune(out, sizeof out, "merge '%s' --arch sm_90 --cache '%s'", db, db), 2);
+  ck_assert_msg(strstr(out, "scree-tune merge: --arch is not an option of merge"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "export '%s/x.db' --misses --cache '%s'", dir, db), 2);
+  ck_assert_msg(strstr(out, "--misses is not an option of export"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "info --cache x"), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "demo --quiet"), 2);
+  /* Unknown, ambiguous, a value where none is taken, none where one is. */
+  ck_assert_int_eq(tune(out, sizeof out, "list --bogus --cache '%s'", db), 2);
+  ck_assert_msg(strstr(out, "unknown option --bogus"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dev 0 --model gpt2"), 2);
+  ck_assert_msg(strstr(out, "--dev is ambiguous: --devices --device"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --json=yes --cache '%s'", db), 2);
+  ck_assert_msg(strstr(out, "--json takes no value"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache"), 2);
+  ck_assert_msg(strstr(out, "--cache needs a value"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --arch= --cache '%s'", db), 2);
+  ck_assert_msg(strstr(out, "--arch needs a non-empty value"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list extra --cache '%s'", db), 2);
+  ck_assert_msg(strstr(out, "unexpected argument 'extra'"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "worker --device=x"), 2);
+  ck_assert_msg(strstr(out, "--device x: expected an integer from 0 to 1024"), "%s", out);
+  /* Options that a variant of a command does not use are refused too. */
+  ck_assert_int_eq(tune(out, sizeof out, "verify --shipped --retime"), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --from-shipped --explore"), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model gpt2 --arch sm_90"), 2);
+  ck_assert_msg(strstr(out, "--arch goes with --from-shipped"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --op rmsnorm --shape rows=1,cols=64 --presets x"),
+                   2);
+}
+END_TEST
+
+/* --dtype names the dtype it does not know. */
+START_TEST(dtype_errors_name_the_dtype) {
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model gpt2 --dtype bf16,fp8 --dry-run"), 2);
+  ck_assert_msg(strstr(out, "--dtype bf16,fp8: unknown dtype fp8 (fp32, fp16 or bf16)"), "%s",
+                out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model gpt2 --dtype=bf16,bf16 --dry-run"), 2);
+  ck_assert_msg(strstr(out, "bf16 is given twice"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model gpt2 --dtype fp16,bf16 --dry-run -q"),
+                   0);
+}
+END_TEST
+
+#define ATTN "batch=4,total_q=256,total_k=256,max_seqlen_q=64,max_seqlen_k=64,heads_q=8,heads_kv=8"
+
+/* A dry run checks a shape as the op would check the call: an attention
+ * head size the op does not serve, fields left out (they were read as 0),
+ * and a shape whose call has another variant than the one to tune. */
+START_TEST(dry_run_checks_shapes_as_the_op_does) {
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --op attention --shape " ATTN
+                        ",head_dim=48,window_left=-1,window_right=-1"),
+                   2);
+  ck_assert_msg(strstr(out, "head_dim=48 is not supported (32, 64, 96, 128 or 256)"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --op attention --shape batch=4,"
+                                         "total_q=256,heads_q=8"),
+                   2);
+  ck_assert_msg(strstr(out, "missing total_k, max_seqlen_q, max_seqlen_k, heads_kv, head_dim, "
+                            "window_left, window_right"),
+                "%s", out);
+  /* window_left=0 is a window (of the diagonal): not the variant window=0. */
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --op attention --shape " ATTN
+                        ",head_dim=64,window_left=0,window_right=0"),
+                   2);
+  ck_assert_msg(strstr(out, "has the variant dtype=bf16,head_dim=64,causal=0,window=1, not "
+                            "dtype=bf16,head_dim=64,causal=0,window=0"),
+                "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --op attention --shape " ATTN
+                        ",head_dim=64,window_left=0,window_right=0 --variant "
+                        "dtype=fp16,head_dim=64,causal=1,window=1 -q"),
+                   0);
+  ck_assert_msg(strstr(out, "attention group=1,heads_kv=8,max_q<=64,max_k<=64,total_q<=256 "
+                            "dtype=fp16,head_dim=64,causal=1,window=1 "),
+                "%s", out);
+  /* GQA: query heads a multiple of the KV heads. */
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --op attention --shape batch=4,"
+                        "total_q=256,total_k=256,max_seqlen_q=64,max_seqlen_k=64,heads_q=8,"
+                        "heads_kv=3,head_dim=64,window_left=-1,window_right=-1"),
+                   2);
+  /* The same checks hold without --dry-run, before any GPU is looked for. */
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --op attention --shape " ATTN
+                        ",head_dim=48,window_left=-1,window_right=-1"),
+                   2);
+  /* JSON: the buckets and the count. */
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' prewarm --dry-run --json --op=rmsnorm "
+                         "--shape=rows=4,cols=64 --shape rows=3,cols=64 2>/dev/null",
+                         SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(json_ok(out), "%s", out);
+  ck_assert_msg(strstr(out, "{\"op\": \"rmsnorm\", \"bucket\": \"rows<=4,cols=64\", \"variant\": "
+                            "\"x=bf16,w=bf16,y=bf16\", \"shape\": \"rows=4,cols=64\""),
+                "%s", out);
+  ck_assert_msg(strstr(out, "\"count\": 1, \"total\": 1, \"shard\": null"), "%s", out);
+}
+END_TEST
+
+/* A shapes file is JSON: a nested "shapes" key does not count, and a
+ * malformed file names its line. */
+START_TEST(prewarm_shapes_file_is_json) {
+  char path[400];
+  snprintf(path, sizeof path, "%s/s.json", dir);
+  FILE *f = fopen(path, "w");
+  fputs("{\"about\": {\"shapes\": [[1, 1]]},\n \"shapes\": [[16, 4096]]}\n", f);
+  fclose(f);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s' --dry-run -q", path), 0);
+  ck_assert_str_eq(out, "rmsnorm rows<=16,cols=4096 x=bf16,w=bf16,y=bf16 rows=16,cols=4096\n");
+  f = fopen(path, "w");
+  fputs("{\n \"shapes\": [\n  [16, 4096],\n ]\n}\n", f);
+  fclose(f);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s' --dry-run", path), 2);
+  ck_assert_msg(strstr(out, "line 3, column 13: a comma before ] (JSON has no trailing commas)"),
+                "%s", out);
+}
+END_TEST
+
+/* Every command that prints a result prints it as JSON with --json. */
+START_TEST(json_everywhere) {
+  static const char *const cmds[] = {
+      "info --json", "doctor --json --cache '%s'", "list --json --cache '%s'",
+      "list --misses --json --cache '%s'", "list --bad --json --cache '%s'",
+      "show --json --cache '%s'", "verify --shipped --json", "prewarm --dry-run --json --model gpt2",
+      "export '%s.out' --json --cache '%s'", "merge '%s' --json --cache '%s'",
+      "clear --arch sm_80 --json --cache '%s'"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    char args[1200];
+    snprintf(args, sizeof args, cmds[i], db, db);
+    const int rc = shell(out, sizeof out, "'%s' %s 2>/dev/null", SCREE_TUNE_BIN, args);
+    ck_assert_msg(rc == 0 || (rc == 3 && !strncmp(args, "info", 4)), "%s: exit %d", args, rc);
+    ck_assert_msg(json_ok(out), "%s: not JSON: %s", args, out);
+  }
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' clear --all --json --cache '%s'", SCREE_TUNE_BIN,
+                         db),
+                   0);
+  ck_assert_msg(strstr(out, "\"deleted\": 3}"), "%s", out);
+  /* --text - is the text on stdout: not with --json. */
+  ck_assert_int_eq(tune(out, sizeof out, "export --text - --json --cache '%s'", db), 2);
+}
+END_TEST
+
+/* The list table's columns are as wide as their longest cell. */
+START_TEST(list_columns_fit_their_cells) {
+  copy_row(db, "rows<=1024,cols=4096", "'ragged_softmax'",
+           "'batch=16,total<=16384,max_seqlen<=2048,cols=4096'", NULL, NULL);
+  sql(db, "UPDATE winners SET device_name = 'NVIDIA H100 80GB HBM3 with a long name'"
+          " WHERE op = 'ragged_softmax'");
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s' --arch sm_90", db), 0);
+  /* Each row's arch and age columns start where their headings do. */
+  const char *head = out;
+  const int arch_col = (int)(strstr(head, " arch ") - head) + 1;
+  const int config_col = (int)(strstr(head, " config ") - head) + 1;
+  int rows = 0;
+  for (const char *l = strchr(out, '\n') + 1; *l && strncmp(l, "4 winner", 8); rows++) {
+    ck_assert_msg(!strncmp(l + arch_col, "sm_90 ", 6), "arch not at %d: %s", arch_col, out);
+    ck_assert_msg(l[config_col] == 't' && l[config_col - 1] == ' ', "config not at %d: %s",
+                  config_col, out);
+    l = strchr(l, '\n') + 1;
+  }
+  ck_assert_int_eq(rows, 4);
+  ck_assert_msg(strstr(out, "NVIDIA H100 80GB HBM3 with a long name"), "%s", out);
+}
+END_TEST
+
+/* A row compiled from a shipped tuned config has no SM count, driver or
+ * tuning time: show says so instead of "0 SMs, driver 0, tuned 6s ago". */
+START_TEST(show_says_what_a_shipped_row_lacks) {
+  sql(db, "UPDATE winners SET sm_count = 0, driver_version = 0, spread_us = 0"
+          " WHERE bucket = 'rows<=1024,cols=4096'");
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --bucket 'rows<=1024,cols=4096'", db),
+                   0);
+  ck_assert_msg(strstr(out, "Synthetic GPU (tuned there; SM count and driver not recorded)"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "tuned         from a shipped tuned config, when not recorded; "
+                            "compiled here by scree"),
+                "%s", out);
+  ck_assert_msg(!strstr(out, "0 SMs") && !strstr(out, "driver 0") && !strstr(out, "interquartile"),
+                "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' show --json --cache '%s' --bucket "
+                         "'rows<=1024,cols=4096' 2>&1", SCREE_TUNE_BIN, db),
+                   0);
+  ck_assert_msg(strstr(out, "\"origin\": \"shipped\", \"sm_count\": null, \"driver_version\": "
+                            "null"),
+                "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s' --arch sm_90", db), 0);
+  ck_assert_msg(strstr(out, "Synthetic GPU shipped\n"), "%s", out);
+  /* A tuned row keeps its facts; another NVRTC than this machine's is said. */
+  sql(db, "UPDATE winners SET nvrtc_version = 12080 WHERE bucket = 'rows<=16384,cols=4096'");
+  ck_assert_int_eq(tune(out, sizeof out, "show --cache '%s' --arch sm_90 --bucket "
+                        "'rows<=16384,cols=4096'", db),
+                   0);
+  ck_assert_msg(strstr(out, "Synthetic GPU, 132 SMs, driver 13.0, cubin by NVRTC 12.8"), "%s",
+                out);
+  scree_runtime_info ri;
+  scree_get_runtime_info(&ri);
+  if (ri.nvrtc_loaded && ri.nvrtc_major * 1000 + ri.nvrtc_minor * 10 != 12080)
+    ck_assert_msg(strstr(out, "NVRTC 12.8 (this machine has "), "%s", out);
+}
+END_TEST
+
+/* doctor: versions, NVRTC's file, the caches with their facts and trust,
+ * the environment, and what it did not find; no GPU needed. */
+START_TEST(doctor_reports_what_a_bug_report_needs) {
+  char loose[400];
+  snprintf(loose, sizeof loose, "%s/loose.db", dir);
+  ck_assert_int_eq(shell(out, sizeof out, "cp '%s' '%s' && chmod 0666 '%s'", db, loose, loose),
+                   0);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_JOBS=3 SCREE_CACHE_PATH='%s:%s/none.db' '%s' "
+                         "doctor --cache '%s' 2>&1", loose, dir, SCREE_TUNE_BIN, db),
+                   0);
+  ck_assert_msg(strstr(out, "kernel sources (sha256") && strstr(out, "  rmsnorm "), "%s", out);
+  ck_assert_msg(strstr(out, "compile threads: 3 (SCREE_JOBS=3)"), "%s", out);
+  ck_assert_msg(strstr(out, "4 winner(s), 0 of them stale (another kernel source), 1 miss(es), "
+                            "3 bad config(s)"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "mode 0644") || strstr(out, "mode 0600"), "%s", out);
+  ck_assert_msg(strstr(out, "NOT TRUSTED, skipped: refusing ") &&
+                    strstr(out, "writable by every user (mode 0666)"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "SCREE_JOBS=3") && strstr(out, "SCREE_CACHE_PATH="), "%s", out);
+  ck_assert_msg(strstr(out, "shipped tuned configs: "), "%s", out);
+  ck_assert_msg(strstr(out, "not found:") && strstr(out, "none.db"), "%s", out);
+  scree_runtime_info ri;
+  scree_get_runtime_info(&ri);
+  if (ri.nvrtc_loaded) ck_assert_msg(strstr(out, "NVRTC: ") && strstr(out, "/libnvrtc"), "%s", out);
+  if (!ri.device_count) ck_assert_msg(strstr(out, "GPUs: none"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_JOBS=x '%s' doctor --json --cache '%s' "
+                         "2>/dev/null", SCREE_TUNE_BIN, db),
+                   0);
+  ck_assert_msg(json_ok(out), "%s", out);
+  ck_assert_msg(strstr(out, "SCREE_JOBS=x ignored: not a number from 1 to 1024"), "%s", out);
+  ck_assert_msg(strstr(out, "\"winners\": 4, \"stale\": 0, \"misses\": 1, \"bad\": 3"), "%s",
+                out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -794,6 +1053,14 @@ int main(void) {
   tcase_add_test(tc, stdout_write_errors_are_errors);
   tcase_add_test(tc, safelist_export_write_errors);
   tcase_add_test(tc, safelist_export_writes_only_what_loads);
+  tcase_add_test(tc, options_parse_alike_and_unknown_ones_are_errors);
+  tcase_add_test(tc, dtype_errors_name_the_dtype);
+  tcase_add_test(tc, dry_run_checks_shapes_as_the_op_does);
+  tcase_add_test(tc, prewarm_shapes_file_is_json);
+  tcase_add_test(tc, json_everywhere);
+  tcase_add_test(tc, list_columns_fit_their_cells);
+  tcase_add_test(tc, show_says_what_a_shipped_row_lacks);
+  tcase_add_test(tc, doctor_reports_what_a_bug_report_needs);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

@@ -265,6 +265,62 @@ START_TEST(devices_without_a_gpu) {
 }
 END_TEST
 
+/* prewarm --from-shipped shows its progress like the other prewarms (a
+ * bar on a terminal's stderr) and a line per config it stored. */
+START_TEST(from_shipped_shows_progress) {
+  if (sh("command -v script >/dev/null") != 0) return; /* no pseudo-terminal to draw on */
+  const char *h = scree__source_hash(scree__op_find("rmsnorm"));
+  ck_assert_int_eq(sh("printf 'rmsnorm rows<=16,cols=4096 x=bf16,w=bf16,y=bf16 0 sm_90 "
+                      "NVIDIA_H100_80GB_HBM3 tpr=128,rows=1,vec=8,cache=4 5.0 %s\\n"
+                      "rmsnorm rows<=32,cols=4096 x=bf16,w=bf16,y=bf16 0 sm_90 "
+                      "NVIDIA_H100_80GB_HBM3 tpr=256,rows=1,vec=8,cache=2 6.0 %s\\n' > s.txt",
+                      h, h),
+                   0);
+  const int rc = sh("SCREE_TUNED_CONFIGS=s.txt script -qefc \"$T prewarm --from-shipped --arch "
+                    "sm_90 --op rmsnorm --cache p.db\" /dev/null");
+  if (rc == 3) return; /* no NVRTC here */
+  ck_assert_msg(rc == 0, "%s", out);
+  ck_assert_msg(strstr(out, "shipped configs              [") && strstr(out, " compile "),
+                "%s", out);
+  ck_assert_msg(strstr(out, "us (shipped) tuned on") && strstr(out, "NVIDIA H100 80GB HBM3"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "2 shipped config(s) compiled (2 compile(s)"), "%s", out);
+  ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=s.txt $T prewarm --from-shipped --arch sm_90 --op "
+                      "rmsnorm --cache p.db --json"),
+                   0);
+  ck_assert_msg(strstr(out, "\"stored\": 0, \"compiles\": 0, \"cached\": 2"), "%s", out);
+}
+END_TEST
+
+/* deploy/prewarm.sbatch and the Indexed Job take SCREE_DTYPES
+ * blank-separated, as SCREE_MODELS is, or comma-separated; run here as
+ * plain scripts (the task of an array of one, the pod of one completion). */
+START_TEST(sbatch_takes_blank_separated_dtypes) {
+  ck_assert_int_eq(sh("for m in llama-3-8b gpt2; do $T prewarm --model $m --dtype bf16,fp16 "
+                      "--dry-run -q; done | sort > all.txt; wc -l < all.txt"),
+                   0);
+  const int total = atoi(out);
+  ck_assert_int_gt(total, 200);
+  static const char *const forms[] = {"bf16 fp16", " bf16  fp16 ", "bf16,fp16", "bf16, fp16"};
+  for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+    ck_assert_msg(sh("SLURM_ARRAY_TASK_ID=0 SLURM_ARRAY_TASK_COUNT=1 SCREE_TUNE=$T "
+                     "SCREE_DRY_RUN=1 SCREE_MODELS='llama-3-8b gpt2' SCREE_DTYPES='%s' "
+                     "SCREE_OUT=out bash '" SCREE_SOURCE_DIR "/deploy/prewarm.sbatch' "
+                     "2>/dev/null | grep -v '^task ' | sort | cmp - all.txt",
+                     forms[i]) == 0,
+                  "SCREE_DTYPES='%s': %s", forms[i], out);
+    /* The Indexed Job's script, the same way (scree-tune on its PATH). */
+    ck_assert_msg(sh("sed -n '/set -eu/,/^ *done$/p' '" SCREE_SOURCE_DIR
+                     "/deploy/prewarm-indexed-job.yaml' | sed 's/^ *//' > job.sh && "
+                     "PATH=$(dirname \"$T\"):$PATH JOB_COMPLETION_INDEX=0 SCREE_SHARD_COUNT=1 "
+                     "SCREE_DRY_RUN=1 SCREE_MODELS='llama-3-8b gpt2' SCREE_DTYPES='%s' sh job.sh "
+                     "2>/dev/null | sort | cmp - all.txt",
+                     forms[i]) == 0,
+                  "Indexed Job, SCREE_DTYPES='%s': %s", forms[i], out);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cluster");
   TCase *tc = tcase_create("cli");
@@ -275,6 +331,8 @@ int main(void) {
   tcase_add_test(tc, user_presets);
   tcase_add_test(tc, shipped_text_round_trip);
   tcase_add_test(tc, devices_without_a_gpu);
+  tcase_add_test(tc, from_shipped_shows_progress);
+  tcase_add_test(tc, sbatch_takes_blank_separated_dtypes);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

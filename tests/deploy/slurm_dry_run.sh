@@ -90,7 +90,7 @@ sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed)' || {
 # in dry-run mode, each writing its bucket list to its output file.
 cd "$tmp/out"
 SCREE_TUNE=$tune SCREE_DRY_RUN=1 SCREE_MODELS="llama-3-8b deepseek-moe-16b" \
-  SCREE_DTYPES=bf16,fp16 SCREE_OUT=$tmp/out \
+  SCREE_DTYPES="bf16 fp16" SCREE_OUT=$tmp/out \
   timeout 120 sbatch --wait --array=5-7 --output="$tmp/out/task-%a.out" \
   "$here/deploy/prewarm.sbatch" >/dev/null
 for m in llama-3-8b deepseek-moe-16b; do

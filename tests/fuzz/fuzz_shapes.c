@@ -2,7 +2,8 @@
  * src/runtime/ops/shapes.c, scree-tune prewarm --shapes and bench_rowwise) on any
  * text. It is read twice, with room for every shape and for one: the two
  * must agree, as the callers rely on (shapes past cap are counted, not
- * stored). Seeds: tests/fuzz/corpus/shapes/. */
+ * stored); text that SQLite's JSON parser refuses is refused with the line
+ * and column that the reader's own scan locates. Seeds: tests/fuzz/corpus/shapes/. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(n >= -1, "returned %d", n);
   if (n < 0) {
     FUZZ_CHECK(why[0] && !strcmp(why, why1), "failed with \"%s\", then \"%s\"", why, why1);
+    /* Where SQLite refuses the text, the scan of shapes.c finds why. */
+    FUZZ_CHECK(strncmp(why, "not JSON that SQLite", 20), "no line for what SQLite refused: %s",
+               why);
   } else {
     for (int i = 0; i < n && i < CAP; i++)
       FUZZ_CHECK(shapes[i][0] >= 1 && shapes[i][1] >= 1, "shape %d is [%ld, %ld]", i + 1,

@@ -12,7 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/admin.h"
+#include "api/api.h"
+#include "ops/registry.h"
+#include "store/cache.h"
+#include "store/keys.h"
+#include "store/safelist.h"
+#include "tuner/harness.h"
+#include "tuner/tuner.h"
 
 SCREE__REFERENCE(rmsnorm);
 #include <time.h>

@@ -25,4 +25,13 @@ int scree__plan_config(scree_context *ctx, const scree__op *op, const scree__var
 scree_status scree__plans_create(scree_context *ctx);
 void scree__plans_free(scree_context *ctx);
 
+/* The context's read-write user cache, or NULL when it could not be opened
+ * or caching is off. */
+scree__cache *scree__user_cache(scree_context *ctx);
+
+/* A cache winner as a row of the administration interface (admin.c);
+ * with_cubin: e's cubin was read, and its cubin_ok holds. */
+struct scree__admin_row;
+void scree__admin_row_of(const scree__centry *e, int with_cubin, struct scree__admin_row *r);
+
 #endif

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/admin.h"
+#include "api/api.h"
 #include "store/safelist.h"
 
 #define set_why scree__set_why

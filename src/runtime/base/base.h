@@ -112,10 +112,25 @@ scree_status scree__path_list_each(const char *list,
                                    scree_status (*fn)(void *user, const char *path),
                                    void *user);
 /* Runs fn(user, i) for every i in [0, n) on up to `threads` threads (0:
- * the online CPUs, at most 32; the caller's thread works too) and returns
- * when all are done. fn must be thread-safe. */
+ * scree__jobs(); the caller's thread works too) and returns when all are
+ * done. fn must be thread-safe. */
 void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
                          void *user);
+
+/* ---- jobs.c: how many threads compile ---------------------------------------
+ * $SCREE_JOBS when it is a number from 1 to SCREE__MAX_JOBS; else the CPUs
+ * this process may run on (its affinity mask, lowered to a cgroup CPU
+ * quota rounded up), at most SCREE__DEFAULT_JOBS_MAX. how (may be NULL)
+ * says where the number came from, and that an invalid SCREE_JOBS was
+ * ignored. Read on every call. */
+#define SCREE__MAX_JOBS 1024
+#define SCREE__DEFAULT_JOBS_MAX 32
+int scree__jobs(char *how, size_t how_size);
+/* The CPU quota of the process's cgroup in CPUs (cgroup v2 cpu.max, v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us; the smallest from its cgroup up
+ * to the top of the hierarchy), or 0 when none is set. Paths are read
+ * under root ("" or NULL: the real /proc and /sys; tests pass a tree). */
+double scree__cgroup_cpus(const char *root);
 /* A whole regular file as a malloc'd NUL-terminated string, or NULL with
  * errno set and the reason, naming the path, in why ("<path>: a directory,
  * not a regular file"; why may be NULL). Directories, devices, FIFOs and

@@ -138,18 +138,20 @@ static void *pfor_worker(void *p) {
 void scree__parallel_for(int n, int threads, void (*fn)(void *user, int i),
                          void *user) {
   if (n <= 0) return;
-  long nt = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+  long nt = threads > 0 ? threads : scree__jobs(NULL, 0);
   if (nt < 1) nt = 1;
-  if (nt > 32) nt = 32;
+  if (nt > SCREE__MAX_JOBS) nt = SCREE__MAX_JOBS;
   if (nt > n) nt = n;
   pfor j = {.fn = fn, .user = user, .n = n};
   pthread_mutex_init(&j.lock, NULL);
-  pthread_t th[32];
+  /* Without room for the threads' handles, the calling thread does it all. */
+  pthread_t *th = nt > 1 ? malloc((size_t)(nt - 1) * sizeof *th) : NULL;
   int started = 0;
-  for (long t = 1; t < nt; t++)
+  for (long t = 1; th && t < nt; t++)
     if (pthread_create(&th[started], NULL, pfor_worker, &j) == 0) started++;
   pfor_worker(&j); /* the calling thread works too */
   for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  free(th);
   pthread_mutex_destroy(&j.lock);
 }
 

@@ -284,9 +284,10 @@ int scree__overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi);
 
 /* ---- shapes.c ----------------------------------------------------------------
  * Reads {"shapes": [[rows, cols], ...], "dtypes": ["fp16", ...]} (the
- * dtypes list is optional; rows and cols 1 to 2^40). Returns the number of
+ * dtypes list is optional; rows and cols 1 to 2^40; other keys, and keys
+ * inside them, are ignored) with SQLite's JSON parser. Returns the number of
  * shapes (those past cap are counted, not stored) or -1 with the reason in
- * why. */
+ * why: "line L, column C: ..." for text that is not JSON. */
 int scree__parse_shapes(const char *json, long (*shapes)[2], int cap, scree_dtype *dtypes,
                         int dcap, int *ndtypes, char *why, size_t why_size);
 
