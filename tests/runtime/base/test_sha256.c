@@ -68,9 +68,6 @@ START_TEST(sha256_vectors) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("sha256");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, sha256_vectors);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
+  return scree_test_main(
+      &(scree_suite_def){.name = "sha256", .tests = (const TTest *[]){sha256_vectors, NULL}});
 }

@@ -156,12 +156,8 @@ START_TEST(user_files_from_the_environment) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("presets");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, embedded_presets_cover_the_models);
-  tcase_add_test(tc, expressions_and_overrides);
-  tcase_add_test(tc, bad_files_name_the_line);
-  tcase_add_test(tc, user_files_from_the_environment);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
+  return scree_test_main(&(scree_suite_def){
+      .name = "presets",
+      .tests = (const TTest *[]){embedded_presets_cover_the_models, expressions_and_overrides,
+                                 bad_files_name_the_line, user_files_from_the_environment, NULL}});
 }
