@@ -59,7 +59,7 @@ int scree_test_run(Suite *s, int nofork) {
   srunner_run_all(sr, CK_NORMAL);
   const int failed = srunner_ntests_failed(sr), ran = srunner_ntests_run(sr);
   srunner_free(sr);
-  if (!ran) fprintf(stderr, "no test ran: CK_RUN_CASE or CK_INCLUDE_TAGS selects none\n");
+  if (!ran) fprintf(stderr, "no test ran: CK_RUN_CASE, CK_INCLUDE_TAGS or CK_EXCLUDE_TAGS selects none\n");
   return failed || !ran ? 1 : 0;
 }
 
@@ -77,6 +77,7 @@ static TCase *make_case(Suite *s, const char *name, const scree_suite_def *def,
 }
 
 int scree_test_main(const scree_suite_def *def) {
+  if (def->init) def->init();
   Suite *s = suite_create(def->name);
   make_case(s, "quick", def, def->tests, def->loops);
   if (def->slow_tests || def->slow_loops)

@@ -46,6 +46,7 @@ typedef struct scree_test_loop {
  * CK_EXCLUDE_TAGS and CK_INCLUDE_TAGS. Any list may be NULL. */
 typedef struct scree_suite_def {
   const char *name;
+  void (*init)(void); /* first of all, in main() (a GPU test's context) */
   const TTest *const *tests;
   const scree_test_loop *loops;
   const TTest *const *slow_tests;
@@ -59,9 +60,19 @@ typedef struct scree_suite_def {
   int nofork;  /* as scree_test_run's */
 } scree_suite_def;
 
-/* Builds the suite `def` describes, runs it (scree_test_run) and returns
- * the process exit code. */
+/* Runs def->init, builds the suite `def` describes, runs it
+ * (scree_test_run) and returns the process exit code. */
 int scree_test_main(const scree_suite_def *def);
+
+/* A test program's main(): the suite that the designated initializers of
+ * scree_suite_def describe, with the lists below, run by scree_test_main.
+ *   SCREE_TEST_MAIN(.name = "dtype", .tests = SCREE_TESTS(half_known_values, bf16_rounding))
+ */
+#define SCREE_TEST_MAIN(...) \
+  int main(void) { return scree_test_main(&(const scree_suite_def){__VA_ARGS__}); }
+/* scree_suite_def's lists: tests run once, and loop tests, {test, n} each. */
+#define SCREE_TESTS(...) ((const TTest *const[]){__VA_ARGS__, NULL})
+#define SCREE_LOOPS(...) ((const scree_test_loop[]){__VA_ARGS__, {0}})
 
 /* For GPU tests: the shared context, created once. If there is no usable
  * GPU, prints "SKIP: <reason>" and exits with SCREE_TEST_SKIP. */

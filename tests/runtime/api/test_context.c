@@ -110,11 +110,8 @@ START_TEST(missing_nvrtc_is_reported) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "context",
-      .tests = (const TTest *[]){no_gpu_gives_no_device, missing_driver_library_gives_no_device,
-                                 stub_driver_gives_no_device, bad_arguments, bad_ordinal,
-                                 options_defaults, runtime_info_reports_nvrtc,
-                                 missing_nvrtc_is_reported, NULL}});
-}
+SCREE_TEST_MAIN(.name = "context",
+                .tests = SCREE_TESTS(no_gpu_gives_no_device, missing_driver_library_gives_no_device,
+                                     stub_driver_gives_no_device, bad_arguments, bad_ordinal,
+                                     options_defaults, runtime_info_reports_nvrtc,
+                                     missing_nvrtc_is_reported))

@@ -56,9 +56,6 @@ START_TEST(compare_catches_errors_and_nan) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "dtype",
-      .tests = (const TTest *[]){half_roundtrip_all_bits, half_known_values, bf16_rounding,
-                                 compare_catches_errors_and_nan, NULL}});
-}
+SCREE_TEST_MAIN(.name = "dtype",
+                .tests = SCREE_TESTS(half_roundtrip_all_bits, half_known_values, bf16_rounding,
+                                     compare_catches_errors_and_nan))

@@ -90,11 +90,6 @@ START_TEST(other_files_refused) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(
-      &(scree_suite_def){.name = "read_text",
-                         .setup = setup,
-                         .teardown = teardown,
-                         .tests = (const TTest *[]){regular_files_whole, missing_file,
-                                                    directory_refused, other_files_refused, NULL}});
-}
+SCREE_TEST_MAIN(.name = "read_text", .setup = setup, .teardown = teardown,
+                .tests = SCREE_TESTS(regular_files_whole, missing_file, directory_refused,
+                                     other_files_refused))

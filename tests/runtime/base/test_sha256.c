@@ -67,7 +67,4 @@ START_TEST(sha256_vectors) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(
-      &(scree_suite_def){.name = "sha256", .tests = (const TTest *[]){sha256_vectors, NULL}});
-}
+SCREE_TEST_MAIN(.name = "sha256", .tests = SCREE_TESTS(sha256_vectors))

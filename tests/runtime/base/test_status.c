@@ -36,9 +36,6 @@ START_TEST(dtypes) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "status",
-      .tests = (const TTest *[]){every_status_has_text, unknown_status_is_fixed_string, version,
-                                 dtypes, NULL}});
-}
+SCREE_TEST_MAIN(.name = "status",
+                .tests = SCREE_TESTS(every_status_has_text, unknown_status_is_fixed_string, version,
+                                     dtypes))

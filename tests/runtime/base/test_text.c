@@ -60,7 +60,4 @@ START_TEST(escape_text) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "text", .tests = (const TTest *[]){utf8_chars, unsafe_chars, escape_text, NULL}});
-}
+SCREE_TEST_MAIN(.name = "text", .tests = SCREE_TESTS(utf8_chars, unsafe_chars, escape_text))

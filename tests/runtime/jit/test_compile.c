@@ -119,10 +119,26 @@ static void variant_of_combo(const scree__op *op, int c, scree__variant *var) {
   }
 }
 
+/* Every variant the op supports (the product of its variant fields'
+ * values) in vars, and its shape-free default for t in cfgs, which must
+ * pass the host check; returns the count. */
+static int variant_defaults(const scree__op *op, const scree__target *t, scree__config *cfgs,
+                            scree__variant *vars) {
+  const int combos = variant_count(op);
+  for (int c = 0; c < combos; c++) {
+    char vs[128], why[512];
+    variant_of_combo(op, c, &vars[c]);
+    scree__variant_str(op, &vars[c], vs, sizeof vs);
+    op->default_config(t, &vars[c], NULL, &cfgs[c]);
+    ck_assert_msg(scree__config_check(op, &cfgs[c], &vars[c], t, why, sizeof why),
+                  "%s default for %s fails its check: %s", op->name, vs, why);
+  }
+  return combos;
+}
+
 /* ---- quick ------------------------------------------------------------------ */
 
-/* Every variant an op supports (the product of its variant fields' values)
- * passes the host check and compiles at the arch's shape-free default. */
+/* Every variant an op supports compiles at the arch's default. */
 START_TEST(every_variant_default_compiles) {
   const char *arch = archs[_i];
   scree__target t;
@@ -133,14 +149,7 @@ START_TEST(every_variant_default_compiles) {
     const int combos = variant_count(op);
     scree__config *cfgs = calloc((size_t)combos, sizeof *cfgs);
     scree__variant *vars = calloc((size_t)combos, sizeof *vars);
-    for (int c = 0; c < combos; c++) {
-      char vs[128], why[512];
-      variant_of_combo(op, c, &vars[c]);
-      scree__variant_str(op, &vars[c], vs, sizeof vs);
-      op->default_config(&t, &vars[c], NULL, &cfgs[c]);
-      ck_assert_msg(scree__config_check(op, &cfgs[c], &vars[c], &t, why, sizeof why),
-                    "%s default for %s fails its check: %s", op->name, vs, why);
-    }
+    variant_defaults(op, &t, cfgs, vars);
     char failure[2048];
     const double t0 = scree__now();
     const size_t failed =
@@ -380,21 +389,15 @@ START_TEST(every_variant_compiles) {
   for (int o = 0; scree__ops[o]; o++) {
     const scree__op *op = scree__ops[o];
     if (!op_selected(op)) continue;
-    const int combos = variant_count(op);
     enum { CAP = 8192 };
     scree__config *cfgs = calloc(CAP, sizeof *cfgs);
     scree__variant *vars = calloc(CAP, sizeof *vars);
-    size_t n = 0, listed_for_one = 0;
+    const int combos = variant_defaults(op, &t, cfgs, vars);
+    size_t n = (size_t)combos, listed_for_one = 0;
     for (int c = 0; c < combos; c++) {
-      scree__variant var;
-      variant_of_combo(op, c, &var);
+      const scree__variant var = vars[c];
       char vs[128];
       scree__variant_str(op, &var, vs, sizeof vs);
-      scree__config dflt;
-      op->default_config(&t, &var, NULL, &dflt);
-      ck_assert_msg(scree__config_check(op, &dflt, &var, &t, why, sizeof why),
-                    "%s default for %s fails its check: %s", op->name, vs, why);
-      if (n < CAP) cfgs[n] = dflt, vars[n++] = var;
       for (int e = 0; e < sl.n && n < CAP; e++) {
         const scree__sl_entry *en = &sl.entries[e];
         if (en->op != op || en->verb == SCREE__SL_DENY || strcmp(en->dtype, vs)) continue;

@@ -132,11 +132,7 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "add_rmsnorm_ref",
-      .timeout = 120,
-      .tests = (const TTest *[]){reference_matches_formula, reference_strides_and_mixed_dtypes,
-                                 in_place_equals_out_of_place, reference_zero_rows_writes_nothing,
-                                 NULL}});
-}
+SCREE_TEST_MAIN(.name = "add_rmsnorm_ref", .timeout = 120,
+                .tests = (const TTest *[]){
+                    reference_matches_formula, reference_strides_and_mixed_dtypes,
+                    in_place_equals_out_of_place, reference_zero_rows_writes_nothing, NULL})

@@ -491,11 +491,7 @@ START_TEST(random_configs) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "attention_ref",
-      .timeout = 300,
-      .tests = (const TTest *[]){mixed_lengths, q_and_k_lengths_differ, sliding_windows,
-                                 gqa_mqa_mha, head_dims, packed_qkv_and_strided_out,
-                                 writes_every_row_and_nothing_else, random_configs, NULL}});
-}
+SCREE_TEST_MAIN(.name = "attention_ref", .timeout = 300,
+                .tests = SCREE_TESTS(mixed_lengths, q_and_k_lengths_differ, sliding_windows,
+                                     gqa_mqa_mha, head_dims, packed_qkv_and_strided_out,
+                                     writes_every_row_and_nothing_else, random_configs))

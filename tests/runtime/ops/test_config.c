@@ -324,13 +324,10 @@ START_TEST(shapes_files) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "config",
-      .setup_once = setup,
-      .tests = (const TTest *[]){
-          rows_round_up_to_powers_of_two_cols_exact, bucket_strings_roundtrip, attention_buckets,
-          configs_roundtrip_and_check, representative_shapes, alignment_classes,
-          alignment_class_matches_definition, variant_strings_roundtrip, cache_key_names_everything,
-          shapes_files, NULL}});
-}
+SCREE_TEST_MAIN(.name = "config", .setup_once = setup,
+                .tests = SCREE_TESTS(rows_round_up_to_powers_of_two_cols_exact,
+                                     bucket_strings_roundtrip, attention_buckets,
+                                     configs_roundtrip_and_check, representative_shapes,
+                                     alignment_classes, alignment_class_matches_definition,
+                                     variant_strings_roundtrip, cache_key_names_everything,
+                                     shapes_files))

@@ -123,11 +123,6 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "cross_entropy_ref",
-      .timeout = 120,
-      .tests =
-          (const TTest *[]){reference_matches_formula, reference_ignore_values,
-                            reference_degenerate_rows, reference_zero_rows_writes_nothing, NULL}});
-}
+SCREE_TEST_MAIN(.name = "cross_entropy_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_formula, reference_ignore_values,
+                                     reference_degenerate_rows, reference_zero_rows_writes_nothing))

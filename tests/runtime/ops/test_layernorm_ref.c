@@ -147,12 +147,7 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "layernorm_ref",
-      .timeout = 120,
-      .tests =
-          (const TTest *[]){reference_matches_formula, reference_bias_and_stats_optional,
-                            reference_strides_and_mixed_dtypes, reference_large_mean,
-                            reference_constant_row, reference_zero_rows_writes_nothing, NULL}});
-}
+SCREE_TEST_MAIN(.name = "layernorm_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_formula, reference_bias_and_stats_optional,
+                                     reference_strides_and_mixed_dtypes, reference_large_mean,
+                                     reference_constant_row, reference_zero_rows_writes_nothing))

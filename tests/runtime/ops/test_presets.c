@@ -155,9 +155,6 @@ START_TEST(user_files_from_the_environment) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "presets",
-      .tests = (const TTest *[]){embedded_presets_cover_the_models, expressions_and_overrides,
-                                 bad_files_name_the_line, user_files_from_the_environment, NULL}});
-}
+SCREE_TEST_MAIN(.name = "presets",
+                .tests = SCREE_TESTS(embedded_presets_cover_the_models, expressions_and_overrides,
+                                     bad_files_name_the_line, user_files_from_the_environment))

@@ -457,15 +457,11 @@ START_TEST(check_limits_1024_threads) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "ragged_softmax_ref",
-      .timeout = 120,
-      .tests =
-          (const TTest *[]){reference_matches_baseline, reference_scales_strides_mixed_dtypes,
-                            packed_equals_per_sequence, reference_empty_batch_writes_nothing,
-                            check_problem_has_edge_lengths, problem_lengths_and_bytes,
-                            default_configs_are_valid, cluster_default_by_length,
-                            adapt_narrows_vec_only, smem_check_limits, buckets_and_representatives,
-                            worth_timing_prunes_idle_configs, check_limits_1024_threads, NULL}});
-}
+SCREE_TEST_MAIN(.name = "ragged_softmax_ref", .timeout = 120,
+                .tests = SCREE_TESTS(
+                    reference_matches_baseline, reference_scales_strides_mixed_dtypes,
+                    packed_equals_per_sequence, reference_empty_batch_writes_nothing,
+                    check_problem_has_edge_lengths, problem_lengths_and_bytes,
+                    default_configs_are_valid, cluster_default_by_length, adapt_narrows_vec_only,
+                    smem_check_limits, buckets_and_representatives,
+                    worth_timing_prunes_idle_configs, check_limits_1024_threads))

@@ -117,10 +117,6 @@ START_TEST(representatives_survive_extreme_buckets) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "registry",
-      .tests =
-          (const TTest *[]){every_op_is_complete, missing_hooks_are_reported, public_entries_exist,
-                            representatives_survive_extreme_buckets, NULL}});
-}
+SCREE_TEST_MAIN(.name = "registry",
+                .tests = SCREE_TESTS(every_op_is_complete, missing_hooks_are_reported,
+                                     public_entries_exist, representatives_survive_extreme_buckets))

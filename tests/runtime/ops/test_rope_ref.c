@@ -228,11 +228,7 @@ START_TEST(reference_zero_tokens_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "rope_ref",
-      .timeout = 120,
-      .tests = (const TTest *[]){reference_matches_baseline, reference_edge_shapes,
-                                 reference_packed_qkv, reference_identity_and_default_theta,
-                                 reference_zero_tokens_writes_nothing, NULL}});
-}
+SCREE_TEST_MAIN(.name = "rope_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_baseline, reference_edge_shapes,
+                                     reference_packed_qkv, reference_identity_and_default_theta,
+                                     reference_zero_tokens_writes_nothing))

@@ -121,12 +121,8 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "softmax_ref",
-      .timeout = 120,
-      .tests =
-          (const TTest *[]){reference_matches_formula, reference_scale_strides_and_mixed_dtypes,
-                            reference_degenerate_rows, reference_in_place,
-                            reference_zero_rows_writes_nothing, NULL}});
-}
+SCREE_TEST_MAIN(.name = "softmax_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_formula,
+                                     reference_scale_strides_and_mixed_dtypes,
+                                     reference_degenerate_rows, reference_in_place,
+                                     reference_zero_rows_writes_nothing))

@@ -93,10 +93,6 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "swiglu_ref",
-      .timeout = 120,
-      .tests = (const TTest *[]){reference_matches_formula, reference_strides_and_mixed_dtypes,
-                                 reference_large_gates, reference_zero_rows_writes_nothing, NULL}});
-}
+SCREE_TEST_MAIN(.name = "swiglu_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_formula, reference_strides_and_mixed_dtypes,
+                                     reference_large_gates, reference_zero_rows_writes_nothing))

@@ -608,13 +608,9 @@ START_TEST(exported_cache_opens_readonly_anywhere) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "cache_admin",
-      .setup_once = base_setup,
-      .teardown_once = base_teardown,
-      .tests =
-          (const TTest *[]){clear_with_filters, merge_semantics, merge_refuses_what_it_cannot_check,
-                            export_refuses_what_it_cannot_check, sizes_from_a_file_are_bounded,
-                            export_with_filters, exported_cache_opens_readonly_anywhere, NULL}});
-}
+SCREE_TEST_MAIN(.name = "cache_admin", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(clear_with_filters, merge_semantics,
+                                     merge_refuses_what_it_cannot_check,
+                                     export_refuses_what_it_cannot_check,
+                                     sizes_from_a_file_are_bounded, export_with_filters,
+                                     exported_cache_opens_readonly_anywhere))

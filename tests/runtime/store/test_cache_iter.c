@@ -201,11 +201,6 @@ START_TEST(miss_and_bad_rows_are_checked) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "cache_iter",
-      .setup_once = base_setup,
-      .teardown_once = base_teardown,
-      .tests = (const TTest *[]){foreach_entry_order_filter_stop, rows_that_fail_their_checks,
-                                 miss_and_bad_rows_are_checked, NULL}});
-}
+SCREE_TEST_MAIN(.name = "cache_iter", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(foreach_entry_order_filter_stop, rows_that_fail_their_checks,
+                                     miss_and_bad_rows_are_checked))

@@ -750,16 +750,12 @@ START_TEST(tune_lock_one_holder_per_bucket) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "cache_open",
-      .setup_once = base_setup,
-      .teardown_once = base_teardown,
-      .tests = (const TTest *[]){
-          fresh_file_gets_schema, new_directories_are_0700, other_schema_version_refused,
-          invalid_arguments, readonly_is_never_written, unreachable_paths,
-          views_and_without_rowid_refused, reader_racing_creation,
-          wal_cache_in_a_read_only_directory, recover_garbage_file, recover_truncated_cache,
-          recover_directory_in_place, recover_moves_journals_aside, concurrent_recovery,
-          tune_lock_one_holder_per_bucket, NULL}});
-}
+SCREE_TEST_MAIN(.name = "cache_open", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(fresh_file_gets_schema, new_directories_are_0700,
+                                     other_schema_version_refused, invalid_arguments,
+                                     readonly_is_never_written, unreachable_paths,
+                                     views_and_without_rowid_refused, reader_racing_creation,
+                                     wal_cache_in_a_read_only_directory, recover_garbage_file,
+                                     recover_truncated_cache, recover_directory_in_place,
+                                     recover_moves_journals_aside, concurrent_recovery,
+                                     tune_lock_one_holder_per_bucket))

@@ -725,12 +725,8 @@ START_TEST(threads_share_one_handle) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "cache_records",
-      .setup_once = base_setup,
-      .teardown_once = base_teardown,
-      .tests = (const TTest *[]){put_get_roundtrip, put_keeps_the_faster, put_checks_what_it_writes,
-                                 cubin_hash_mismatch_detected, bad_configs, misses,
-                                 concurrent_processes, threads_share_one_handle, NULL}});
-}
+SCREE_TEST_MAIN(.name = "cache_records", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(put_get_roundtrip, put_keeps_the_faster,
+                                     put_checks_what_it_writes, cubin_hash_mismatch_detected,
+                                     bad_configs, misses, concurrent_processes,
+                                     threads_share_one_handle))

@@ -228,11 +228,6 @@ START_TEST(default_path_resolution) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(
-      &(scree_suite_def){.name = "cache_stack",
-                         .setup_once = base_setup,
-                         .teardown_once = base_teardown,
-                         .tests = (const TTest *[]){stack_layering_order, stack_without_user_cache,
-                                                    default_path_resolution, NULL}});
-}
+SCREE_TEST_MAIN(.name = "cache_stack", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(stack_layering_order, stack_without_user_cache,
+                                     default_path_resolution))

@@ -145,11 +145,6 @@ START_TEST(stack_and_merge_apply_it) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "cache_trust",
-      .setup_once = base_setup,
-      .teardown_once = base_teardown,
-      .tests = (const TTest *[]){file_and_directory_modes, owners, symlinks_and_relative_paths,
-                                 stack_and_merge_apply_it, NULL}});
-}
+SCREE_TEST_MAIN(.name = "cache_trust", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(file_and_directory_modes, owners, symlinks_and_relative_paths,
+                                     stack_and_merge_apply_it))

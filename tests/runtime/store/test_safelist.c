@@ -725,14 +725,11 @@ START_TEST(dir_override_and_fallback) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "safelist",
-      .tests =
-          (const TTest *[]){embedded_files_parse_and_pass_check, embedded_via_for_arch,
-                            good_file_entries, header_only_and_names_without_txt,
-                            error_names_the_path_and_embedded_name, legal_combinations, queries,
-                            write_round_trips, write_cuts_escaped_reasons_to_fit, load_file_errors,
-                            embedded_fallback, dir_override_and_fallback, NULL},
-      .loops = (scree_test_loop[]){{parse_errors, (int)(sizeof bad / sizeof *bad)}, {0}}});
-}
+SCREE_TEST_MAIN(.name = "safelist",
+                .tests = SCREE_TESTS(embedded_files_parse_and_pass_check, embedded_via_for_arch,
+                                     good_file_entries, header_only_and_names_without_txt,
+                                     error_names_the_path_and_embedded_name, legal_combinations,
+                                     queries, write_round_trips, write_cuts_escaped_reasons_to_fit,
+                                     load_file_errors, embedded_fallback,
+                                     dir_override_and_fallback),
+                .loops = SCREE_LOOPS({parse_errors, (int)(sizeof bad / sizeof *bad)}))

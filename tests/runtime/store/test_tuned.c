@@ -176,11 +176,7 @@ START_TEST(files_from_the_environment) {
 }
 END_TEST
 
-int main(void) {
-  return scree_test_main(&(scree_suite_def){
-      .name = "tuned",
-      .setup_once = setup,
-      .tests =
-          (const TTest *[]){written_lines_read_back, lookups_prefer_the_device_model,
-                            malformed_lines_name_file_and_line, files_from_the_environment, NULL}});
-}
+SCREE_TEST_MAIN(.name = "tuned", .setup_once = setup,
+                .tests = SCREE_TESTS(written_lines_read_back, lookups_prefer_the_device_model,
+                                     malformed_lines_name_file_and_line,
+                                     files_from_the_environment))
