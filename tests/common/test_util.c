@@ -57,9 +57,32 @@ int scree_test_run(Suite *s, int nofork) {
   SRunner *sr = srunner_create(s);
   if (nofork) srunner_set_fork_status(sr, CK_NOFORK);
   srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
+  const int failed = srunner_ntests_failed(sr), ran = srunner_ntests_run(sr);
   srunner_free(sr);
-  return failed ? 1 : 0;
+  if (!ran) fprintf(stderr, "no test ran: CK_RUN_CASE, CK_INCLUDE_TAGS or CK_EXCLUDE_TAGS selects none\n");
+  return failed || !ran ? 1 : 0;
+}
+
+static TCase *make_case(Suite *s, const char *name, const scree_suite_def *def,
+                        const TTest *const *tests, const scree_test_loop *loops) {
+  TCase *tc = tcase_create(name);
+  if (def->setup || def->teardown) tcase_add_checked_fixture(tc, def->setup, def->teardown);
+  if (def->setup_once || def->teardown_once)
+    tcase_add_unchecked_fixture(tc, def->setup_once, def->teardown_once);
+  if (def->timeout) tcase_set_timeout(tc, def->timeout);
+  for (; tests && *tests; tests++) tcase_add_test(tc, *tests);
+  for (; loops && loops->test; loops++) tcase_add_loop_test(tc, loops->test, 0, loops->n);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
+int scree_test_main(const scree_suite_def *def) {
+  if (def->init) def->init();
+  Suite *s = suite_create(def->name);
+  make_case(s, "quick", def, def->tests, def->loops);
+  if (def->slow_tests || def->slow_loops)
+    tcase_set_tags(make_case(s, "slow", def, def->slow_tests, def->slow_loops), "slow");
+  return scree_test_run(s, def->nofork);
 }
 
 static scree_context *g_ctx;

@@ -35,8 +35,55 @@ double scree_test_normal(void);
 void scree_test_fill(void *p, scree_dtype dtype, size_t n, double scale);
 
 /* Runs a Check suite and returns the process exit code. GPU suites pass
- * nofork = 1: CUDA must not be initialised before a fork. */
+ * nofork = 1: CUDA must not be initialised before a fork. A run that
+ * selects no test (CK_RUN_CASE, CK_INCLUDE_TAGS, CK_EXCLUDE_TAGS) fails,
+ * so that a misspelled selection cannot pass by running nothing. */
 int scree_test_run(Suite *s, int nofork);
+
+/* A loop test (tcase_add_loop_test): a Check test (the name given to
+ * START_TEST) run n times, with _i = 0 .. n - 1. A table of them ends with
+ * {0}. */
+typedef struct scree_test_loop {
+  const TTest *test;
+  int n;
+} scree_test_loop;
+
+/* What most test programs' main() is: one suite of the tests listed, each
+ * run once (tests: NULL-terminated) or as a loop test (loops), and of the
+ * slow ones (slow_tests, slow_loops), which go into a Check test case
+ * tagged "slow". tests/CMakeLists.txt registers a program whose source
+ * sets .slow_tests or .slow_loops twice: <name> runs the rest (label
+ * quick), <name>_slow only the slow ones (label slow), through Check's
+ * CK_EXCLUDE_TAGS and CK_INCLUDE_TAGS. Any list may be NULL. */
+typedef struct scree_suite_def {
+  const char *name;
+  void (*init)(void); /* first of all, in main() (a GPU test's context) */
+  const TTest *const *tests;
+  const scree_test_loop *loops;
+  const TTest *const *slow_tests;
+  const scree_test_loop *slow_loops;
+  /* The checked fixture runs around each test, in its process; the
+   * unchecked one ("once") before and after all of a test case's tests, in
+   * this process. */
+  void (*setup)(void), (*teardown)(void);
+  void (*setup_once)(void), (*teardown_once)(void);
+  int timeout; /* seconds per test; 0: CK_DEFAULT_TIMEOUT */
+  int nofork;  /* as scree_test_run's */
+} scree_suite_def;
+
+/* Runs def->init, builds the suite `def` describes, runs it
+ * (scree_test_run) and returns the process exit code. */
+int scree_test_main(const scree_suite_def *def);
+
+/* A test program's main(): the suite that the designated initializers of
+ * scree_suite_def describe, with the lists below, run by scree_test_main.
+ *   SCREE_TEST_MAIN(.name = "dtype", .tests = SCREE_TESTS(half_known_values, bf16_rounding))
+ */
+#define SCREE_TEST_MAIN(...) \
+  int main(void) { return scree_test_main(&(const scree_suite_def){__VA_ARGS__}); }
+/* scree_suite_def's lists: tests run once, and loop tests, {test, n} each. */
+#define SCREE_TESTS(...) ((const TTest *const[]){__VA_ARGS__, NULL})
+#define SCREE_LOOPS(...) ((const scree_test_loop[]){__VA_ARGS__, {0}})
 
 /* For GPU tests: the shared context, created once. If there is no usable
  * GPU, prints "SKIP: <reason>" and exits with SCREE_TEST_SKIP. */

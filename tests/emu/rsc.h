@@ -32,13 +32,16 @@ struct rsc_call {
 typedef const char *(*rsc_run)(const rsc_call &);
 
 struct rsc_entry {
+  int unit; /* the config's place in tests/CMakeLists.txt's list, from 0 */
   rsc_cfg cfg;
   rsc_run run;
 };
 std::vector<rsc_entry> &rsc_registry();
 
 struct rsc_registrar {
-  rsc_registrar(const rsc_cfg &c, rsc_run r) { rsc_registry().push_back(rsc_entry{c, r}); }
+  rsc_registrar(int unit, const rsc_cfg &c, rsc_run r) {
+    rsc_registry().push_back(rsc_entry{unit, c, r});
+  }
 };
 
 /* tests/emu/host_shim.c: the op's own host code. */

@@ -1,8 +1,9 @@
 /* rsc_config.cc - kernels/ragged_softmax_cluster.cu for one config, on the
  * CPU (emu.h): compiled once per config by tests/CMakeLists.txt with the
- * config's -D options and the kernels renamed, so that the units link into
- * one test. Registers a runner that launches the plan kernel and then the
- * main kernel as the host code does (ops/ragged_softmax.c). */
+ * config's -D options, its place in the list (SCREE_EMU_UNIT) and the
+ * kernels renamed, so that the units link into one test. Registers a
+ * runner that launches the plan kernel and then the main kernel as the
+ * host code does (ops/ragged_softmax.c). */
 #include "emu.h"
 
 #include "ragged_softmax_cluster.cu"
@@ -41,7 +42,8 @@ const char *run(const rsc_call &c) {
   return emu::launch(k);
 }
 
-const rsc_registrar reg(rsc_cfg{SCREE_X_DTYPE, SCREE_Y_DTYPE, SCREE_TPR, SCREE_VEC, SCREE_WARPS,
+const rsc_registrar reg(SCREE_EMU_UNIT,
+                        rsc_cfg{SCREE_X_DTYPE, SCREE_Y_DTYPE, SCREE_TPR, SCREE_VEC, SCREE_WARPS,
                                 SCREE_STOK, SCREE_STAGES, SCREE_CSIZE, SCREE_E1, kSmem},
                         run);
 

@@ -5,8 +5,12 @@
  * there is no GPU (label cpu). What the GPU adds (timing, the memory
  * model, the instructions themselves) is test_ragged_softmax_gpu's.
  *
- * Every config tests/CMakeLists.txt builds (one translation unit each,
- * rsc_config.cc) runs on batches built around its stage: lengths 0, 1, just
+ * The configs tests/CMakeLists.txt builds (one translation unit each,
+ * rsc_config.cc) are checked against the host's check and shared-memory
+ * layout; then each config named on the command line by its place in
+ * that list (every one without arguments: ctest runs one quick config as
+ * test_ragged_softmax_emu and each config as test_ragged_softmax_emu_<n>,
+ * label slow) runs on batches built around its stage: lengths 0, 1, just
  * off the stage and its multiples, the longest the cluster stages, one
  * past it (streamed), many short sequences; a tail column block; padded
  * rows; in place; negative and fractional scales; a batch past the
@@ -183,8 +187,11 @@ START_TEST(configs_match_the_host) {
 }
 END_TEST
 
+/* The registry entries the command line selects. */
+static std::vector<const rsc_entry *> g_selected;
+
 START_TEST(every_config_on_edge_batches) {
-  const rsc_entry &en = rsc_registry()[(size_t)_i];
+  const rsc_entry &en = *g_selected[(size_t)_i];
   const rsc_cfg &c = en.cfg;
   const int s = c.stok, cs = c.csize, span = c.tpr * c.vec;
   const int cols = 2 * span + 3;
@@ -219,13 +226,26 @@ START_TEST(every_config_on_edge_batches) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
+  for (int a = 1; a < argc; a++) {
+    const rsc_entry *found = nullptr;
+    for (const rsc_entry &en : rsc_registry())
+      if (std::to_string(en.unit) == argv[a]) found = &en;
+    if (!found) {
+      std::fprintf(stderr, "usage: %s [CONFIG...]: no config %s (0 to %zu)\n", argv[0], argv[a],
+                   rsc_registry().size() - 1);
+      return 2;
+    }
+    g_selected.push_back(found);
+  }
+  if (argc == 1)
+    for (const rsc_entry &en : rsc_registry()) g_selected.push_back(&en);
   setup();
   Suite *s = suite_create("ragged_softmax_emu");
   TCase *tc = tcase_create("emu");
   tcase_set_timeout(tc, 1800);
   tcase_add_test(tc, configs_match_the_host);
-  tcase_add_loop_test(tc, every_config_on_edge_batches, 0, (int)rsc_registry().size());
+  tcase_add_loop_test(tc, every_config_on_edge_batches, 0, (int)g_selected.size());
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   /* In this process: a forked child's exit would leave Check's own

@@ -114,17 +114,8 @@ START_TEST(missing_nvrtc_is_reported) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("context");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, no_gpu_gives_no_device);
-  tcase_add_test(tc, missing_driver_library_gives_no_device);
-  tcase_add_test(tc, stub_driver_gives_no_device);
-  tcase_add_test(tc, bad_arguments);
-  tcase_add_test(tc, bad_ordinal);
-  tcase_add_test(tc, options_defaults);
-  tcase_add_test(tc, runtime_info_reports_nvrtc);
-  tcase_add_test(tc, missing_nvrtc_is_reported);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "context",
+                .tests = SCREE_TESTS(no_gpu_gives_no_device, missing_driver_library_gives_no_device,
+                                     stub_driver_gives_no_device, bad_arguments, bad_ordinal,
+                                     options_defaults, runtime_info_reports_nvrtc,
+                                     missing_nvrtc_is_reported))

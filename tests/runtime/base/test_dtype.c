@@ -56,13 +56,6 @@ START_TEST(compare_catches_errors_and_nan) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("dtype");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, half_roundtrip_all_bits);
-  tcase_add_test(tc, half_known_values);
-  tcase_add_test(tc, bf16_rounding);
-  tcase_add_test(tc, compare_catches_errors_and_nan);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "dtype",
+                .tests = SCREE_TESTS(half_roundtrip_all_bits, half_known_values, bf16_rounding,
+                                     compare_catches_errors_and_nan))

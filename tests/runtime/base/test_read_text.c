@@ -90,14 +90,6 @@ START_TEST(other_files_refused) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("read_text");
-  TCase *tc = tcase_create("files");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, regular_files_whole);
-  tcase_add_test(tc, missing_file);
-  tcase_add_test(tc, directory_refused);
-  tcase_add_test(tc, other_files_refused);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "read_text", .setup = setup, .teardown = teardown,
+                .tests = SCREE_TESTS(regular_files_whole, missing_file, directory_refused,
+                                     other_files_refused))

@@ -67,10 +67,4 @@ START_TEST(sha256_vectors) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("sha256");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, sha256_vectors);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "sha256", .tests = SCREE_TESTS(sha256_vectors))

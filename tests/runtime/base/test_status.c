@@ -36,13 +36,6 @@ START_TEST(dtypes) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("status");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, every_status_has_text);
-  tcase_add_test(tc, unknown_status_is_fixed_string);
-  tcase_add_test(tc, version);
-  tcase_add_test(tc, dtypes);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "status",
+                .tests = SCREE_TESTS(every_status_has_text, unknown_status_is_fixed_string, version,
+                                     dtypes))

@@ -60,12 +60,4 @@ START_TEST(escape_text) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("text");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, utf8_chars);
-  tcase_add_test(tc, unsafe_chars);
-  tcase_add_test(tc, escape_text);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "text", .tests = SCREE_TESTS(utf8_chars, unsafe_chars, escape_text))

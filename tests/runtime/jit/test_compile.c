@@ -1,7 +1,22 @@
-/* test_compile.c - every config of every op's space that passes the host
- * constraint check compiles with NVRTC to a cubin for sm_80 and sm_90, and
- * the host check agrees with the kernel's static_asserts. Needs NVRTC, not
- * a GPU. Compiles run on a thread pool (NVRTC is thread-safe). */
+/* test_compile.c - kernels compile with NVRTC to cubins for sm_80 and
+ * sm_90 (sm_90a for arch-specific implementations), and the host check
+ * agrees with the kernels' static_asserts. Needs NVRTC, not a GPU. Compiles
+ * run on a thread pool (NVRTC is thread-safe).
+ *
+ * Two Check test cases, which tests/CMakeLists.txt registers apart:
+ * - "quick" (ctest test_compile, label quick): for every op and arch, every
+ *   supported variant at its default config, and the first, middle and last
+ *   config the arch's safelist allows for the op; configs the host rejects
+ *   fail the kernels' static_asserts; config strings and arch-specific
+ *   targets. A kernel that no longer compiles at its defaults, or a host
+ *   check that disagrees with a static_assert, fails here.
+ * - "sweep" (ctest test_compile_<op>, label slow, one per op through
+ *   SCREE_TEST_OPS): the op's whole checked space at the example variant
+ *   (or a sample of it), every variant with every config the safelist
+ *   allows for it, and every config of an arch-specific implementation at
+ *   every variant.
+ * Run by hand without CK_RUN_CASE, it runs both; SCREE_TEST_OPS=a,b limits
+ * either to those ops. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,13 +84,10 @@ static size_t compile_all(const scree__op *op, const scree__config *cfgs,
 
 static const char *const archs[] = {"sm_80", "sm_90"};
 
-/* SCREE_TEST_OPS=a,b limits the compile tests to those ops (while working
- * on one); unset, every op is compiled. */
-static int op_selected(const scree__op *op) {
-  const char *sel = getenv("SCREE_TEST_OPS");
-  if (!sel || !*sel) return 1;
+/* 1 if the comma-separated list names the op. */
+static int listed(const char *list, const scree__op *op) {
   const size_t n = strlen(op->name);
-  for (const char *p = sel; *p;) {
+  for (const char *p = list; *p;) {
     const char *end = strchr(p, ',');
     const size_t len = end ? (size_t)(end - p) : strlen(p);
     if (len == n && !strncmp(p, op->name, n)) return 1;
@@ -85,57 +97,18 @@ static int op_selected(const scree__op *op) {
   return 0;
 }
 
-/* At most this many configs of an op's checked space are compiled per arch:
- * an evenly spaced sample (first and last included) when the space is
- * larger, so CI time stays bounded as ops are added. The row-wise ops share
- * one launch-shape space (kernels/rowwise.cuh); the sample still reaches
- * every value of every field. */
-#define SPACE_SAMPLE 240
-
-/* The whole space of each op for one arch (loop index), at the op's example
- * variant: every config the host check passes compiles. */
-START_TEST(whole_space_compiles) {
-  const char *arch = archs[_i];
-  scree__target t;
-  scree__target_for_arch(arch, &t);
-  for (int o = 0; scree__ops[o]; o++) {
-    const scree__op *op = scree__ops[o];
-    if (!op_selected(op)) continue;
-    size_t total = (size_t)scree__config_space(op, NULL, 0);
-    scree__config *all = calloc(total, sizeof *all);
-    scree__config_space(op, all, (int)total);
-    scree__variant var;
-    scree__variant_example(op, &var);
-    size_t n = 0;
-    for (size_t i = 0; i < total; i++)
-      if (scree__config_check(op, &all[i], &var, &t, NULL, 0)) all[n++] = all[i];
-    const size_t checked = n;
-    if (n > SPACE_SAMPLE) {
-      for (size_t k = 0; k < SPACE_SAMPLE; k++)
-        all[k] = all[k * (checked - 1) / (SPACE_SAMPLE - 1)];
-      n = SPACE_SAMPLE;
-    }
-    /* Every "*" line of the arch's safelist is compiled too. */
-    scree__safelist sl;
-    char why[512];
-    ck_assert_msg(scree__safelist_for_arch(arch, &sl, why, sizeof why) == SCREE_OK, "%s", why);
-    all = realloc(all, (n + (size_t)sl.n + 1) * sizeof *all);
-    for (int e = 0; e < sl.n; e++)
-      if (sl.entries[e].op == op && sl.entries[e].verb != SCREE__SL_DENY && !strcmp(sl.entries[e].dtype, "*") &&
-          scree__config_check(op, &sl.entries[e].cfg, &var, &t, NULL, 0))
-        all[n++] = sl.entries[e].cfg;
-    scree__safelist_free(&sl);
-    char failure[2048];
-    const double t0 = scree__now();
-    size_t failed = compile_all(op, all, NULL, n, &var, arch, failure, sizeof failure);
-    printf("%s %s: %zu of %zu configs pass the check, %zu compiled; %zu failed (%.1f s)\n",
-           op->name, arch, checked, total, n, failed, scree__now() - t0);
-    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
-    ck_assert_uint_gt(n, 0);
-    free(all);
-  }
+/* SCREE_TEST_OPS=a,b limits the compile tests to those ops (while working
+ * on one; each sweep's ctest sets it); unset, every op is compiled. */
+static int op_selected(const scree__op *op) {
+  const char *sel = getenv("SCREE_TEST_OPS");
+  return !sel || !*sel || listed(sel, op);
 }
-END_TEST
+
+static int variant_count(const scree__op *op) {
+  int combos = 1;
+  for (int v = 0; v < op->nvfields; v++) combos *= op->vfields[v].nvalues;
+  return combos;
+}
 
 /* Variant number c of the product of the op's variant fields' values. */
 static void variant_of_combo(const scree__op *op, int c, scree__variant *var) {
@@ -146,11 +119,55 @@ static void variant_of_combo(const scree__op *op, int c, scree__variant *var) {
   }
 }
 
-/* Every variant an op supports (the product of its variant fields' values)
- * compiles with the arch's default config, and with every config the arch's
- * safelist allows for that variant specifically ("*" lines are compiled at
- * the example variant by whole_space_compiles). */
-START_TEST(every_variant_compiles) {
+/* Every variant the op supports (the product of its variant fields'
+ * values) in vars, and its shape-free default for t in cfgs, which must
+ * pass the host check; returns the count. */
+static int variant_defaults(const scree__op *op, const scree__target *t, scree__config *cfgs,
+                            scree__variant *vars) {
+  const int combos = variant_count(op);
+  for (int c = 0; c < combos; c++) {
+    char vs[128], why[512];
+    variant_of_combo(op, c, &vars[c]);
+    scree__variant_str(op, &vars[c], vs, sizeof vs);
+    op->default_config(t, &vars[c], NULL, &cfgs[c]);
+    ck_assert_msg(scree__config_check(op, &cfgs[c], &vars[c], t, why, sizeof why),
+                  "%s default for %s fails its check: %s", op->name, vs, why);
+  }
+  return combos;
+}
+
+/* ---- quick ------------------------------------------------------------------ */
+
+/* Every variant an op supports compiles at the arch's default. */
+START_TEST(every_variant_default_compiles) {
+  const char *arch = archs[_i];
+  scree__target t;
+  scree__target_for_arch(arch, &t);
+  for (int o = 0; scree__ops[o]; o++) {
+    const scree__op *op = scree__ops[o];
+    if (!op_selected(op)) continue;
+    const int combos = variant_count(op);
+    scree__config *cfgs = calloc((size_t)combos, sizeof *cfgs);
+    scree__variant *vars = calloc((size_t)combos, sizeof *vars);
+    variant_defaults(op, &t, cfgs, vars);
+    char failure[2048];
+    const double t0 = scree__now();
+    const size_t failed =
+        compile_all(op, cfgs, vars, (size_t)combos, NULL, arch, failure, sizeof failure);
+    printf("%s %s: %d variants at their defaults; %zu failed (%.1f s)\n", op->name, arch, combos,
+           failed, scree__now() - t0);
+    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
+    free(cfgs);
+    free(vars);
+  }
+}
+END_TEST
+
+/* The first, middle and last config the arch's safelist allows for each op
+ * (its allow and default lines in file order), at the line's variant or,
+ * for a "*" line, the example variant: each passes the host check and
+ * compiles. The op's sweep compiles every line. */
+START_TEST(safelisted_samples_compile) {
   const char *arch = archs[_i];
   scree__target t;
   scree__target_for_arch(arch, &t);
@@ -160,83 +177,45 @@ START_TEST(every_variant_compiles) {
   for (int o = 0; scree__ops[o]; o++) {
     const scree__op *op = scree__ops[o];
     if (!op_selected(op)) continue;
-    int combos = 1;
-    for (int v = 0; v < op->nvfields; v++) combos *= op->vfields[v].nvalues;
-    enum { CAP = 8192 };
-    scree__config *cfgs = calloc(CAP, sizeof *cfgs);
-    scree__variant *vars = calloc(CAP, sizeof *vars);
-    size_t n = 0, listed = 0;
-    for (int c = 0; c < combos; c++) {
-      scree__variant var;
-      variant_of_combo(op, c, &var);
-      char vs[128];
-      scree__variant_str(op, &var, vs, sizeof vs);
-      scree__config dflt;
-      op->default_config(&t, &var, NULL, &dflt);
-      ck_assert_msg(scree__config_check(op, &dflt, &var, &t, why, sizeof why),
-                    "%s default for %s fails its check: %s", op->name, vs, why);
-      if (n < CAP) cfgs[n] = dflt, vars[n++] = var;
-      for (int e = 0; e < sl.n && n < CAP; e++) {
-        const scree__sl_entry *en = &sl.entries[e];
-        if (en->op != op || en->verb == SCREE__SL_DENY || strcmp(en->dtype, vs)) continue;
-        ck_assert_msg(scree__config_check(op, &en->cfg, &var, &t, why, sizeof why),
+    int lines = 0;
+    for (int e = 0; e < sl.n; e++)
+      lines += sl.entries[e].op == op && sl.entries[e].verb != SCREE__SL_DENY;
+    const int pick[3] = {0, (lines - 1) / 2, lines - 1};
+    scree__config cfgs[3];
+    scree__variant vars[3];
+    size_t n = 0;
+    for (int e = 0, k = 0; e < sl.n && lines; e++) {
+      const scree__sl_entry *en = &sl.entries[e];
+      if (en->op != op || en->verb == SCREE__SL_DENY) continue;
+      if (k == pick[0] || k == pick[1] || k == pick[2]) {
+        if (strcmp(en->dtype, "*"))
+          ck_assert_int_eq(scree__variant_parse(op, en->dtype, &vars[n], NULL, 0), 0);
+        else
+          scree__variant_example(op, &vars[n]);
+        ck_assert_msg(scree__config_check(op, &en->cfg, &vars[n], &t, why, sizeof why),
                       "%s:%d fails its check: %s", sl.source, en->line, why);
-        cfgs[n] = en->cfg, vars[n++] = var, listed++;
+        cfgs[n++] = en->cfg;
       }
+      k++;
     }
     char failure[2048];
-    const double t0 = scree__now();
     const size_t failed = compile_all(op, cfgs, vars, n, NULL, arch, failure, sizeof failure);
-    printf("%s %s: %d variants, %zu configs (%zu listed for one variant); %zu failed (%.1f s)\n",
-           op->name, arch, combos, n, listed, failed, scree__now() - t0);
+    printf("%s %s: %zu of %d safelisted configs; %zu failed\n", op->name, arch, n, lines, failed);
     ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
-    free(cfgs);
-    free(vars);
   }
   scree__safelist_free(&sl);
 }
 END_TEST
 
-/* Every config of an arch-specific implementation (sm_90a: wgmma, tensor
- * maps) that the host check passes, at every variant, compiles for sm_90a:
- * these are never sampled, so each one CI lets through has compiled. */
-START_TEST(arch_specific_space_compiles) {
-  scree__target t;
-  scree__target_for_arch("sm_90", &t);
-  for (int o = 0; scree__ops[o]; o++) {
-    const scree__op *op = scree__ops[o];
-    if (!op_selected(op)) continue;
-    int specific = 0;
-    for (int i = 0; i < op->nimpls; i++) specific |= op->impls[i].arch_specific;
-    if (!specific) continue;
-    const int total = scree__config_space(op, NULL, 0);
-    scree__config *all = calloc((size_t)total, sizeof *all);
-    scree__config_space(op, all, total);
-    int combos = 1;
-    for (int v = 0; v < op->nvfields; v++) combos *= op->vfields[v].nvalues;
-    enum { CAP = 8192 };
-    scree__config *cfgs = calloc(CAP, sizeof *cfgs);
-    scree__variant *vars = calloc(CAP, sizeof *vars);
-    size_t n = 0;
-    for (int c = 0; c < combos; c++) {
-      scree__variant var;
-      variant_of_combo(op, c, &var);
-      for (int i = 0; i < total && n < CAP; i++)
-        if (op->impls[all[i].impl].arch_specific &&
-            scree__config_check(op, &all[i], &var, &t, NULL, 0))
-          cfgs[n] = all[i], vars[n++] = var;
-    }
-    char failure[2048];
-    const double t0 = scree__now();
-    const size_t failed = compile_all(op, cfgs, vars, n, NULL, "sm_90", failure, sizeof failure);
-    printf("%s sm_90a: %zu arch-specific configs x variants; %zu failed (%.1f s)\n", op->name, n,
-           failed, scree__now() - t0);
-    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
-    ck_assert_uint_gt(n, 0);
-    free(all);
-    free(cfgs);
-    free(vars);
-  }
+/* tests/CMakeLists.txt registers one sweep per op, test_compile_<op>, with
+ * the ops it reads from src/runtime/ops/registry.h, and passes the list it
+ * read: an op it missed (after a change to the list's format) fails here
+ * rather than silently losing its sweep. */
+START_TEST(every_op_has_a_sweep) {
+  for (int o = 0; scree__ops[o]; o++)
+    ck_assert_msg(listed(SCREE_TEST_SWEPT_OPS, scree__ops[o]),
+                  "no test_compile_%s: tests/CMakeLists.txt read the ops %s from registry.h",
+                  scree__ops[o]->name, SCREE_TEST_SWEPT_OPS);
 }
 END_TEST
 
@@ -342,17 +321,162 @@ START_TEST(config_strings_roundtrip) {
 }
 END_TEST
 
+/* ---- sweep ------------------------------------------------------------------ */
+
+/* At most this many configs of an op's checked space are compiled per arch:
+ * an evenly spaced sample (first and last included) when the space is
+ * larger, so CI time stays bounded as ops are added. The row-wise ops share
+ * one launch-shape space (kernels/rowwise.cuh); the sample still reaches
+ * every value of every field. */
+#define SPACE_SAMPLE 240
+
+/* The whole space of each op for one arch (loop index), at the op's example
+ * variant: every config the host check passes compiles. */
+START_TEST(whole_space_compiles) {
+  const char *arch = archs[_i];
+  scree__target t;
+  scree__target_for_arch(arch, &t);
+  for (int o = 0; scree__ops[o]; o++) {
+    const scree__op *op = scree__ops[o];
+    if (!op_selected(op)) continue;
+    size_t total = (size_t)scree__config_space(op, NULL, 0);
+    scree__config *all = calloc(total, sizeof *all);
+    scree__config_space(op, all, (int)total);
+    scree__variant var;
+    scree__variant_example(op, &var);
+    size_t n = 0;
+    for (size_t i = 0; i < total; i++)
+      if (scree__config_check(op, &all[i], &var, &t, NULL, 0)) all[n++] = all[i];
+    const size_t checked = n;
+    if (n > SPACE_SAMPLE) {
+      for (size_t k = 0; k < SPACE_SAMPLE; k++)
+        all[k] = all[k * (checked - 1) / (SPACE_SAMPLE - 1)];
+      n = SPACE_SAMPLE;
+    }
+    /* Every "*" line of the arch's safelist is compiled too. */
+    scree__safelist sl;
+    char why[512];
+    ck_assert_msg(scree__safelist_for_arch(arch, &sl, why, sizeof why) == SCREE_OK, "%s", why);
+    all = realloc(all, (n + (size_t)sl.n + 1) * sizeof *all);
+    for (int e = 0; e < sl.n; e++)
+      if (sl.entries[e].op == op && sl.entries[e].verb != SCREE__SL_DENY && !strcmp(sl.entries[e].dtype, "*") &&
+          scree__config_check(op, &sl.entries[e].cfg, &var, &t, NULL, 0))
+        all[n++] = sl.entries[e].cfg;
+    scree__safelist_free(&sl);
+    char failure[2048];
+    const double t0 = scree__now();
+    size_t failed = compile_all(op, all, NULL, n, &var, arch, failure, sizeof failure);
+    printf("%s %s: %zu of %zu configs pass the check, %zu compiled; %zu failed (%.1f s)\n",
+           op->name, arch, checked, total, n, failed, scree__now() - t0);
+    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
+    ck_assert_uint_gt(n, 0);
+    free(all);
+  }
+}
+END_TEST
+
+/* Every variant an op supports (the product of its variant fields' values)
+ * compiles with the arch's default config, and with every config the arch's
+ * safelist allows for that variant specifically ("*" lines are compiled at
+ * the example variant by whole_space_compiles). */
+START_TEST(every_variant_compiles) {
+  const char *arch = archs[_i];
+  scree__target t;
+  scree__target_for_arch(arch, &t);
+  scree__safelist sl;
+  char why[512];
+  ck_assert_msg(scree__safelist_for_arch(arch, &sl, why, sizeof why) == SCREE_OK, "%s", why);
+  for (int o = 0; scree__ops[o]; o++) {
+    const scree__op *op = scree__ops[o];
+    if (!op_selected(op)) continue;
+    enum { CAP = 8192 };
+    scree__config *cfgs = calloc(CAP, sizeof *cfgs);
+    scree__variant *vars = calloc(CAP, sizeof *vars);
+    const int combos = variant_defaults(op, &t, cfgs, vars);
+    size_t n = (size_t)combos, listed_for_one = 0;
+    for (int c = 0; c < combos; c++) {
+      const scree__variant var = vars[c];
+      char vs[128];
+      scree__variant_str(op, &var, vs, sizeof vs);
+      for (int e = 0; e < sl.n && n < CAP; e++) {
+        const scree__sl_entry *en = &sl.entries[e];
+        if (en->op != op || en->verb == SCREE__SL_DENY || strcmp(en->dtype, vs)) continue;
+        ck_assert_msg(scree__config_check(op, &en->cfg, &var, &t, why, sizeof why),
+                      "%s:%d fails its check: %s", sl.source, en->line, why);
+        cfgs[n] = en->cfg, vars[n++] = var, listed_for_one++;
+      }
+    }
+    char failure[2048];
+    const double t0 = scree__now();
+    const size_t failed = compile_all(op, cfgs, vars, n, NULL, arch, failure, sizeof failure);
+    printf("%s %s: %d variants, %zu configs (%zu listed for one variant); %zu failed (%.1f s)\n",
+           op->name, arch, combos, n, listed_for_one, failed, scree__now() - t0);
+    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
+    free(cfgs);
+    free(vars);
+  }
+  scree__safelist_free(&sl);
+}
+END_TEST
+
+/* Every config of an arch-specific implementation (sm_90a: wgmma, tensor
+ * maps) that the host check passes, at every variant, compiles for sm_90a:
+ * these are never sampled, so each one CI lets through has compiled. */
+START_TEST(arch_specific_space_compiles) {
+  scree__target t;
+  scree__target_for_arch("sm_90", &t);
+  for (int o = 0; scree__ops[o]; o++) {
+    const scree__op *op = scree__ops[o];
+    if (!op_selected(op)) continue;
+    int specific = 0;
+    for (int i = 0; i < op->nimpls; i++) specific |= op->impls[i].arch_specific;
+    if (!specific) continue;
+    const int total = scree__config_space(op, NULL, 0);
+    scree__config *all = calloc((size_t)total, sizeof *all);
+    scree__config_space(op, all, total);
+    const int combos = variant_count(op);
+    enum { CAP = 8192 };
+    scree__config *cfgs = calloc(CAP, sizeof *cfgs);
+    scree__variant *vars = calloc(CAP, sizeof *vars);
+    size_t n = 0;
+    for (int c = 0; c < combos; c++) {
+      scree__variant var;
+      variant_of_combo(op, c, &var);
+      for (int i = 0; i < total && n < CAP; i++)
+        if (op->impls[all[i].impl].arch_specific &&
+            scree__config_check(op, &all[i], &var, &t, NULL, 0))
+          cfgs[n] = all[i], vars[n++] = var;
+    }
+    char failure[2048];
+    const double t0 = scree__now();
+    const size_t failed = compile_all(op, cfgs, vars, n, NULL, "sm_90", failure, sizeof failure);
+    printf("%s sm_90a: %zu arch-specific configs x variants; %zu failed (%.1f s)\n", op->name, n,
+           failed, scree__now() - t0);
+    ck_assert_msg(failed == 0, "%zu configs failed; first: %s", failed, failure);
+    ck_assert_uint_gt(n, 0);
+    free(all);
+    free(cfgs);
+    free(vars);
+  }
+}
+END_TEST
+
 int main(void) {
+  setup(); /* exits 77 with a reason where there is no NVRTC */
   Suite *s = suite_create("compile");
-  TCase *tc = tcase_create("nvrtc");
-  tcase_add_unchecked_fixture(tc, setup, NULL);
-  tcase_set_timeout(tc, 1800);
-  tcase_add_loop_test(tc, whole_space_compiles, 0, 2);
-  tcase_add_loop_test(tc, every_variant_compiles, 0, 2);
-  tcase_add_test(tc, arch_specific_target_compiles);
-  tcase_add_test(tc, arch_specific_space_compiles);
-  tcase_add_test(tc, host_check_matches_static_asserts);
-  tcase_add_test(tc, config_strings_roundtrip);
-  suite_add_tcase(s, tc);
+  TCase *quick = tcase_create("quick"), *sweep = tcase_create("sweep");
+  tcase_set_timeout(quick, 600);
+  tcase_set_timeout(sweep, 1800);
+  tcase_add_loop_test(quick, every_variant_default_compiles, 0, 2);
+  tcase_add_loop_test(quick, safelisted_samples_compile, 0, 2);
+  tcase_add_test(quick, host_check_matches_static_asserts);
+  tcase_add_test(quick, arch_specific_target_compiles);
+  tcase_add_test(quick, config_strings_roundtrip);
+  tcase_add_test(quick, every_op_has_a_sweep);
+  tcase_add_loop_test(sweep, whole_space_compiles, 0, 2);
+  tcase_add_loop_test(sweep, every_variant_compiles, 0, 2);
+  tcase_add_test(sweep, arch_specific_space_compiles);
+  suite_add_tcase(s, quick);
+  suite_add_tcase(s, sweep);
   return scree_test_run(s, 0);
 }

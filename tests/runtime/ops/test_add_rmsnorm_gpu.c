@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "op_test.h"
 
 SCREE__REFERENCE(add_rmsnorm);
 
@@ -52,34 +52,12 @@ typedef struct acase {
 
 #define GUARD 256
 
-static void check_guard(scree_devptr p, const char *what) {
-  unsigned char g[GUARD];
-  scree_test_d2h(ctx, g, p, GUARD);
-  for (size_t i = 0; i < GUARD; i++)
-    ck_assert_msg(g[i] == 0xff, "byte %zu past the end of %s was written", i, what);
-}
-
-/* Rows of `got` against `want` (cols elements each, stride s) within the
- * tolerance; the padding between rows byte for byte (NaN == NaN there). */
+/* Rows of `got` against `want` within one rounding of the dtype. */
 static void compare_rows(const void *got, const void *want, scree_dtype d, int64_t rows,
                          int64_t cols, int64_t s, const char *name, const char *what) {
-  const size_t e = scree_dtype_size(d);
   double rtol, atol;
   scree__tolerance(d, &rtol, &atol);
-  size_t bad = 0, worst = 0;
-  for (int64_t r = 0; r < rows && !bad; r++) {
-    bad = scree__compare((const char *)got + (size_t)(r * s) * e,
-                         (const char *)want + (size_t)(r * s) * e, d, (size_t)cols, rtol, atol,
-                         &worst);
-    if (bad) worst += (size_t)(r * s);
-    if (s > cols)
-      ck_assert_msg(!memcmp((const char *)got + (size_t)(r * s + cols) * e,
-                            (const char *)want + (size_t)(r * s + cols) * e,
-                            (size_t)(s - cols) * e),
-                    "%s: row %lld of %s: padding written", what, (long long)r, name);
-  }
-  ck_assert_msg(bad == 0, "%s: %s: %zu bad in a row, e.g. [%zu] got %.8g want %.8g", what, name,
-                bad, worst, scree__load_elem(got, d, worst), scree__load_elem(want, d, worst));
+  scree_test_compare_rows(got, want, d, rows, cols, s, rtol, atol, name, "%s", what);
 }
 
 /* Runs one call (the public entry, or an explicit config through
@@ -154,21 +132,21 @@ static void run_case(const acase *k, dt3 d, const scree__config *cfg) {
 
   scree_test_d2h(ctx, hh, dh, nh * ex);
   scree_test_d2h(ctx, hy, dy, ny * ey);
-  check_guard(dh + nh * ex, "h");
-  check_guard(dy + ny * ey, "y");
+  scree_test_check_guard(ctx, dh + nh * ex, GUARD, "h");
+  scree_test_check_guard(ctx, dy + ny * ey, GUARD, "y");
   /* The inputs h does not replace stay as they were. */
   if (k->place != H_ON_X) {
     void *back = malloc(nx * ex + 16);
     scree_test_d2h(ctx, back, dx, nx * ex);
     ck_assert_msg(!memcmp(back, hx, nx * ex), "%s: x was written", what);
-    check_guard(dx + nx * ex, "x");
+    scree_test_check_guard(ctx, dx + nx * ex, GUARD, "x");
     free(back);
   }
   if (k->place != H_ON_RESIDUAL) {
     void *back = malloc(nr * ex + 16);
     scree_test_d2h(ctx, back, dr, nr * ex);
     ck_assert_msg(!memcmp(back, hres, nr * ex), "%s: residual was written", what);
-    check_guard(dr + nr * ex, "residual");
+    scree_test_check_guard(ctx, dr + nr * ex, GUARD, "residual");
     free(back);
   }
   compare_rows(hh, rh, d.x, k->rows, k->cols, k->hs, "h", what);
@@ -180,16 +158,6 @@ static void run_case(const acase *k, dt3 d, const scree__config *cfg) {
   if (ha) scree_test_dfree(ctx, ha);
   scree_test_dfree(ctx, ya);
   free(hx), free(hres), free(hw), free(hh), free(hy), free(rh), free(ry);
-}
-
-static void setup(void) {
-  ctx = scree_test_gpu_context(); /* exits 77 with a reason where there is no GPU */
-  op = scree__op_find("add_rmsnorm");
-  scree__ctx_enter(ctx);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    fprintf(stderr, "cuStreamCreate failed\n");
-    exit(1);
-  }
 }
 
 /* The public path (default config, adapted to the call) over edge shapes,
@@ -241,12 +209,10 @@ START_TEST(in_place) {
 END_TEST
 
 START_TEST(zero_rows_launches_nothing) {
-  scree_counters before, after;
-  scree_get_counters(ctx, &before);
+  const uint64_t calls = scree_test_calls(ctx);
   scree_add_rmsnorm_args a = {.rows = 0, .cols = 128, .eps = 1e-6f};
   ck_assert_int_eq(scree_add_rmsnorm(ctx, &a, NULL), SCREE_OK);
-  scree_get_counters(ctx, &after);
-  ck_assert_uint_eq(after.calls, before.calls);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
 }
 END_TEST
 
@@ -257,15 +223,7 @@ START_TEST(every_variant_check_problem) {
   static const int64_t cols[] = {4096, 1000, 7};
   for (size_t i = 0; i < 3; i++) {
     scree_add_rmsnorm_args a = {.rows = 97, .cols = cols[i]};
-    scree__run r;
-    scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
-    ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
-    char why[1024], vs[64];
-    scree__variant_str(op, &var, vs, sizeof vs);
-    st = scree__run_check(ctx, &r, scree__run_config_api, (void *)op, stream, 60000, why,
-                          sizeof why);
-    ck_assert_msg(st == SCREE_OK, "%s cols=%lld: %s", vs, (long long)cols[i], why);
-    scree__run_free(ctx, &r);
+    scree_test_check_public(ctx, op, &var, &a, NULL, stream, "cols=%lld", (long long)cols[i]);
   }
 }
 END_TEST
@@ -274,34 +232,11 @@ END_TEST
  * register cache (a scalar tail), one past it (the streamed part, read
  * back from h), a tiny row; out of place and h on x. Compiles run on
  * threads first. */
-typedef struct cjob {
-  scree__config *cfgs;
-  scree__variant var;
-  scree_status worst;
-} cjob;
-
-static void compile_one(void *p, int i) {
-  cjob *j = p;
-  scree__kernel k;
-  scree_status st = scree__kernel_get(ctx, op, &j->cfgs[i], &j->var, &k);
-  if (st != SCREE_OK) j->worst = st;
-}
-
 START_TEST(every_config) {
   const dt3 d = dtype_sets[_i];
   const scree__variant var = {{d.x, d.w, d.y}};
-  const int total = scree__config_space(op, NULL, 0);
-  scree__config *cfgs = calloc((size_t)total, sizeof *cfgs);
-  scree__config_space(op, cfgs, total);
-  size_t n = 0;
-  scree__target t;
-  scree__target_of(ctx, &t);
-  for (int i = 0; i < total; i++)
-    if (scree__config_check(op, &cfgs[i], &var, &t, NULL, 0)) cfgs[n++] = cfgs[i];
-  cjob j = {.cfgs = cfgs, .var = var, .worst = SCREE_OK};
-  scree__parallel_for((int)n, 16, compile_one, &j);
-  ck_assert_msg(j.worst == SCREE_OK, "compile/load: %s: %s", scree_status_name(j.worst),
-                scree_last_error(ctx));
+  size_t n;
+  scree__config *cfgs = scree_test_checked_space(ctx, op, &var, &n);
   for (size_t i = 0; i < n; i++) {
     const scree__config *c = &cfgs[i];
     const int64_t cv = (int64_t)c->v[0] * c->v[2] * c->v[3], s2 = 2 * cv + 8;
@@ -331,14 +266,9 @@ static const char *const fixed[] = {
 START_TEST(fixed_configs) {
   const dt3 d = dtype_sets[_i];
   const scree__variant var = {{d.x, d.w, d.y}};
-  scree__target t;
-  scree__target_of(ctx, &t);
   int ran = 0;
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-    scree__config c;
-    char why[256];
-    ck_assert_msg(scree__config_parse(op, fixed[i], &c, why, sizeof why) == 0, "%s", why);
-    ck_assert_msg(scree__config_check(op, &c, &var, &t, why, sizeof why), "%s: %s", fixed[i], why);
+    const scree__config c = scree_test_config(ctx, op, fixed[i], &var);
     const int64_t cover = (int64_t)c.v[0] * c.v[2] * c.v[3];
     const int64_t cols[2] = {cover - 1, cover + cover / 2 + c.v[2]};
     for (int s = 0; s < 2; s++) {
@@ -359,62 +289,28 @@ END_TEST
 
 /* Every config the device's safelist allows runs on its own variant for
  * dtype-specific lines, else on the example variant, on the op's check
- * problem, adapted to its alignment. */
+ * problem, adapted to its alignment: rows just inside the config's
+ * register cache (at most 65536), and rows of 1000. */
+static int safelisted_shape(const scree__config *c, int i, void *args) {
+  const int64_t cover = (int64_t)c->v[0] * c->v[2] * c->v[3];
+  const int64_t cols = i ? 1000 : cover - 1 < 65536 ? cover - 1 : 65536;
+  *(scree_add_rmsnorm_args *)args = (scree_add_rmsnorm_args){.rows = 97, .cols = cols > 0 ? cols : 1};
+  return i < 2;
+}
+
 START_TEST(every_safelisted_config) {
-  if (!ctx->safelist) {
-    printf("no safelist for %s\n", ctx->arch);
-    return;
-  }
-  const scree__safelist *sl = ctx->safelist;
-  int ran = 0;
-  for (int e = 0; e < sl->n; e++) {
-    const scree__sl_entry *en = &sl->entries[e];
-    if (en->op != op || en->verb == SCREE__SL_DENY) continue;
-    scree__variant var;
-    if (strcmp(en->dtype, "*"))
-      ck_assert_int_eq(scree__variant_parse(op, en->dtype, &var, NULL, 0), 0);
-    else
-      scree__variant_example(op, &var);
-    const int64_t cover = (int64_t)en->cfg.v[0] * en->cfg.v[2] * en->cfg.v[3];
-    const int64_t cols[2] = {cover - 1 < 65536 ? cover - 1 : 65536, 1000};
-    for (int s = 0; s < 2; s++) {
-      scree_add_rmsnorm_args a = {.rows = 97, .cols = cols[s] > 0 ? cols[s] : 1};
-      scree__run r;
-      scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
-      ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
-      /* Adapted to the shape's alignment, as the tuner adapts a candidate
-       * (an odd row length allows only scalar accesses). */
-      scree__config c = en->cfg;
-      if (op->impls[c.impl].adapt) op->impls[c.impl].adapt(&c, &var, &a);
-      char cs[128], why[1024];
-      scree__config_str(op, &c, cs, sizeof cs);
-      scree__kernel k;
-      st = scree__kernel_get(ctx, op, &c, &var, &k);
-      ck_assert_msg(st == SCREE_OK, "%s: %s", cs, scree_last_error(ctx));
-      scree__config_runner cr = {op, &c, &var, &k};
-      st = scree__run_check(ctx, &r, scree__run_config, &cr, stream, 60000, why, sizeof why);
-      ck_assert_msg(st == SCREE_OK, "%s (line %d) cols=%lld: %s", cs, en->line,
-                    (long long)a.cols, why);
-      scree__run_free(ctx, &r);
-      ran++;
-    }
-  }
+  const int ran = scree_test_check_safelisted(ctx, op, stream, safelisted_shape);
   printf("every_safelisted_config: %d runs\n", ran);
 }
 END_TEST
 
-int main(void) {
-  setup();
-  Suite *s = suite_create("add_rmsnorm_gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 1800);
-  tcase_add_loop_test(tc, default_path_shapes, 0, (int)(NSHAPES * NSETS));
-  tcase_add_loop_test(tc, in_place, 0, (int)(2 * NSETS));
-  tcase_add_test(tc, zero_rows_launches_nothing);
-  tcase_add_loop_test(tc, every_variant_check_problem, 0, 27);
-  tcase_add_loop_test(tc, every_config, 0, 3);
-  tcase_add_loop_test(tc, fixed_configs, 0, (int)NSETS);
-  tcase_add_test(tc, every_safelisted_config);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 1);
+static void setup(void) {
+  op = scree_test_op_setup("add_rmsnorm", &ctx, &stream); /* exits 77 without a GPU */
 }
+
+SCREE_TEST_MAIN(.name = "add_rmsnorm_gpu", .init = setup, .timeout = 1800, .nofork = 1,
+                .tests = SCREE_TESTS(zero_rows_launches_nothing),
+                .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NSETS}, {in_place, 2 * NSETS},
+                                     {every_variant_check_problem, 27}),
+                .slow_tests = SCREE_TESTS(every_safelisted_config),
+                .slow_loops = SCREE_LOOPS({every_config, 3}, {fixed_configs, NSETS}))

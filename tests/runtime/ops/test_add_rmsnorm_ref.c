@@ -132,14 +132,7 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("add_rmsnorm_ref");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, reference_matches_formula);
-  tcase_add_test(tc, reference_strides_and_mixed_dtypes);
-  tcase_add_test(tc, in_place_equals_out_of_place);
-  tcase_add_test(tc, reference_zero_rows_writes_nothing);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "add_rmsnorm_ref", .timeout = 120,
+                .tests = (const TTest *[]){
+                    reference_matches_formula, reference_strides_and_mixed_dtypes,
+                    in_place_equals_out_of_place, reference_zero_rows_writes_nothing, NULL})

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "op_test.h"
 
 SCREE__REFERENCE(attention);
 
@@ -28,16 +28,6 @@ static CUstream stream;
 static const int64_t LQ[] = {0, 1, 7, 63, 64, 65, 127, 128, 129, 1000, 2048, 4097};
 static const int64_t LK[] = {5, 0, 9, 63, 100, 64, 128, 127, 300, 1000, 2100, 4097};
 #define NL ((int)(sizeof LQ / sizeof LQ[0]))
-
-static void setup(void) {
-  ctx = scree_test_gpu_context();
-  op = scree__op_find("attention");
-  scree__ctx_enter(ctx);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    fprintf(stderr, "cuStreamCreate failed\n");
-    exit(1);
-  }
-}
 
 typedef struct acase {
   scree_dtype dtype;
@@ -63,8 +53,8 @@ static void describe(const acase *c, char *buf, size_t n) {
            (long long)c->wl, (long long)c->wr, c->n);
 }
 
-/* The case's problem on the device, with its reference outputs. */
-static void make(const acase *c, scree__run *r) {
+/* The case's shape fields (its lengths go in lens_of). */
+static scree_attention_args shape_of(const acase *c) {
   scree_attention_args a;
   memset(&a, 0, sizeof a);
   a.heads_q = c->hq;
@@ -72,43 +62,36 @@ static void make(const acase *c, scree__run *r) {
   a.head_dim = c->d;
   a.window_left = c->wl;
   a.window_right = c->wr;
-  const scree__variant var = variant_of(c);
-  const scree__lens lens = {c->n, c->lq, c->lk};
-  scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), &lens, r);
-  ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+  return a;
 }
+
+static scree__lens lens_of(const acase *c) { return (scree__lens){c->n, c->lq, c->lk}; }
 
 /* Through the public entry (the default config, adapted to the call). */
 static void check_public(const acase *c) {
-  scree__run r;
-  make(c, &r);
-  char why[1024], what[160];
+  const scree_attention_args a = shape_of(c);
+  const scree__variant var = variant_of(c);
+  const scree__lens lens = lens_of(c);
+  char what[160];
   describe(c, what, sizeof what);
-  scree_status st = scree__run_check(ctx, &r, scree__run_config_api, (void *)op, stream, 60000,
-                                     why, sizeof why);
-  ck_assert_msg(st == SCREE_OK, "%s: %s", what, why);
-  scree__run_free(ctx, &r);
+  scree_test_check_public(ctx, op, &var, &a, &lens, stream, "%s", what);
 }
 
 /* One problem, several explicit configs. */
 static int check_configs(const acase *c, const scree__config *cfgs, int n) {
-  scree__run r;
-  make(c, &r);
+  const scree_attention_args a = shape_of(c);
   const scree__variant var = variant_of(c);
+  const scree__lens lens = lens_of(c);
+  scree__run r;
+  scree_test_make(ctx, op, &var, &a, &lens, &r);
   scree__target t;
   scree__target_of(ctx, &t);
+  char what[160];
+  describe(c, what, sizeof what);
   int ran = 0;
   for (int i = 0; i < n; i++) {
-    char cs[128], what[160], why[1024];
-    scree__config_str(op, &cfgs[i], cs, sizeof cs);
-    describe(c, what, sizeof what);
-    if (!scree__config_check(op, &cfgs[i], &var, &t, why, sizeof why)) continue;
-    scree__kernel k;
-    scree_status st = scree__kernel_get(ctx, op, &cfgs[i], &var, &k);
-    ck_assert_msg(st == SCREE_OK, "%s %s: %s", cs, what, scree_last_error(ctx));
-    scree__config_runner cr = {op, &cfgs[i], &var, &k};
-    st = scree__run_check(ctx, &r, scree__run_config, &cr, stream, 60000, why, sizeof why);
-    ck_assert_msg(st == SCREE_OK, "%s %s: %s", cs, what, why);
+    if (!scree__config_check(op, &cfgs[i], &var, &t, NULL, 0)) continue;
+    scree_test_check_config(ctx, &r, op, &cfgs[i], &var, stream, "%s", what);
     ran++;
   }
   scree__run_free(ctx, &r);
@@ -173,20 +156,9 @@ END_TEST
  * variant for dtype-specific lines, else at the example variant's head_dim
  * causal and not. */
 START_TEST(every_safelisted_config) {
-  if (!ctx->safelist) {
-    printf("no safelist for %s\n", ctx->arch);
-    return;
-  }
-  const scree__safelist *sl = ctx->safelist;
-  int ran = 0;
-  for (int e = 0; e < sl->n; e++) {
-    const scree__sl_entry *en = &sl->entries[e];
-    if (en->op != op || en->verb == SCREE__SL_DENY) continue;
-    scree__variant var;
-    if (strcmp(en->dtype, "*"))
-      ck_assert_int_eq(scree__variant_parse(op, en->dtype, &var, NULL, 0), 0);
-    else
-      scree__variant_example(op, &var);
+  int ran = 0, e = -1;
+  scree__variant var;
+  for (const scree__sl_entry *en; (en = scree_test_next_safelisted(ctx, op, &e, &var));) {
     for (int causal = 0; causal < 2; causal++) {
       acase c = {(scree_dtype)var.v[0], var.v[1], strcmp(en->dtype, "*") ? var.v[2] : causal,
                  4, 2, var.v[3] ? 128 : -1, -1, LQ, LK, NL};
@@ -268,13 +240,7 @@ END_TEST
 /* SCREE_VALIDATE: device-side cu_seqlens are copied and checked; a bad one
  * is refused by name and nothing is written. */
 START_TEST(validate_cu_seqlens) {
-  scree_options o;
-  scree_options_init(&o);
-  o.disable_cache = 1;
-  o.validate = 1;
-  scree_context *vctx;
-  char why[512];
-  ck_assert_int_eq(scree_create(&o, &vctx, why, sizeof why), SCREE_OK);
+  scree_context *vctx = scree_test_validating_context();
   const int H = 2, d = 64, T = 300;
   scree_devptr q = scree_test_dalloc(ctx, (size_t)T * H * d * 2),
                out = scree_test_dalloc(ctx, (size_t)T * H * d * 2),
@@ -390,18 +356,25 @@ START_TEST(hopper_small) {
 END_TEST
 
 int main(void) {
-  setup(); /* exits 77 with a reason where there is no GPU */
+  op = scree_test_op_setup("attention", &ctx, &stream); /* exits 77 without a GPU */
   Suite *s = suite_create("attention_gpu");
   /* "quick" is what runs under compute-sanitizer (CK_RUN_CASE=quick): every
    * masking path, GQA and MQA, packed strides, validation. */
   TCase *quick = tcase_create("quick"), *full = tcase_create("full");
   tcase_set_timeout(quick, 1800);
   tcase_set_timeout(full, 1800);
+  /* full and hopper (the config sweeps and the long sequences) are the
+   * slow set, test_attention_gpu_slow; every head size through the public
+   * entry ("public") and the small batches of race and hopper_race are
+   * quick. */
+  tcase_set_tags(full, "slow");
+  TCase *pub = tcase_create("public");
+  tcase_set_timeout(pub, 1800);
   tcase_add_loop_test(quick, gqa_mqa, 0, 4);
   tcase_add_loop_test(quick, windows, 0, 5);
   tcase_add_test(quick, packed_qkv);
   tcase_add_test(quick, validate_cu_seqlens);
-  tcase_add_loop_test(full, head_dims_dtypes_causal, 0, 20);
+  tcase_add_loop_test(pub, head_dims_dtypes_causal, 0, 20);
   tcase_add_loop_test(full, schedules_and_tiles, 0, 2);
   tcase_add_test(full, every_safelisted_config);
   tcase_add_test(full, long_sequences);
@@ -411,12 +384,14 @@ int main(void) {
   TCase *hopper = tcase_create("hopper"), *hrace = tcase_create("hopper_race");
   tcase_set_timeout(hopper, 1800);
   tcase_set_timeout(hrace, 1800);
+  tcase_set_tags(hopper, "slow");
   tcase_add_loop_test(hopper, hopper_every_config, 0, 4);
   tcase_add_loop_test(hrace, hopper_small, 0, 2);
   suite_add_tcase(s, hopper);
   suite_add_tcase(s, hrace);
   suite_add_tcase(s, race);
   suite_add_tcase(s, quick);
+  suite_add_tcase(s, pub);
   suite_add_tcase(s, full);
   return scree_test_run(s, 1);
 }

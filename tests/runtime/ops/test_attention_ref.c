@@ -491,18 +491,7 @@ START_TEST(random_configs) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("attention_ref");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, mixed_lengths);
-  tcase_add_test(tc, q_and_k_lengths_differ);
-  tcase_add_test(tc, sliding_windows);
-  tcase_add_test(tc, gqa_mqa_mha);
-  tcase_add_test(tc, head_dims);
-  tcase_add_test(tc, packed_qkv_and_strided_out);
-  tcase_add_test(tc, writes_every_row_and_nothing_else);
-  tcase_add_test(tc, random_configs);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "attention_ref", .timeout = 300,
+                .tests = SCREE_TESTS(mixed_lengths, q_and_k_lengths_differ, sliding_windows,
+                                     gqa_mqa_mha, head_dims, packed_qkv_and_strided_out,
+                                     writes_every_row_and_nothing_else, random_configs))

@@ -324,20 +324,10 @@ START_TEST(shapes_files) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("config");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, setup, NULL);
-  tcase_add_test(tc, rows_round_up_to_powers_of_two_cols_exact);
-  tcase_add_test(tc, bucket_strings_roundtrip);
-  tcase_add_test(tc, attention_buckets);
-  tcase_add_test(tc, configs_roundtrip_and_check);
-  tcase_add_test(tc, representative_shapes);
-  tcase_add_test(tc, alignment_classes);
-  tcase_add_test(tc, alignment_class_matches_definition);
-  tcase_add_test(tc, variant_strings_roundtrip);
-  tcase_add_test(tc, cache_key_names_everything);
-  tcase_add_test(tc, shapes_files);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "config", .setup_once = setup,
+                .tests = SCREE_TESTS(rows_round_up_to_powers_of_two_cols_exact,
+                                     bucket_strings_roundtrip, attention_buckets,
+                                     configs_roundtrip_and_check, representative_shapes,
+                                     alignment_classes, alignment_class_matches_definition,
+                                     variant_strings_roundtrip, cache_key_names_everything,
+                                     shapes_files))

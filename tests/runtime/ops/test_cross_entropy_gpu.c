@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_test.h"
 #include "ops/rowwise.h"
-#include "test_util.h"
 
 SCREE__REFERENCE(cross_entropy);
 
@@ -103,13 +103,8 @@ static void run_case(int64_t rows, int64_t vocab, int64_t ls, scree_dtype dt, in
   scree_test_sync(ctx);
   scree_test_d2h(ctx, loss, dloss, (size_t)rows * 4);
   scree_test_d2h(ctx, lse, dlse, (size_t)rows * 4);
-  unsigned char g[256];
-  scree_test_d2h(ctx, g, dloss + (size_t)rows * 4, guard);
-  for (size_t i = 0; i < guard; i++)
-    ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of loss was written", i);
-  scree_test_d2h(ctx, g, dlse + (size_t)rows * 4, guard);
-  for (size_t i = 0; i < guard; i++)
-    ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of lse was written", i);
+  scree_test_check_guard(ctx, dloss + (size_t)rows * 4, guard, "loss");
+  scree_test_check_guard(ctx, dlse + (size_t)rows * 4, guard, "lse");
   for (int64_t r = 0; r < rows; r++) {
     if (!close_or_nan(loss[r], want_loss[r]))
       ck_abort_msg("rows=%lld vocab=%lld ls=%lld %s ignore=%lld lse=%d off=%d config %s: row %lld "
@@ -125,16 +120,6 @@ static void run_case(int64_t rows, int64_t vocab, int64_t ls, scree_dtype dt, in
   scree_test_dfree(ctx, bl), scree_test_dfree(ctx, dt_);
   scree_test_dfree(ctx, dloss), scree_test_dfree(ctx, dlse);
   free(hl), free(ht), free(loss), free(lse), free(want_loss), free(want_lse);
-}
-
-static void setup(void) {
-  ctx = scree_test_gpu_context();
-  op = scree__op_find("cross_entropy");
-  scree__ctx_enter(ctx);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    fprintf(stderr, "cuStreamCreate failed\n");
-    exit(1);
-  }
 }
 
 /* The public path (default config, adapted to the call) over edge shapes. */
@@ -165,25 +150,17 @@ START_TEST(misaligned_starts) {
 END_TEST
 
 START_TEST(zero_rows_launches_nothing) {
-  scree_counters before, after;
-  scree_get_counters(ctx, &before);
+  const uint64_t calls = scree_test_calls(ctx);
   scree_cross_entropy_args a = {.rows = 0, .vocab = 128};
   ck_assert_int_eq(scree_cross_entropy(ctx, &a, NULL), SCREE_OK);
-  scree_get_counters(ctx, &after);
-  ck_assert_uint_eq(after.calls, before.calls);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
 }
 END_TEST
 
 /* Validation on: targets are read on the host; one outside [0, vocab) that
  * is not ignore_index is refused, naming it, and nothing is written. */
 START_TEST(validate_targets) {
-  scree_options o;
-  scree_options_init(&o);
-  o.disable_cache = 1;
-  o.validate = 1;
-  scree_context *vctx;
-  char why[512];
-  ck_assert_int_eq(scree_create(&o, &vctx, why, sizeof why), SCREE_OK);
+  scree_context *vctx = scree_test_validating_context();
   const int64_t rows = 6, vocab = 1000;
   scree_devptr logits = scree_test_dalloc(ctx, (size_t)(rows * vocab) * 2);
   scree_devptr targets = scree_test_dalloc(ctx, (size_t)rows * 8);
@@ -246,14 +223,8 @@ static const char *const fixed_configs[] = {
 START_TEST(fixed_configs_exact) {
   const scree_dtype dt = dtypes[_i];
   const scree__variant var = {{dt}};
-  scree__target t;
-  scree__target_of(ctx, &t);
   for (size_t i = 0; i < NFIXED; i++) {
-    scree__config c;
-    char why[256];
-    ck_assert_msg(scree__config_parse(op, fixed_configs[i], &c, why, sizeof why) == 0, "%s", why);
-    ck_assert_msg(scree__config_check(op, &c, &var, &t, why, sizeof why), "%s: %s",
-                  fixed_configs[i], why);
+    const scree__config c = scree_test_config(ctx, op, fixed_configs[i], &var);
     /* A config the tuner would time: on a vocabulary of three batches. */
     const scree_cross_entropy_args v3 = {
         .vocab = 3 * (int64_t)c.v[SCREE__RW_TPR] * c.v[SCREE__RW_VEC] * c.v[SCREE__RW_CACHE]};
@@ -269,35 +240,22 @@ END_TEST
  * lines), through the harness (poison, run, compare), and on the edge
  * shapes above. */
 START_TEST(every_safelisted_config) {
-  if (!ctx->safelist) {
-    printf("no safelist for %s\n", ctx->arch);
-    return;
-  }
-  const scree__safelist *sl = ctx->safelist;
-  int ran = 0;
-  for (int e = 0; e < sl->n; e++) {
-    const scree__sl_entry *en = &sl->entries[e];
-    if (en->op != op || en->verb == SCREE__SL_DENY) continue;
+  int ran = 0, e = -1;
+  scree__variant line_var;
+  for (const scree__sl_entry *en; (en = scree_test_next_safelisted(ctx, op, &e, &line_var));) {
     for (int k = 0; k < NDT; k++) {
       scree__variant var = {{dtypes[k]}};
       if (strcmp(en->dtype, "*")) {
         if (k) break;
-        ck_assert_int_eq(scree__variant_parse(op, en->dtype, &var, NULL, 0), 0);
+        var = line_var;
       }
-      scree__kernel kern;
-      scree_status st = scree__kernel_get(ctx, op, &en->cfg, &var, &kern);
-      ck_assert_msg(st == SCREE_OK, "line %d: %s", en->line, scree_last_error(ctx));
-      scree__config_runner cr = {op, &en->cfg, &var, &kern};
       static const int64_t vocabs[] = {32000, 128256};
       for (int s = 0; s < 2; s++) {
         scree_cross_entropy_args a = {.rows = 40, .vocab = vocabs[s]};
         scree__run r;
-        st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
-        ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
-        char why[1024];
-        st = scree__run_check(ctx, &r, scree__run_config, &cr, stream, 60000, why, sizeof why);
-        ck_assert_msg(st == SCREE_OK, "safelist line %d, vocab %lld: %s", en->line,
-                      (long long)vocabs[s], why);
+        scree_test_make(ctx, op, &var, &a, NULL, &r);
+        scree_test_check_config(ctx, &r, op, &en->cfg, &var, stream,
+                                "safelist line %d, vocab %lld", en->line, (long long)vocabs[s]);
         scree__run_free(ctx, &r);
       }
       run_config_shapes(&en->cfg, (scree_dtype)var.v[0]);
@@ -308,17 +266,12 @@ START_TEST(every_safelisted_config) {
 }
 END_TEST
 
-int main(void) {
-  setup(); /* exits 77 with a reason where there is no GPU */
-  Suite *s = suite_create("cross_entropy_gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 1800);
-  tcase_add_loop_test(tc, default_path_shapes, 0, (int)(NSHAPES * NDT));
-  tcase_add_loop_test(tc, misaligned_starts, 0, NDT);
-  tcase_add_test(tc, zero_rows_launches_nothing);
-  tcase_add_test(tc, validate_targets);
-  tcase_add_loop_test(tc, fixed_configs_exact, 0, NDT);
-  tcase_add_test(tc, every_safelisted_config);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 1);
+static void setup(void) {
+  op = scree_test_op_setup("cross_entropy", &ctx, &stream); /* exits 77 without a GPU */
 }
+
+SCREE_TEST_MAIN(.name = "cross_entropy_gpu", .init = setup, .timeout = 1800, .nofork = 1,
+                .tests = SCREE_TESTS(zero_rows_launches_nothing, validate_targets),
+                .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NDT}, {misaligned_starts, NDT}),
+                .slow_tests = SCREE_TESTS(every_safelisted_config),
+                .slow_loops = SCREE_LOOPS({fixed_configs_exact, NDT}))

@@ -147,16 +147,7 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("layernorm_ref");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, reference_matches_formula);
-  tcase_add_test(tc, reference_bias_and_stats_optional);
-  tcase_add_test(tc, reference_strides_and_mixed_dtypes);
-  tcase_add_test(tc, reference_large_mean);
-  tcase_add_test(tc, reference_constant_row);
-  tcase_add_test(tc, reference_zero_rows_writes_nothing);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "layernorm_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_formula, reference_bias_and_stats_optional,
+                                     reference_strides_and_mixed_dtypes, reference_large_mean,
+                                     reference_constant_row, reference_zero_rows_writes_nothing))

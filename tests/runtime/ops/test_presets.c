@@ -155,13 +155,6 @@ START_TEST(user_files_from_the_environment) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("presets");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, embedded_presets_cover_the_models);
-  tcase_add_test(tc, expressions_and_overrides);
-  tcase_add_test(tc, bad_files_name_the_line);
-  tcase_add_test(tc, user_files_from_the_environment);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "presets",
+                .tests = SCREE_TESTS(embedded_presets_cover_the_models, expressions_and_overrides,
+                                     bad_files_name_the_line, user_files_from_the_environment))

@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_test.h"
 #include "ops/rowwise.h"
-#include "test_util.h"
 
 SCREE__REFERENCE(ragged_softmax);
 
@@ -47,19 +47,6 @@ static const int64_t L_SMALL[] = {0, 1, 3, 40, 17};
 static const int64_t L_LONG[] = {5000, 7, 1};
 static const int64_t L_ONE[] = {1};
 #define N(a) ((int)(sizeof a / sizeof a[0]))
-
-/* The harness (scree__run_make, _check, _free) calls the driver directly
- * and needs the primary context current on this thread: made current here,
- * for the whole (unforked) run, as the other GPU tests do. */
-static void setup(void) {
-  ctx = scree_test_gpu_context();
-  op = scree__op_find("ragged_softmax");
-  scree__ctx_enter(ctx);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    fprintf(stderr, "cuStreamCreate failed\n");
-    exit(1);
-  }
-}
 
 static scree__variant variant_of(dt2 d) {
   scree__variant v;
@@ -134,29 +121,17 @@ static int run_case(const int64_t *lens, int n, int64_t cols, int64_t xs, int64_
   scree_test_sync(ctx);
   if (ran) {
     scree_test_d2h(ctx, hy, dy, ny * ey);
-    unsigned char g[256];
-    scree_test_d2h(ctx, g, dy + ny * ey, guard);
-    for (size_t i = 0; i < guard; i++)
-      ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of y was written (%s)", i, cs);
     double rtol, atol;
     tolerance(d.y, &rtol, &atol);
-    for (int64_t t = 0; t < total; t++) {
-      size_t worst = 0;
-      const char *gr = (char *)hy + (size_t)(t * ys) * ey;
-      const char *rr = (char *)href + (size_t)(t * ys) * ey;
-      const size_t bad = scree__compare(gr, rr, d.y, (size_t)cols, rtol, atol, &worst);
-      ck_assert_msg(bad == 0,
-                    "cols=%lld xs=%lld ys=%lld %s->%s inplace=%d scale=%g off=%d/%d config %s: "
-                    "token %lld: %zu bad, e.g. col %zu got %.8g want %.8g",
-                    (long long)cols, (long long)xs, (long long)ys, scree_dtype_name(d.x),
-                    scree_dtype_name(d.y), in_place, (double)scale, xoff, yoff, cs,
-                    (long long)t, bad, worst, scree__load_elem(gr, d.y, worst),
-                    scree__load_elem(rr, d.y, worst));
-      if (ys > cols)
-        ck_assert_msg(!memcmp(gr + (size_t)cols * ey, rr + (size_t)cols * ey,
-                              (size_t)(ys - cols) * ey),
-                      "token %lld: padding written (%s)", (long long)t, cs);
-    }
+    char y[160];
+    snprintf(y, sizeof y, "y (config %s)", cs);
+    scree_test_check_guard(ctx, dy + ny * ey, guard, y);
+    /* A row a token: element [i] of a message is token i / ys's column i % ys. */
+    scree_test_compare_rows(
+        hy, href, d.y, total, cols, ys, rtol, atol, "y",
+        "cols=%lld xs=%lld ys=%lld %s->%s inplace=%d scale=%g off=%d/%d config %s",
+        (long long)cols, (long long)xs, (long long)ys, scree_dtype_name(d.x),
+        scree_dtype_name(d.y), in_place, (double)scale, xoff, yoff, cs);
   }
   scree_test_dfree(ctx, bx);
   if (!in_place) scree_test_dfree(ctx, by);
@@ -257,28 +232,20 @@ START_TEST(offsets_past_2g_elements) {
 END_TEST
 
 START_TEST(empty_batches_launch_nothing) {
-  scree_counters before, after;
-  scree_get_counters(ctx, &before);
+  const uint64_t calls = scree_test_calls(ctx);
   scree_ragged_softmax_args a = {.batch = 5, .total = 0, .cols = 128,
                                  .x_dtype = SCREE_DTYPE_FP16, .y_dtype = SCREE_DTYPE_FP16};
   ck_assert_int_eq(scree_ragged_softmax(ctx, &a, NULL), SCREE_OK);
   a.batch = 0;
   ck_assert_int_eq(scree_ragged_softmax(ctx, &a, NULL), SCREE_OK);
-  scree_get_counters(ctx, &after);
-  ck_assert_uint_eq(after.calls, before.calls);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
 }
 END_TEST
 
 /* Validation on: device-side cu_seqlens are copied and checked; a bad one
  * is refused by name and nothing is written. */
 START_TEST(validate_cu_seqlens) {
-  scree_options o;
-  scree_options_init(&o);
-  o.disable_cache = 1;
-  o.validate = 1;
-  scree_context *vctx;
-  char why[512];
-  ck_assert_int_eq(scree_create(&o, &vctx, why, sizeof why), SCREE_OK);
+  scree_context *vctx = scree_test_validating_context();
   const int T = 300, C = 64;
   scree_devptr x = scree_test_dalloc(ctx, (size_t)T * C * 2),
                y = scree_test_dalloc(ctx, (size_t)T * C * 2), cu = scree_test_dalloc(ctx, 16);
@@ -347,19 +314,17 @@ static int check_configs(dt2 d, int64_t cols, const scree__config *cfgs, int n) 
   const scree__variant var = variant_of(d);
   scree_ragged_softmax_args sh = {.cols = cols, .max_seqlen = 1000};
   scree__run r;
-  scree_status st = scree__run_make(ctx, op, &var, &sh, 1, scree_test_rand(), NULL, &r);
-  ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+  scree_test_make(ctx, op, &var, &sh, NULL, &r);
   scree__target t;
   scree__target_of(ctx, &t);
   int ran = 0;
   for (int i = 0; i < n; i++) {
-    char cs[128], why[1024];
+    char cs[128];
     scree__config_str(op, &cfgs[i], cs, sizeof cs);
-    if (!scree__config_check(op, &cfgs[i], &var, &t, why, sizeof why)) continue;
+    if (!scree__config_check(op, &cfgs[i], &var, &t, NULL, 0)) continue;
     adapted u = {&cfgs[i], &var};
-    st = scree__run_check(ctx, &r, run_adapted, &u, stream, 60000, why, sizeof why);
-    ck_assert_msg(st == SCREE_OK, "%s %s->%s cols=%lld: %s", cs, scree_dtype_name(d.x),
-                  scree_dtype_name(d.y), (long long)cols, why);
+    scree_test_check_run(ctx, &r, run_adapted, &u, stream, "%s %s->%s cols=%lld", cs,
+                         scree_dtype_name(d.x), scree_dtype_name(d.y), (long long)cols);
     ran++;
   }
   scree__run_free(ctx, &r);
@@ -459,20 +424,9 @@ END_TEST
  * variant for dtype-specific lines, else at the example variant; on the
  * check batch with aligned columns and with odd ones. */
 START_TEST(every_safelisted_config) {
-  if (!ctx->safelist) {
-    printf("no safelist for %s\n", ctx->arch);
-    return;
-  }
-  const scree__safelist *sl = ctx->safelist;
-  int ran = 0;
-  for (int e = 0; e < sl->n; e++) {
-    const scree__sl_entry *en = &sl->entries[e];
-    if (en->op != op || en->verb == SCREE__SL_DENY) continue;
-    scree__variant var;
-    if (strcmp(en->dtype, "*"))
-      ck_assert_int_eq(scree__variant_parse(op, en->dtype, &var, NULL, 0), 0);
-    else
-      scree__variant_example(op, &var);
+  int ran = 0, e = -1;
+  scree__variant var;
+  for (const scree__sl_entry *en; (en = scree_test_next_safelisted(ctx, op, &e, &var));) {
     const dt2 d = {(scree_dtype)var.v[0], (scree_dtype)var.v[1]};
     ran += check_configs(d, 4096, &en->cfg, 1);
     ran += check_configs(d, 333, &en->cfg, 1);
@@ -482,7 +436,7 @@ START_TEST(every_safelisted_config) {
 END_TEST
 
 int main(void) {
-  setup(); /* exits 77 with a reason where there is no GPU */
+  op = scree_test_op_setup("ragged_softmax", &ctx, &stream); /* exits 77 without a GPU */
   Suite *s = suite_create("ragged_softmax_gpu");
   TCase *tc = tcase_create("gpu");
   tcase_set_timeout(tc, 1800);
@@ -493,17 +447,24 @@ int main(void) {
   tcase_add_test(tc, offsets_past_2g_elements);
   tcase_add_test(tc, empty_batches_launch_nothing);
   tcase_add_test(tc, validate_cu_seqlens);
-  tcase_add_test(tc, every_safelisted_config);
+  /* The config sweeps are the slow set (test_ragged_softmax_gpu_slow). */
+  TCase *sl = tcase_create("safelist");
+  tcase_set_tags(sl, "slow");
+  tcase_set_timeout(sl, 1800);
+  tcase_add_test(sl, every_safelisted_config);
   /* A spread of both implementations' spaces around their on-chip limits:
    * what compute-sanitizer runs (CK_RUN_CASE=fixed). */
   TCase *fx = tcase_create("fixed");
+  tcase_set_tags(fx, "slow");
   tcase_set_timeout(fx, 1800);
   tcase_add_loop_test(fx, fixed_configs, 0, (int)NSETS);
   /* The cluster implementation (CK_RUN_CASE=cluster). */
   TCase *cl = tcase_create("cluster");
+  tcase_set_tags(cl, "slow");
   tcase_set_timeout(cl, 1800);
   tcase_add_loop_test(cl, cluster_configs, 0, (int)NSETS);
   suite_add_tcase(s, tc);
+  suite_add_tcase(s, sl);
   suite_add_tcase(s, fx);
   suite_add_tcase(s, cl);
   return scree_test_run(s, 1);

@@ -457,26 +457,11 @@ START_TEST(check_limits_1024_threads) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("ragged_softmax_ref");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, reference_matches_baseline);
-  tcase_add_test(tc, reference_scales_strides_mixed_dtypes);
-  tcase_add_test(tc, packed_equals_per_sequence);
-  tcase_add_test(tc, reference_empty_batch_writes_nothing);
-  suite_add_tcase(s, tc);
-  TCase *hooks = tcase_create("hooks");
-  tcase_set_timeout(hooks, 120);
-  tcase_add_test(hooks, check_problem_has_edge_lengths);
-  tcase_add_test(hooks, problem_lengths_and_bytes);
-  tcase_add_test(hooks, default_configs_are_valid);
-  tcase_add_test(hooks, cluster_default_by_length);
-  tcase_add_test(hooks, adapt_narrows_vec_only);
-  tcase_add_test(hooks, smem_check_limits);
-  tcase_add_test(hooks, buckets_and_representatives);
-  tcase_add_test(hooks, worth_timing_prunes_idle_configs);
-  tcase_add_test(hooks, check_limits_1024_threads);
-  suite_add_tcase(s, hooks);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "ragged_softmax_ref", .timeout = 120,
+                .tests = SCREE_TESTS(
+                    reference_matches_baseline, reference_scales_strides_mixed_dtypes,
+                    packed_equals_per_sequence, reference_empty_batch_writes_nothing,
+                    check_problem_has_edge_lengths, problem_lengths_and_bytes,
+                    default_configs_are_valid, cluster_default_by_length, adapt_narrows_vec_only,
+                    smem_check_limits, buckets_and_representatives,
+                    worth_timing_prunes_idle_configs, check_limits_1024_threads))

@@ -117,13 +117,6 @@ START_TEST(representatives_survive_extreme_buckets) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("registry");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, every_op_is_complete);
-  tcase_add_test(tc, missing_hooks_are_reported);
-  tcase_add_test(tc, public_entries_exist);
-  tcase_add_test(tc, representatives_survive_extreme_buckets);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "registry",
+                .tests = SCREE_TESTS(every_op_is_complete, missing_hooks_are_reported,
+                                     public_entries_exist, representatives_survive_extreme_buckets))

@@ -7,11 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "test_util.h"
+#include "op_test.h"
 
 SCREE__REFERENCE(rmsnorm);
 
 static scree_context *ctx;
+static const scree__op *op;
 
 typedef struct dt3 {
   scree_dtype x, w, y;
@@ -40,7 +41,7 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
   /* Rows of different scale, large tails: mistakes show (rmsnorm.c). */
   scree_rmsnorm_args shape = {.rows = rows, .cols = cols, .x_stride = xs, .x_dtype = d.x};
   void *hbufs[1] = {hx};
-  scree__op_find("rmsnorm")->shape_inputs(&shape, hbufs);
+  op->shape_inputs(&shape, hbufs);
   /* A guard region after y (and x, in place): a write past the last row
    * would change it. */
   const size_t guard = 256;
@@ -64,48 +65,28 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
   scree_status st;
   if (cfg) {
     const scree__variant var = {{d.x, d.w, d.y}};
-    st = scree__run_exact(ctx, scree__op_find("rmsnorm"), cfg, &var, &a, NULL);
+    st = scree__run_exact(ctx, op, cfg, &var, &a, NULL);
   } else {
     st = scree_rmsnorm(ctx, &a, NULL);
   }
   char cs[128] = "default";
-  if (cfg) scree__config_str(scree__op_find("rmsnorm"), cfg, cs, sizeof cs);
+  if (cfg) scree__config_str(op, cfg, cs, sizeof cs);
   ck_assert_msg(st == SCREE_OK, "%s: %s", scree_status_name(st), scree_last_error(ctx));
   scree_test_sync(ctx);
   scree_test_d2h(ctx, hy, dy, ny * ey);
-  unsigned char g[256];
-  scree_test_d2h(ctx, g, dy + ny * ey, guard);
-  for (size_t i = 0; i < guard; i++)
-    ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of y was written", i);
+  scree_test_check_guard(ctx, dy + ny * ey, guard, "y");
   double rtol, atol;
   scree__tolerance(d.y, &rtol, &atol);
-  /* NaN == NaN for the untouched padding: compare bytes there. */
-  size_t bad = 0, worst = 0;
-  for (int64_t r = 0; r < rows && !bad; r++) {
-    bad = scree__compare((char *)hy + (size_t)(r * ys) * ey,
-                         (char *)href + (size_t)(r * ys) * ey, d.y,
-                         (size_t)cols, rtol, atol, &worst);
-    if (bad) worst += (size_t)(r * ys);
-    if (ys > cols)
-      ck_assert_msg(!memcmp((char *)hy + (size_t)(r * ys + cols) * ey,
-                            (char *)href + (size_t)(r * ys + cols) * ey,
-                            (size_t)(ys - cols) * ey),
-                    "row %lld: padding written", (long long)r);
-  }
-  ck_assert_msg(bad == 0,
-                "rows=%lld cols=%lld xs=%lld ys=%lld x=%s w=%s y=%s inplace=%d "
-                "config %s: %zu bad in a row, e.g. [%zu] got %.8g want %.8g",
-                (long long)rows, (long long)cols, (long long)xs, (long long)ys,
-                scree_dtype_name(d.x), scree_dtype_name(d.w),
-                scree_dtype_name(d.y), in_place, cs, bad, worst,
-                scree__load_elem(hy, d.y, worst), scree__load_elem(href, d.y, worst));
+  scree_test_compare_rows(hy, href, d.y, rows, cols, ys, rtol, atol, "y",
+                          "rows=%lld cols=%lld xs=%lld ys=%lld x=%s w=%s y=%s inplace=%d config %s",
+                          (long long)rows, (long long)cols, (long long)xs, (long long)ys,
+                          scree_dtype_name(d.x), scree_dtype_name(d.w), scree_dtype_name(d.y),
+                          in_place, cs);
   scree_test_dfree(ctx, dx);
   scree_test_dfree(ctx, dw);
   if (!in_place) scree_test_dfree(ctx, dy);
   free(hx), free(hw), free(hy), free(href);
 }
-
-static void setup(void) { ctx = scree_test_gpu_context(); }
 
 /* The public path (default config, adapted to the call) over edge shapes. */
 static const int64_t shapes[][4] = {
@@ -134,47 +115,21 @@ START_TEST(in_place) {
 END_TEST
 
 START_TEST(zero_rows_launches_nothing) {
-  scree_counters before, after;
-  scree_get_counters(ctx, &before);
+  const uint64_t calls = scree_test_calls(ctx);
   scree_rmsnorm_args a = {.rows = 0, .cols = 128, .eps = 1e-6f};
   ck_assert_int_eq(scree_rmsnorm(ctx, &a, NULL), SCREE_OK);
-  scree_get_counters(ctx, &after);
-  ck_assert_uint_eq(after.calls, before.calls);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
 }
 END_TEST
 
 /* Every config of the space, not only the default: shapes with a remainder
  * beyond the register cache and a scalar tail (cols % vec != 0, strides
  * kept aligned), plus a tiny row. Compiles run on threads first. */
-typedef struct cjob {
-  scree__config *cfgs;
-  scree__variant var;
-  scree_status worst;
-} cjob;
-
-static void compile_one(void *p, int i) {
-  cjob *j = p;
-  scree__kernel k;
-  scree_status st = scree__kernel_get(ctx, scree__op_find("rmsnorm"), &j->cfgs[i], &j->var, &k);
-  if (st != SCREE_OK) j->worst = st;
-}
-
 START_TEST(every_config) {
-  const scree__op *op = scree__op_find("rmsnorm");
   const dt3 d = dtype_sets[_i];
   const scree__variant var = {{d.x, d.w, d.y}};
-  const int total = scree__config_space(op, NULL, 0);
-  scree__config *cfgs = calloc((size_t)total, sizeof *cfgs);
-  scree__config_space(op, cfgs, total);
-  size_t n = 0;
-  scree__target t;
-  scree__target_of(ctx, &t);
-  for (int i = 0; i < total; i++)
-    if (scree__config_check(op, &cfgs[i], &var, &t, NULL, 0)) cfgs[n++] = cfgs[i];
-  cjob j = {.cfgs = cfgs, .var = var, .worst = SCREE_OK};
-  scree__parallel_for((int)n, 16, compile_one, &j);
-  ck_assert_msg(j.worst == SCREE_OK, "compile/load: %s: %s", scree_status_name(j.worst),
-                scree_last_error(ctx));
+  size_t n;
+  scree__config *cfgs = scree_test_checked_space(ctx, op, &var, &n);
   for (size_t i = 0; i < n; i++) {
     const scree__config *c = &cfgs[i];
     const int64_t cover = (int64_t)c->v[0] * c->v[2] * c->v[3];
@@ -189,15 +144,12 @@ START_TEST(every_config) {
 }
 END_TEST
 
-int main(void) {
-  setup(); /* exits 77 with a reason where there is no GPU */
-  Suite *s = suite_create("rmsnorm_gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 1800);
-  tcase_add_loop_test(tc, default_path_shapes, 0, (int)(NSHAPES * NSETS));
-  tcase_add_loop_test(tc, in_place, 0, (int)NSETS);
-  tcase_add_test(tc, zero_rows_launches_nothing);
-  tcase_add_loop_test(tc, every_config, 0, 3);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 1);
+static void setup(void) {
+  ctx = scree_test_gpu_context(); /* exits 77 with a reason where there is no GPU */
+  op = scree__op_find("rmsnorm");
 }
+
+SCREE_TEST_MAIN(.name = "rmsnorm_gpu", .init = setup, .timeout = 1800, .nofork = 1,
+                .tests = SCREE_TESTS(zero_rows_launches_nothing),
+                .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NSETS}, {in_place, NSETS}),
+                .slow_loops = SCREE_LOOPS({every_config, 3}))

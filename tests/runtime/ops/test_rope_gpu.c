@@ -32,23 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "op_test.h"
 
 SCREE__REFERENCE(rope);
 
 static scree_context *ctx;
 static const scree__op *op;
 static CUstream stream;
-
-static void setup(void) {
-  ctx = scree_test_gpu_context();
-  op = scree__op_find("rope");
-  scree__ctx_enter(ctx);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    fprintf(stderr, "cuStreamCreate failed\n");
-    exit(1);
-  }
-}
 
 static scree__variant variant(scree_dtype dt, int layout, int table, int pos) {
   scree__variant v;
@@ -88,15 +78,10 @@ START_TEST(every_variant_harness) {
   scree_rope_args a = {.total = 1000, .heads_q = hshapes[s][0], .heads_kv = hshapes[s][1],
                        .head_dim = hshapes[s][2], .rotary_dim = hshapes[s][3]};
   scree__run r;
-  scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
-  ck_assert_msg(st == SCREE_OK, "%s: %s", vs, scree_last_error(ctx));
-  char why[1024];
+  scree_test_make(ctx, op, &var, &a, NULL, &r);
   /* Twice: the second run must start from the restored inputs too. */
-  for (int rep = 0; rep < 2; rep++) {
-    st = scree__run_check(ctx, &r, scree__run_config_api, (void *)op, stream, 60000, why,
-                          sizeof why);
-    ck_assert_msg(st == SCREE_OK, "%s, %s: %s", vs, r.p.desc, why);
-  }
+  for (int rep = 0; rep < 2; rep++)
+    scree_test_check_run(ctx, &r, scree__run_config_api, (void *)op, stream, "%s", vs);
   progress("every_variant_harness %s: %s (%.2f s)\n", vs, r.p.desc, scree__now() - t0);
   scree__run_free(ctx, &r);
 }
@@ -140,8 +125,7 @@ START_TEST(config_spread) {
     scree_rope_args a = {.total = 1000, .heads_q = s ? 5 : 32, .heads_kv = s ? 3 : 8,
                          .head_dim = s ? 64 : 128, .rotary_dim = s ? 32 : 128};
     scree__run r;
-    scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
-    ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+    scree_test_make(ctx, op, &var, &a, NULL, &r);
     _Alignas(16) unsigned char bound[SCREE__ARGS_MAX];
     scree__run_bind(&r, 0, bound);
     for (int i = 0; i < n; i++) {
@@ -153,12 +137,7 @@ START_TEST(config_spread) {
         ck_assert_msg(i < nown ? 0 : 1, "%s: %s", cs, why);
         continue;
       }
-      scree__kernel k;
-      st = scree__kernel_get(ctx, op, &c, &var, &k);
-      ck_assert_msg(st == SCREE_OK, "%s %s: %s", cs, vs, scree_last_error(ctx));
-      scree__config_runner cr = {op, &c, &var, &k};
-      st = scree__run_check(ctx, &r, scree__run_config, &cr, stream, 60000, why, sizeof why);
-      ck_assert_msg(st == SCREE_OK, "%s %s, %s: %s", cs, vs, r.p.desc, why);
+      scree_test_check_config(ctx, &r, op, &c, &var, stream, "%s", vs);
       ran++;
     }
     scree__run_free(ctx, &r);
@@ -403,12 +382,10 @@ START_TEST(large_batch) {
 END_TEST
 
 START_TEST(zero_tokens_launches_nothing) {
-  scree_counters before, after;
-  scree_get_counters(ctx, &before);
+  const uint64_t calls = scree_test_calls(ctx);
   scree_rope_args a = {.total = 0, .heads_q = 4, .head_dim = 64, .dtype = SCREE_DTYPE_FP16};
   ck_assert_int_eq(scree_rope(ctx, &a, NULL), SCREE_OK);
-  scree_get_counters(ctx, &after);
-  ck_assert_uint_eq(after.calls, before.calls);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
   progress("zero_tokens_launches_nothing: ok\n");
 }
 END_TEST
@@ -418,13 +395,7 @@ END_TEST
  * call passes. */
 START_TEST(validate_device_args) {
   const double t0 = scree__now();
-  scree_options o;
-  scree_options_init(&o);
-  o.disable_cache = 1;
-  o.validate = 1;
-  scree_context *vctx;
-  char why[512];
-  ck_assert_int_eq(scree_create(&o, &vctx, why, sizeof why), SCREE_OK);
+  scree_context *vctx = scree_test_validating_context();
   const int64_t T = 300, H = 2, d = 64;
   const size_t nq = (size_t)(T * H * d);
   uint16_t *h = malloc(nq * 2), *back = malloc(nq * 2);
@@ -479,18 +450,13 @@ START_TEST(validate_device_args) {
 }
 END_TEST
 
-int main(void) {
-  setup(); /* exits 77 with a reason where there is no GPU */
-  Suite *s = suite_create("rope_gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 1800);
-  tcase_add_loop_test(tc, every_variant_harness, 0, 36);
-  tcase_add_loop_test(tc, config_spread, 0, 4);
-  tcase_add_loop_test(tc, packed_and_strided, 0, 15);
-  tcase_add_test(tc, narrow_vectors);
-  tcase_add_test(tc, large_batch);
-  tcase_add_test(tc, zero_tokens_launches_nothing);
-  tcase_add_test(tc, validate_device_args);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 1);
+/* All quick: see the top. */
+static void setup(void) {
+  op = scree_test_op_setup("rope", &ctx, &stream); /* exits 77 without a GPU */
 }
+
+SCREE_TEST_MAIN(.name = "rope_gpu", .init = setup, .timeout = 1800, .nofork = 1,
+                .tests = SCREE_TESTS(narrow_vectors, large_batch, zero_tokens_launches_nothing,
+                                     validate_device_args),
+                .loops = SCREE_LOOPS({every_variant_harness, 36}, {config_spread, 4},
+                                     {packed_and_strided, 15}))

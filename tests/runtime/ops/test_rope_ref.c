@@ -228,15 +228,7 @@ START_TEST(reference_zero_tokens_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("rope_ref");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, reference_matches_baseline);
-  tcase_add_test(tc, reference_edge_shapes);
-  tcase_add_test(tc, reference_packed_qkv);
-  tcase_add_test(tc, reference_identity_and_default_theta);
-  tcase_add_test(tc, reference_zero_tokens_writes_nothing);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "rope_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_baseline, reference_edge_shapes,
+                                     reference_packed_qkv, reference_identity_and_default_theta,
+                                     reference_zero_tokens_writes_nothing))

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "op_test.h"
 #include "ops/rowwise.h"
-#include "test_util.h"
 
 SCREE__REFERENCE(softmax);
 
@@ -80,42 +80,17 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt2 d, 
   ck_assert_msg(st == SCREE_OK, "%s: %s", scree_status_name(st), scree_last_error(ctx));
   scree_test_sync(ctx);
   scree_test_d2h(ctx, hy, dy, ny * ey);
-  unsigned char g[256];
-  scree_test_d2h(ctx, g, dy + ny * ey, guard);
-  for (size_t i = 0; i < guard; i++)
-    ck_assert_msg(g[i] == 0xff, "byte %zu past the last row of y was written", i);
+  scree_test_check_guard(ctx, dy + ny * ey, guard, "y");
   double rtol, atol;
   scree__tolerance(d.y, &rtol, &atol);
-  size_t bad = 0, worst = 0;
-  for (int64_t r = 0; r < rows && !bad; r++) {
-    bad = scree__compare((char *)hy + (size_t)(r * ys) * ey, (char *)href + (size_t)(r * ys) * ey,
-                         d.y, (size_t)cols, rtol, atol, &worst);
-    if (bad) worst += (size_t)(r * ys);
-    /* NaN == NaN in the untouched padding: compare bytes there. */
-    if (ys > cols)
-      ck_assert_msg(!memcmp((char *)hy + (size_t)(r * ys + cols) * ey,
-                            (char *)href + (size_t)(r * ys + cols) * ey, (size_t)(ys - cols) * ey),
-                    "row %lld: padding written", (long long)r);
-  }
-  ck_assert_msg(bad == 0,
-                "rows=%lld cols=%lld xs=%lld ys=%lld x=%s y=%s scale=%g inplace=%d off=%d "
-                "config %s: %zu bad in a row, e.g. [%zu] got %.8g want %.8g",
-                (long long)rows, (long long)cols, (long long)xs, (long long)ys,
-                scree_dtype_name(d.x), scree_dtype_name(d.y), (double)scale, in_place, off, cs,
-                bad, worst, scree__load_elem(hy, d.y, worst), scree__load_elem(href, d.y, worst));
+  scree_test_compare_rows(
+      hy, href, d.y, rows, cols, ys, rtol, atol, "y",
+      "rows=%lld cols=%lld xs=%lld ys=%lld x=%s y=%s scale=%g inplace=%d off=%d config %s",
+      (long long)rows, (long long)cols, (long long)xs, (long long)ys, scree_dtype_name(d.x),
+      scree_dtype_name(d.y), (double)scale, in_place, off, cs);
   scree_test_dfree(ctx, bx);
   if (!in_place) scree_test_dfree(ctx, by);
   free(hx), free(hy), free(href);
-}
-
-static void setup(void) {
-  ctx = scree_test_gpu_context();
-  op = scree__op_find("softmax");
-  scree__ctx_enter(ctx);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    fprintf(stderr, "cuStreamCreate failed\n");
-    exit(1);
-  }
 }
 
 /* The public path (default config, adapted to the call) over edge shapes. */
@@ -161,12 +136,10 @@ START_TEST(in_place) {
 END_TEST
 
 START_TEST(zero_rows_launches_nothing) {
-  scree_counters before, after;
-  scree_get_counters(ctx, &before);
+  const uint64_t calls = scree_test_calls(ctx);
   scree_softmax_args a = {.rows = 0, .cols = 128};
   ck_assert_int_eq(scree_softmax(ctx, &a, NULL), SCREE_OK);
-  scree_get_counters(ctx, &after);
-  ck_assert_uint_eq(after.calls, before.calls);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
 }
 END_TEST
 
@@ -200,14 +173,8 @@ static const char *const fixed_configs[] = {
 START_TEST(fixed_configs_exact) {
   const dt2 d = dtype_sets[_i];
   const scree__variant var = {{d.x, d.y}};
-  scree__target t;
-  scree__target_of(ctx, &t);
   for (size_t i = 0; i < NFIXED; i++) {
-    scree__config c;
-    char why[256];
-    ck_assert_msg(scree__config_parse(op, fixed_configs[i], &c, why, sizeof why) == 0, "%s", why);
-    ck_assert_msg(scree__config_check(op, &c, &var, &t, why, sizeof why), "%s: %s",
-                  fixed_configs[i], why);
+    const scree__config c = scree_test_config(ctx, op, fixed_configs[i], &var);
     /* A config the tuner would time: on rows just inside its cache. */
     const scree_softmax_args fit = {
         .cols = (int64_t)c.v[SCREE__RW_TPR] * c.v[SCREE__RW_VEC] * c.v[SCREE__RW_CACHE] - 1};
@@ -224,64 +191,45 @@ END_TEST
  * "*" line), through the harness (poison, run, compare), and on the edge
  * shapes above. */
 START_TEST(every_safelisted_config) {
-  if (!ctx->safelist) {
-    printf("no safelist for %s\n", ctx->arch);
-    return;
-  }
-  const scree__safelist *sl = ctx->safelist;
-  int ran = 0;
-  for (int e = 0; e < sl->n; e++) {
-    const scree__sl_entry *en = &sl->entries[e];
-    if (en->op != op || en->verb == SCREE__SL_DENY) continue;
+  int ran = 0, e = -1;
+  scree__variant var;
+  for (const scree__sl_entry *en; (en = scree_test_next_safelisted(ctx, op, &e, &var));) {
     /* A "*" line runs on one dtype pair, taken in turn line by line, so
      * every pair meets many configs (fixed_configs_exact runs every pair on
      * a spread of configs) without compiling each line five times. */
-    {
+    if (!strcmp(en->dtype, "*")) {
       const size_t k = (size_t)ran % NSETS;
-      scree__variant var = {{dtype_sets[k].x, dtype_sets[k].y}};
-      if (strcmp(en->dtype, "*"))
-        ck_assert_int_eq(scree__variant_parse(op, en->dtype, &var, NULL, 0), 0);
-      static const int64_t cols[] = {4096, 100003};
-      for (int s = 0; s < 2; s++) {
-        /* Packed rows (the harness compares every element of y, so no
-         * padding between rows), the config adapted to their alignment as
-         * the tuner adapts a candidate: 100003 allows scalar accesses only.
-         * Strided rows with aligned starts are run_config_shapes' part. */
-        scree_softmax_args a = {.rows = 64, .cols = cols[s]};
-        scree__config c = en->cfg;
-        if (op->impls[c.impl].adapt) op->impls[c.impl].adapt(&c, &var, &a);
-        scree__kernel kern;
-        scree_status st = scree__kernel_get(ctx, op, &c, &var, &kern);
-        ck_assert_msg(st == SCREE_OK, "line %d: %s", en->line, scree_last_error(ctx));
-        scree__config_runner cr = {op, &c, &var, &kern};
-        scree__run r;
-        st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
-        ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
-        char why[1024];
-        st = scree__run_check(ctx, &r, scree__run_config, &cr, stream, 60000, why, sizeof why);
-        ck_assert_msg(st == SCREE_OK, "safelist line %d, cols %lld: %s", en->line,
-                      (long long)cols[s], why);
-        scree__run_free(ctx, &r);
-      }
-      run_config_shapes(&en->cfg, (dt2){(scree_dtype)var.v[0], (scree_dtype)var.v[1]});
-      ran++;
+      var = (scree__variant){{dtype_sets[k].x, dtype_sets[k].y}};
     }
+    static const int64_t cols[] = {4096, 100003};
+    for (int s = 0; s < 2; s++) {
+      /* Packed rows (the harness compares every element of y, so no
+       * padding between rows), the config adapted to their alignment as
+       * the tuner adapts a candidate: 100003 allows scalar accesses only.
+       * Strided rows with aligned starts are run_config_shapes' part. */
+      scree_softmax_args a = {.rows = 64, .cols = cols[s]};
+      scree__config c = en->cfg;
+      if (op->impls[c.impl].adapt) op->impls[c.impl].adapt(&c, &var, &a);
+      scree__run r;
+      scree_test_make(ctx, op, &var, &a, NULL, &r);
+      scree_test_check_config(ctx, &r, op, &c, &var, stream, "safelist line %d, cols %lld",
+                              en->line, (long long)cols[s]);
+      scree__run_free(ctx, &r);
+    }
+    run_config_shapes(&en->cfg, (dt2){(scree_dtype)var.v[0], (scree_dtype)var.v[1]});
+    ran++;
   }
   printf("every_safelisted_config: %d runs\n", ran);
 }
 END_TEST
 
-int main(void) {
-  setup(); /* exits 77 with a reason where there is no GPU */
-  Suite *s = suite_create("softmax_gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 1800);
-  tcase_add_loop_test(tc, default_path_shapes, 0, (int)(NSHAPES * NSETS));
-  tcase_add_loop_test(tc, misaligned_starts, 0, (int)NSETS);
-  tcase_add_loop_test(tc, in_place, 0, (int)NSETS);
-  tcase_add_test(tc, zero_rows_launches_nothing);
-  tcase_add_loop_test(tc, fixed_configs_exact, 0, (int)NSETS);
-  tcase_add_test(tc, every_safelisted_config);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 1);
+static void setup(void) {
+  op = scree_test_op_setup("softmax", &ctx, &stream); /* exits 77 without a GPU */
 }
+
+SCREE_TEST_MAIN(.name = "softmax_gpu", .init = setup, .timeout = 1800, .nofork = 1,
+                .tests = SCREE_TESTS(zero_rows_launches_nothing),
+                .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NSETS},
+                                     {misaligned_starts, NSETS}, {in_place, NSETS}),
+                .slow_tests = SCREE_TESTS(every_safelisted_config),
+                .slow_loops = SCREE_LOOPS({fixed_configs_exact, NSETS}))

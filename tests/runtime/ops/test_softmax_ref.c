@@ -121,15 +121,8 @@ START_TEST(reference_zero_rows_writes_nothing) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("softmax_ref");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, reference_matches_formula);
-  tcase_add_test(tc, reference_scale_strides_and_mixed_dtypes);
-  tcase_add_test(tc, reference_degenerate_rows);
-  tcase_add_test(tc, reference_in_place);
-  tcase_add_test(tc, reference_zero_rows_writes_nothing);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "softmax_ref", .timeout = 120,
+                .tests = SCREE_TESTS(reference_matches_formula,
+                                     reference_scale_strides_and_mixed_dtypes,
+                                     reference_degenerate_rows, reference_in_place,
+                                     reference_zero_rows_writes_nothing))

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
+#include "op_test.h"
 
 SCREE__REFERENCE(swiglu);
 
@@ -155,16 +155,6 @@ static void run_case(const scase *s, dt2 d, const scree__config *cfg) {
   free(hg), free(hu), free(want), free(got), free(ycopy_g), free(ycopy_u);
 }
 
-static void setup(void) {
-  ctx = scree_test_gpu_context();
-  op = scree__op_find("swiglu");
-  scree__ctx_enter(ctx);
-  if (ctx->cu->StreamCreate(&stream, CU_STREAM_NON_BLOCKING)) {
-    fprintf(stderr, "cuStreamCreate failed\n");
-    exit(1);
-  }
-}
-
 /* The public path (default config, adapted to the call) over edge shapes:
  * one column, odd and prime widths, the largest rows, strides, starts
  * that allow only narrower vectors, in place over gate and over up. */
@@ -192,12 +182,10 @@ START_TEST(default_path_shapes) {
 END_TEST
 
 START_TEST(zero_rows_launches_nothing) {
-  scree_counters before, after;
-  scree_get_counters(ctx, &before);
+  const uint64_t calls = scree_test_calls(ctx);
   scree_swiglu_args a = {.rows = 0, .cols = 128};
   ck_assert_int_eq(scree_swiglu(ctx, &a, NULL), SCREE_OK);
-  scree_get_counters(ctx, &after);
-  ck_assert_uint_eq(after.calls, before.calls);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
 }
 END_TEST
 
@@ -211,14 +199,8 @@ START_TEST(harness_problems) {
       const scree__variant var = {{dtype_sets[k].x, dtype_sets[k].y}};
       scree_swiglu_args a = {.rows = rc[i][0], .cols = rc[i][1],
                              .up_stride = rc[i][2] ? rc[i][1] : 0};
-      scree__run r;
-      scree_status st = scree__run_make(ctx, op, &var, &a, 1, scree_test_rand(), NULL, &r);
-      ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
-      char why[1024];
-      st = scree__run_check(ctx, &r, scree__run_config_api, (void *)op, stream, 60000, why,
-                            sizeof why);
-      ck_assert_msg(st == SCREE_OK, "%s: %s", r.p.desc, why);
-      scree__run_free(ctx, &r);
+      scree_test_check_public(ctx, op, &var, &a, NULL, stream, "%s->%s",
+                              scree_dtype_name(dtype_sets[k].x), scree_dtype_name(dtype_sets[k].y));
     }
 }
 END_TEST
@@ -283,15 +265,11 @@ START_TEST(every_listed_config) {
 }
 END_TEST
 
-int main(void) {
-  setup(); /* exits 77 with a reason where there is no GPU */
-  Suite *s = suite_create("swiglu_gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 1800);
-  tcase_add_loop_test(tc, default_path_shapes, 0, (int)(NSHAPES * NSETS));
-  tcase_add_test(tc, zero_rows_launches_nothing);
-  tcase_add_test(tc, harness_problems);
-  tcase_add_loop_test(tc, every_listed_config, 0, (int)NSETS);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 1);
+static void setup(void) {
+  op = scree_test_op_setup("swiglu", &ctx, &stream); /* exits 77 without a GPU */
 }
+
+SCREE_TEST_MAIN(.name = "swiglu_gpu", .init = setup, .timeout = 1800, .nofork = 1,
+                .tests = SCREE_TESTS(zero_rows_launches_nothing, harness_problems),
+                .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NSETS}),
+                .slow_loops = SCREE_LOOPS({every_listed_config, NSETS}))

@@ -608,17 +608,9 @@ START_TEST(exported_cache_opens_readonly_anywhere) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("cache_admin");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-  tcase_add_test(tc, clear_with_filters);
-  tcase_add_test(tc, merge_semantics);
-  tcase_add_test(tc, merge_refuses_what_it_cannot_check);
-  tcase_add_test(tc, export_refuses_what_it_cannot_check);
-  tcase_add_test(tc, sizes_from_a_file_are_bounded);
-  tcase_add_test(tc, export_with_filters);
-  tcase_add_test(tc, exported_cache_opens_readonly_anywhere);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "cache_admin", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(clear_with_filters, merge_semantics,
+                                     merge_refuses_what_it_cannot_check,
+                                     export_refuses_what_it_cannot_check,
+                                     sizes_from_a_file_are_bounded, export_with_filters,
+                                     exported_cache_opens_readonly_anywhere))

@@ -201,13 +201,6 @@ START_TEST(miss_and_bad_rows_are_checked) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("cache_iter");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-  tcase_add_test(tc, foreach_entry_order_filter_stop);
-  tcase_add_test(tc, rows_that_fail_their_checks);
-  tcase_add_test(tc, miss_and_bad_rows_are_checked);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "cache_iter", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(foreach_entry_order_filter_stop, rows_that_fail_their_checks,
+                                     miss_and_bad_rows_are_checked))

@@ -750,25 +750,12 @@ START_TEST(tune_lock_one_holder_per_bucket) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("cache_open");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-  tcase_add_test(tc, fresh_file_gets_schema);
-  tcase_add_test(tc, new_directories_are_0700);
-  tcase_add_test(tc, other_schema_version_refused);
-  tcase_add_test(tc, invalid_arguments);
-  tcase_add_test(tc, readonly_is_never_written);
-  tcase_add_test(tc, unreachable_paths);
-  tcase_add_test(tc, views_and_without_rowid_refused);
-  tcase_add_test(tc, reader_racing_creation);
-  tcase_add_test(tc, wal_cache_in_a_read_only_directory);
-  tcase_add_test(tc, recover_garbage_file);
-  tcase_add_test(tc, recover_truncated_cache);
-  tcase_add_test(tc, recover_directory_in_place);
-  tcase_add_test(tc, recover_moves_journals_aside);
-  tcase_add_test(tc, concurrent_recovery);
-  tcase_add_test(tc, tune_lock_one_holder_per_bucket);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "cache_open", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(fresh_file_gets_schema, new_directories_are_0700,
+                                     other_schema_version_refused, invalid_arguments,
+                                     readonly_is_never_written, unreachable_paths,
+                                     views_and_without_rowid_refused, reader_racing_creation,
+                                     wal_cache_in_a_read_only_directory, recover_garbage_file,
+                                     recover_truncated_cache, recover_directory_in_place,
+                                     recover_moves_journals_aside, concurrent_recovery,
+                                     tune_lock_one_holder_per_bucket))

@@ -725,18 +725,8 @@ START_TEST(threads_share_one_handle) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("cache_records");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-  tcase_add_test(tc, put_get_roundtrip);
-  tcase_add_test(tc, put_keeps_the_faster);
-  tcase_add_test(tc, put_checks_what_it_writes);
-  tcase_add_test(tc, cubin_hash_mismatch_detected);
-  tcase_add_test(tc, bad_configs);
-  tcase_add_test(tc, misses);
-  tcase_add_test(tc, concurrent_processes);
-  tcase_add_test(tc, threads_share_one_handle);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "cache_records", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(put_get_roundtrip, put_keeps_the_faster,
+                                     put_checks_what_it_writes, cubin_hash_mismatch_detected,
+                                     bad_configs, misses, concurrent_processes,
+                                     threads_share_one_handle))

@@ -308,14 +308,7 @@ START_TEST(default_path_resolution) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("cache_stack");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-  tcase_add_test(tc, stack_layering_order);
-  tcase_add_test(tc, stack_tuned_configs_are_the_lowest_level);
-  tcase_add_test(tc, stack_without_user_cache);
-  tcase_add_test(tc, default_path_resolution);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "cache_stack", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(stack_layering_order, stack_tuned_configs_are_the_lowest_level,
+                                     stack_without_user_cache,
+                                     default_path_resolution))

@@ -145,14 +145,6 @@ START_TEST(stack_and_merge_apply_it) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("cache_trust");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
-  tcase_add_test(tc, file_and_directory_modes);
-  tcase_add_test(tc, owners);
-  tcase_add_test(tc, symlinks_and_relative_paths);
-  tcase_add_test(tc, stack_and_merge_apply_it);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "cache_trust", .setup_once = base_setup, .teardown_once = base_teardown,
+                .tests = SCREE_TESTS(file_and_directory_modes, owners, symlinks_and_relative_paths,
+                                     stack_and_merge_apply_it))

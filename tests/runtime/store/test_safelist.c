@@ -725,22 +725,11 @@ START_TEST(dir_override_and_fallback) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("safelist");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, embedded_files_parse_and_pass_check);
-  tcase_add_test(tc, embedded_via_for_arch);
-  tcase_add_test(tc, good_file_entries);
-  tcase_add_test(tc, header_only_and_names_without_txt);
-  tcase_add_loop_test(tc, parse_errors, 0, (int)(sizeof bad / sizeof *bad));
-  tcase_add_test(tc, error_names_the_path_and_embedded_name);
-  tcase_add_test(tc, legal_combinations);
-  tcase_add_test(tc, queries);
-  tcase_add_test(tc, write_round_trips);
-  tcase_add_test(tc, write_cuts_escaped_reasons_to_fit);
-  tcase_add_test(tc, load_file_errors);
-  tcase_add_test(tc, embedded_fallback);
-  tcase_add_test(tc, dir_override_and_fallback);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "safelist",
+                .tests = SCREE_TESTS(embedded_files_parse_and_pass_check, embedded_via_for_arch,
+                                     good_file_entries, header_only_and_names_without_txt,
+                                     error_names_the_path_and_embedded_name, legal_combinations,
+                                     queries, write_round_trips, write_cuts_escaped_reasons_to_fit,
+                                     load_file_errors, embedded_fallback,
+                                     dir_override_and_fallback),
+                .loops = SCREE_LOOPS({parse_errors, (int)(sizeof bad / sizeof *bad)}))

@@ -176,14 +176,7 @@ START_TEST(files_from_the_environment) {
 }
 END_TEST
 
-int main(void) {
-  Suite *s = suite_create("tuned");
-  TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, setup, NULL);
-  tcase_add_test(tc, written_lines_read_back);
-  tcase_add_test(tc, lookups_prefer_the_device_model);
-  tcase_add_test(tc, malformed_lines_name_file_and_line);
-  tcase_add_test(tc, files_from_the_environment);
-  suite_add_tcase(s, tc);
-  return scree_test_run(s, 0);
-}
+SCREE_TEST_MAIN(.name = "tuned", .setup_once = setup,
+                .tests = SCREE_TESTS(written_lines_read_back, lookups_prefer_the_device_model,
+                                     malformed_lines_name_file_and_line,
+                                     files_from_the_environment))
