@@ -131,12 +131,12 @@ static int shape_variant(const scree__op *op, const void *args, const char *vtex
       var->v[i] = dt;
       continue;
     }
-    for (int f = 0; f < op->nshape; f++)
-      if (!strcmp(op->shape[f].name, op->vfields[i].name)) {
-        int64_t v;
-        memcpy(&v, (const char *)args + op->shape[f].offset, sizeof v);
-        var->v[i] = (int)v;
-      }
+    const scree__arg *f = scree__shape_field(op, op->vfields[i].name);
+    if (f) {
+      int64_t v;
+      memcpy(&v, (const char *)args + f->offset, sizeof v);
+      var->v[i] = (int)v;
+    }
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 /* dispatch.c - a call from its public entry to the launch.
  *
- * scree_<op>() checks its arguments (the op's validate hook), then looks up
+ * scree_<op>() checks its arguments (its schema's checks and the op's own,
+ * scree__args_check), then looks up
  * the plan for (op, variant, bucket, alignment class) in the in-memory plan
  * table and launches. Only the first call of a plan consults the caches
  * (user, then shipped, then the shipped tuned configs) and, on a miss,
@@ -234,7 +235,7 @@ scree_status scree__call(scree_context *ctx, const scree__op *op, const void *ar
   scree__variant var;
   memset(&var, 0, sizeof var);
   int skip = 0;
-  const scree_status st = op->validate(ctx, args, (CUstream)stream, &var, &skip);
+  const scree_status st = scree__args_check(ctx, op, args, (CUstream)stream, &var, &skip);
   if (st || skip) return st;
   return dispatch(ctx, op, &var, args, stream);
 }

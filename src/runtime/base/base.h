@@ -136,14 +136,17 @@ double scree__rand_normal(uint64_t *s);
 /* ---- dtype.c ------------------------------------------------------------- */
 
 /* Element types of internal buffers: the public dtypes plus int32 (the
- * cu_seqlens of varlen ops). */
+ * cu_seqlens of varlen ops) and int64 (cross-entropy's targets). */
 #define SCREE__DTYPE_I32 16
+#define SCREE__DTYPE_I64 17
 size_t scree__elem_size(int dtype);
+/* "fp16", ..., "int32", "int64"; "unknown" for another code. */
+const char *scree__elem_name(int dtype);
 float scree__half_to_float(uint16_t h);
 uint16_t scree__float_to_half(float f);
 float scree__bf16_to_float(uint16_t h);
 uint16_t scree__float_to_bf16(float f);
-/* Element i of a buffer of `dtype` (a public dtype or SCREE__DTYPE_I32), as
+/* Element i of a buffer of `dtype` (a public dtype, SCREE__DTYPE_I32 or _I64), as
  * double; and the store back (rounding to nearest even). */
 double scree__load_elem(const void *p, int dtype, size_t i);
 void scree__store_elem(void *p, int dtype, size_t i, double v);

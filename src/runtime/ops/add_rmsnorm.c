@@ -1,7 +1,7 @@
-/* add_rmsnorm.c - the residual add fused with RMSNorm, host side: config
- * space, constraints, defaults, argument checks, the launch, buckets and
- * problems. The kernel is kernels/add_rmsnorm.cu; the CPU reference
- * ops/add_rmsnorm_ref.c. The variant is the three dtypes (x's covers
+/* add_rmsnorm.c - the residual add fused with RMSNorm, host side: its
+ * arguments, config space, constraints, defaults, the launch, buckets,
+ * problems, the CPU reference and the benchmark entries. The kernel is
+ * kernels/add_rmsnorm.cu. The variant is the three dtypes (x's covers
  * residual and h). */
 #include <math.h>
 #include <stddef.h>
@@ -11,12 +11,40 @@
 
 #include "ops/rowwise.h"
 
+#define ARG(m) SCREE__ARG(scree_add_rmsnorm_args, m)
+#define AT(m) SCREE__AT(scree_add_rmsnorm_args, m)
+
+/* The arguments (include/scree.h), field by field. h may be x or residual
+ * exactly (in place); y has its own memory; x and residual are only read,
+ * so they may overlap, even be one buffer. */
+static const scree__arg schema[] = {
+    {ARG(x), .role = SCREE__IN, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(x_stride)}},
+    {ARG(residual), .role = SCREE__IN, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(residual_stride)}},
+    {ARG(w), .role = SCREE__IN, .dtype = AT(w_dtype), .dims = {AT(cols)}},
+    {ARG(h), .role = SCREE__OUT, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(h_stride)}, .alias = {AT(x), AT(residual)}},
+    {ARG(y), .role = SCREE__OUT, .dtype = AT(y_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(y_stride)}},
+    {ARG(rows), .role = SCREE__DIM, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY},
+    {ARG(cols), .role = SCREE__DIM, SCREE__RANGE(1, 65536), .flags = SCREE__SHAPE | SCREE__LIMIT},
+    {ARG(x_stride), .role = SCREE__STRIDE},
+    {ARG(residual_stride), .role = SCREE__STRIDE},
+    {ARG(h_stride), .role = SCREE__STRIDE},
+    {ARG(y_stride), .role = SCREE__STRIDE},
+    {ARG(x_dtype), .role = SCREE__DTYPE},
+    {ARG(w_dtype), .role = SCREE__DTYPE},
+    {ARG(y_dtype), .role = SCREE__DTYPE},
+    {ARG(eps), .role = SCREE__FLOAT, .flags = SCREE__FINITE | SCREE__NONNEG},
+};
+
 enum { V_X, V_W, V_Y };
 
 static const scree__vfield vfields[] = {
-    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(x_dtype)},
+    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(w_dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(y_dtype)},
 };
 
 static int check(const scree__config *c, const scree__variant *var,
@@ -94,14 +122,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
 
 /* Bucket: rows rounded up to a power of two, cols exact. In place and out
  * of place share the bucket's config (the same bytes move). */
-static const scree__bdim dims[] = {{"rows", 1}, {"cols", 0}};
-
-static void bucket(const scree__variant *var, const void *args, int64_t *d) {
-  (void)var;
-  const scree_add_rmsnorm_args *a = args;
-  d[0] = a->rows;
-  d[1] = a->cols;
-}
+static const scree__bdim dims[] = {{"rows", 1, AT(rows)}, {"cols", 0, AT(cols)}};
 
 /* The widest vector every pointer and stride of the call allows, as log2. */
 static int adapt_class(const scree__variant *var, const void *args) {
@@ -122,9 +143,7 @@ static void representative(const scree__bucket *b, const scree__variant *var,
   if (rows > cap) rows = cap > 0 ? cap : 1;
   if (check && rows > 97) rows = 97;
   a->rows = rows;
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->w_dtype = (scree_dtype)var->v[V_W];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   a->eps = 1e-6f;
 }
 
@@ -149,36 +168,14 @@ static int problem(const void *args, const scree__variant *var, int check,
   (void)seed, (void)lens;
   scree_add_rmsnorm_args *a = (scree_add_rmsnorm_args *)p->args;
   memcpy(a, args, sizeof *a);
-  if (a->rows < 1 || a->cols < 1 || a->cols > 65536) {
-    scree__set_why(why, why_size, "rows=%lld, cols=%lld: need rows >= 1, 1 <= cols <= 65536",
-                   (long long)a->rows, (long long)a->cols);
-    return -1;
-  }
+  if (scree__problem_shape(a, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   /* The check problem keeps the row length; a few rows show every mistake
    * that many would, and keep the CPU reference quick. */
   if (check && a->rows > 97) a->rows = 97;
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->w_dtype = (scree_dtype)var->v[V_W];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   if (a->eps == 0) a->eps = 1e-6f;
-  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
-  const int64_t rs = a->residual_stride ? a->residual_stride : a->cols;
-  const int64_t hs = a->h_stride ? a->h_stride : a->cols;
-  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
-  scree__problem_buf(p, "x", SCREE__BUF_IN, a->x_dtype, (size_t)(a->rows * xs),
-                     offsetof(scree_add_rmsnorm_args, x));
-  scree__problem_buf(p, "residual", SCREE__BUF_IN, a->x_dtype, (size_t)(a->rows * rs),
-                     offsetof(scree_add_rmsnorm_args, residual));
-  scree__problem_buf(p, "w", SCREE__BUF_IN, a->w_dtype, (size_t)a->cols,
-                     offsetof(scree_add_rmsnorm_args, w));
-  scree__problem_buf(p, "h", SCREE__BUF_OUT, a->x_dtype, (size_t)(a->rows * hs),
-                     offsetof(scree_add_rmsnorm_args, h));
-  scree__problem_buf(p, "y", SCREE__BUF_OUT, a->y_dtype, (size_t)(a->rows * ys),
-                     offsetof(scree_add_rmsnorm_args, y));
-  /* x and residual read once, h and y written once, w read once. */
-  p->bytes = (double)a->rows * (double)a->cols *
-                 (double)(3 * scree_dtype_size(a->x_dtype) + scree_dtype_size(a->y_dtype)) +
-             (double)a->cols * (double)scree_dtype_size(a->w_dtype);
+  /* From the schema: x, residual, w, h, y, each read or written once. */
+  if (scree__problem_bufs(p, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   snprintf(p->desc, sizeof p->desc, "%lld rows of %lld, h out of place", (long long)a->rows,
            (long long)a->cols);
   return 0;
@@ -208,142 +205,56 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
-SCREE__REFERENCE(add_rmsnorm); /* ops/add_rmsnorm_ref.c */
+/* ---- the CPU reference (double accumulation) ---------------------------- */
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "add_rmsnorm.cu",
-    .entries = {"scree_add_rmsnorm"},
-    .min_sm = 80,
-    .nfields = SCREE__RW_NFIELDS,
-    .fields = scree__rowwise_fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}};
+/* host: x, residual, w, h, y in the problem's buffer order (the
+ * schema's). h is written first, rounded to x's dtype, and the
+ * norm is taken of it as written. h may be x or residual (same stride):
+ * each element is read before it is written. */
+SCREE__REFERENCE(add_rmsnorm) {
+  const scree_add_rmsnorm_args *a = args;
+  const void *x = host[0], *res = host[1], *w = host[2];
+  void *h = host[3], *y = host[4];
+  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
+  const int64_t rs = a->residual_stride ? a->residual_stride : a->cols;
+  const int64_t hs = a->h_stride ? a->h_stride : a->cols;
+  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
+  for (int64_t r = 0; r < a->rows; r++) {
+    double ss = 0;
+    for (int64_t c = 0; c < a->cols; c++) {
+      const double v = scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c)) +
+                       scree__load_elem(res, a->x_dtype, (size_t)(r * rs + c));
+      scree__store_elem(h, a->x_dtype, (size_t)(r * hs + c), v);
+      const double hv = scree__load_elem(h, a->x_dtype, (size_t)(r * hs + c));
+      ss += hv * hv;
+    }
+    const double inv = 1.0 / sqrt(ss / (double)a->cols + (double)a->eps);
+    for (int64_t c = 0; c < a->cols; c++) {
+      const double hv = scree__load_elem(h, a->x_dtype, (size_t)(r * hs + c));
+      const double g = scree__load_elem(w, a->w_dtype, (size_t)c);
+      scree__store_elem(y, a->y_dtype, (size_t)(r * ys + c), hv * inv * g);
+    }
+  }
+}
 
-static const scree__sfield shape[] = {
-    {"rows", offsetof(scree_add_rmsnorm_args, rows)},
-    {"cols", offsetof(scree_add_rmsnorm_args, cols)},
+/* ---- benchmark entries: the shapes of bench/rowwise_shapes.json, h out of
+ * place -------------------------------------------------------------------- */
+
+static const char *const bench[] = {
+    "x=fp16,w=fp16,y=fp16 rows=16384,cols=4096",
+    "x=bf16,w=bf16,y=bf16 rows=16384,cols=4096",
+    "x=fp16,w=fp16,y=fp16 rows=4096,cols=8192",
+    "x=fp16,w=fp16,y=fp16 rows=65536,cols=1024",
+    "x=fp16,w=fp16,y=fp16 rows=8,cols=4096",
+    "x=fp16,w=fp16,y=fp16 rows=16384,cols=128",
+    NULL,
 };
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip);
+static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL("add_rmsnorm.cu", "scree_add_rmsnorm")}};
 
 const scree__op scree__op_add_rmsnorm = {
-    .name = "add_rmsnorm",
-    .args_size = sizeof(scree_add_rmsnorm_args),
-    .nimpls = 1,
-    .impls = impls,
-    .nvfields = 3,
-    .vfields = vfields,
+    SCREE__OP_DESCRIPTOR(add_rmsnorm),
     .causal_vfield = -1,
-    .ndims = 2,
-    .dims = dims,
-    .nshape = 2,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
     .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
     .shape_inputs = shape_inputs,
-    .reference = scree__ref_add_rmsnorm,
 };
-
-/* ---- the public entry point -------------------------------------------- */
-
-/* A buffer's name, pointer, effective stride and byte range. */
-typedef struct range {
-  const char *name;
-  uint64_t p;
-  int64_t stride;
-  uint64_t lo, hi;
-} range;
-
-static scree_status overlap_fail(scree_context *ctx, const range *a, const range *b) {
-  return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx overlaps %s=0x%llx",
-                     a->name, (unsigned long long)a->p, b->name, (unsigned long long)b->p);
-}
-
-/* h against an input it may replace: the same pointer and stride, or apart. */
-static scree_status in_place_or_apart(scree_context *ctx, const range *h, const range *in) {
-  if (h->p == in->p) {
-    if (h->stride != in->stride)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                         "h == %s (in place) needs h_stride=%lld equal to %s_stride=%lld",
-                         in->name, (long long)h->stride, in->name, (long long)in->stride);
-    return SCREE_OK;
-  }
-  if (scree__overlaps(h->lo, h->hi, in->lo, in->hi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "h=0x%llx partially overlaps %s=0x%llx",
-                       (unsigned long long)h->p, in->name, (unsigned long long)in->p);
-  return SCREE_OK;
-}
-
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
-  (void)stream;
-  const scree_add_rmsnorm_args *a = args;
-  const scree_dtype dts[3] = {a->x_dtype, a->w_dtype, a->y_dtype};
-  static const char *const dnames[3] = {"x_dtype", "w_dtype", "y_dtype"};
-  for (int i = 0; i < 3; i++)
-    if (scree__arg_float_dtype(ctx, dnames[i], dts[i])) return SCREE_ERROR_UNSUPPORTED;
-  if (a->cols < 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cols=%lld must be at least 1",
-                       (long long)a->cols);
-  if (a->cols > 65536)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "cols=%lld exceeds the supported maximum 65536", (long long)a->cols);
-  if (a->rows < 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "rows=%lld is negative",
-                       (long long)a->rows);
-  if (!(a->eps >= 0.f) || isinf(a->eps))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "eps=%g must be finite and >= 0",
-                       (double)a->eps);
-  const int64_t xs = scree__arg_stride(ctx, "x_stride", a->x_stride, a->cols);
-  if (xs < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  const int64_t rs = scree__arg_stride(ctx, "residual_stride", a->residual_stride, a->cols);
-  if (rs < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  const int64_t hs = scree__arg_stride(ctx, "h_stride", a->h_stride, a->cols);
-  if (hs < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  const int64_t ys = scree__arg_stride(ctx, "y_stride", a->y_stride, a->cols);
-  if (ys < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  if (a->rows == 0) { /* nothing to do, nothing launched */
-    *skip = 1;
-    return SCREE_OK;
-  }
-  scree_status st;
-  if ((st = scree__arg_elem_ptr(ctx, "x", a->x, a->x_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "residual", a->residual, a->x_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "w", a->w, a->w_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "h", a->h, a->x_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "y", a->y, a->y_dtype)))
-    return st;
-  range x = {"x", a->x, xs, 0, 0}, res = {"residual", a->residual, rs, 0, 0},
-        w = {"w", a->w, a->cols, 0, 0}, h = {"h", a->h, hs, 0, 0}, y = {"y", a->y, ys, 0, 0};
-  const size_t sx = scree_dtype_size(a->x_dtype);
-  if (!scree__byte_range(a->x, a->rows, a->cols, xs, sx, &x.lo, &x.hi) ||
-      !scree__byte_range(a->residual, a->rows, a->cols, rs, sx, &res.lo, &res.hi) ||
-      !scree__byte_range(a->w, 1, a->cols, a->cols, scree_dtype_size(a->w_dtype), &w.lo, &w.hi) ||
-      !scree__byte_range(a->h, a->rows, a->cols, hs, sx, &h.lo, &h.hi) ||
-      !scree__byte_range(a->y, a->rows, a->cols, ys, scree_dtype_size(a->y_dtype), &y.lo, &y.hi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "rows=%lld x stride overflows the address space", (long long)a->rows);
-  /* h: x or residual exactly, or apart from each; apart from w. x and
-   * residual are only read, so they may overlap each other. */
-  if ((st = in_place_or_apart(ctx, &h, &x)) || (st = in_place_or_apart(ctx, &h, &res))) return st;
-  if (scree__overlaps(h.lo, h.hi, w.lo, w.hi)) return overlap_fail(ctx, &h, &w);
-  /* y: apart from everything. */
-  const range *others[4] = {&x, &res, &w, &h};
-  for (int i = 0; i < 4; i++)
-    if (scree__overlaps(y.lo, y.hi, others[i]->lo, others[i]->hi))
-      return overlap_fail(ctx, &y, others[i]);
-  memset(var, 0, sizeof *var);
-  var->v[V_X] = a->x_dtype;
-  var->v[V_W] = a->w_dtype;
-  var->v[V_Y] = a->y_dtype;
-  return SCREE_OK;
-}

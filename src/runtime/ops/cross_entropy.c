@@ -1,7 +1,7 @@
-/* cross_entropy.c - cross-entropy forward's host side: config space,
- * constraints, defaults, argument checks (targets read on the host when
- * validation is on), the launch, buckets and problems. The kernel is
- * kernels/cross_entropy.cu; the CPU reference ops/cross_entropy_ref.c. */
+/* cross_entropy.c - cross-entropy forward's host side: its arguments (the
+ * targets read on the host when validation is on), config space,
+ * constraints, defaults, the launch, buckets, problems, the CPU reference
+ * and the benchmark entries. The kernel is kernels/cross_entropy.cu. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -10,14 +10,33 @@
 
 #include "ops/rowwise.h"
 
-enum { V_DTYPE };
-
-#define MAX_VOCAB ((int64_t)1 << 24)
 /* ignore_index of generated problems when the shape leaves it 0. */
 #define PROBLEM_IGNORE (-100)
 
+#define ARG(m) SCREE__ARG(scree_cross_entropy_args, m)
+#define AT(m) SCREE__AT(scree_cross_entropy_args, m)
+
+/* The arguments (include/scree.h), field by field. The outputs have their
+ * own memory; lse is optional. */
+static const scree__arg schema[] = {
+    {ARG(logits), .role = SCREE__IN, .dtype = AT(dtype), .dims = {AT(rows), AT(vocab)},
+     .strides = {AT(logits_stride)}},
+    {ARG(targets), .role = SCREE__IN, .elem = SCREE__E_I64, .dims = {AT(rows)}},
+    {ARG(loss), .role = SCREE__OUT, .elem = SCREE__E_F32, .dims = {AT(rows)}},
+    {ARG(lse), .role = SCREE__OUT, .elem = SCREE__E_F32, .dims = {AT(rows)},
+     .flags = SCREE__OPTIONAL},
+    {ARG(rows), .role = SCREE__DIM, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY},
+    {ARG(vocab), .role = SCREE__DIM, SCREE__RANGE(1, (int64_t)1 << 24),
+     .flags = SCREE__SHAPE | SCREE__LIMIT},
+    {ARG(logits_stride), .role = SCREE__STRIDE},
+    {ARG(ignore_index), .role = SCREE__INT},
+    {ARG(dtype), .role = SCREE__DTYPE},
+};
+
+enum { V_DTYPE };
+
 static const scree__vfield vfields[] = {
-    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(dtype)},
 };
 
 static int check(const scree__config *c, const scree__variant *var, const scree__target *t,
@@ -86,14 +105,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 
 /* Bucket: rows rounded up to a power of two, vocab exact (the row length
  * decides the launch shape and the number of batches per row). */
-static const scree__bdim dims[] = {{"rows", 1}, {"vocab", 0}};
-
-static void bucket(const scree__variant *var, const void *args, int64_t *d) {
-  (void)var;
-  const scree_cross_entropy_args *a = args;
-  d[0] = a->rows;
-  d[1] = a->vocab;
-}
+static const scree__bdim dims[] = {{"rows", 1, AT(rows)}, {"vocab", 0, AT(vocab)}};
 
 /* The widest vector the logits' pointer and stride allow, as log2. */
 static int adapt_class(const scree__variant *var, const void *args) {
@@ -118,7 +130,7 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
     if (rows > ecap) rows = ecap > 0 ? ecap : 1;
   }
   a->rows = rows;
-  a->dtype = (scree_dtype)var->v[V_DTYPE];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   a->ignore_index = PROBLEM_IGNORE;
 }
 
@@ -158,11 +170,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
   (void)lens;
   scree_cross_entropy_args *a = (scree_cross_entropy_args *)p->args;
   memcpy(a, args, sizeof *a);
-  if (a->rows < 1 || a->vocab < 1 || a->vocab > MAX_VOCAB) {
-    scree__set_why(why, why_size, "rows=%lld, vocab=%lld: need rows >= 1, 1 <= vocab <= 2^24",
-                   (long long)a->rows, (long long)a->vocab);
-    return -1;
-  }
+  if (scree__problem_shape(a, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   /* The check problem keeps the row length; a few rows show every mistake
    * that many would, and keep the CPU reference quick. */
   if (check) {
@@ -170,39 +178,34 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     if (a->rows > 97) a->rows = 97;
     if (a->rows > ecap) a->rows = ecap > 0 ? ecap : 1;
   }
-  a->dtype = (scree_dtype)var->v[V_DTYPE];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   /* A shape from text leaves ignore_index 0 (which would ignore class 0):
    * generated problems ignore PyTorch's -100 then. */
   if (a->ignore_index == 0) a->ignore_index = PROBLEM_IGNORE;
-  const int64_t ls = a->logits_stride ? a->logits_stride : a->vocab;
   int64_t *t = malloc((size_t)a->rows * sizeof *t);
   if (!t) {
     scree__set_why(why, why_size, "out of memory (%lld targets)", (long long)a->rows);
     return -1;
   }
   gen_targets(t, a->rows, a->vocab, a->ignore_index, seed);
-  scree__buf *b;
-  scree__problem_buf(p, "logits", SCREE__BUF_IN, a->dtype, (size_t)(a->rows * ls),
-                     offsetof(scree_cross_entropy_args, logits));
-  /* int64 targets, carried as pairs of int32 (only their bytes matter). */
-  b = scree__problem_buf(p, "targets", SCREE__BUF_HOST_IN, SCREE__DTYPE_I32, (size_t)a->rows * 2,
-                         offsetof(scree_cross_entropy_args, targets));
-  b->host = t;
+  /* From the schema: logits, targets (int64, written here), loss and lse,
+   * each read or written once. */
+  a->lse = 1; /* present */
+  if (scree__problem_bufs(p, schema, SCREE__COUNT(schema), why, why_size)) {
+    free(t);
+    return -1;
+  }
+  scree__problem_find(p, "targets")->host = t;
   /* loss and lse are fp32 results of an fp32 computation, not one rounding
    * of exact values: the row sum's fp32 accumulation (relative ~1e-6 over
    * 2^18 terms), ex2.approx, and max * ln2 + log(sum) rounded near the
    * row maximum (a few 1e-6 absolute for logits of 50). loss = lse -
    * logit[target] keeps lse's absolute error and can be near 0. */
-  b = scree__problem_buf(p, "loss", SCREE__BUF_OUT, SCREE_DTYPE_FP32, (size_t)a->rows,
-                         offsetof(scree_cross_entropy_args, loss));
-  b->rtol = 1e-5;
-  b->atol = 5e-5;
-  b = scree__problem_buf(p, "lse", SCREE__BUF_OUT, SCREE_DTYPE_FP32, (size_t)a->rows,
-                         offsetof(scree_cross_entropy_args, lse));
-  b->rtol = 1e-5;
-  b->atol = 5e-5;
-  /* logits read once, targets read once, loss and lse written once. */
-  p->bytes = (double)a->rows * ((double)a->vocab * (double)scree_dtype_size(a->dtype) + 8 + 4 + 4);
+  for (int i = 0; i < 2; i++) {
+    scree__buf *b = scree__problem_find(p, i ? "lse" : "loss");
+    b->rtol = 1e-5;
+    b->atol = 5e-5;
+  }
   snprintf(p->desc, sizeof p->desc, "%lld rows of %lld logits, ignore_index %lld",
            (long long)a->rows, (long long)a->vocab, (long long)a->ignore_index);
   return 0;
@@ -236,57 +239,56 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
-SCREE__REFERENCE(cross_entropy); /* ops/cross_entropy_ref.c */
+/* ---- the CPU reference (double accumulation) ---------------------------- */
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "cross_entropy.cu",
-    .entries = {"scree_cross_entropy"},
-    .min_sm = 80,
-    .nfields = SCREE__RW_NFIELDS,
-    .fields = scree__rowwise_fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}};
+/* host: logits, targets (int64), loss, lse in the problem's buffer order
+ * (the schema's); lse may be NULL (not written). */
+SCREE__REFERENCE(cross_entropy) {
+  const scree_cross_entropy_args *a = args;
+  const void *logits = host[0];
+  const int64_t *targets = host[1];
+  float *loss = host[2], *lse = host[3];
+  const int64_t ls = a->logits_stride ? a->logits_stride : a->vocab;
+  for (int64_t r = 0; r < a->rows; r++) {
+    double m = -INFINITY;
+    for (int64_t c = 0; c < a->vocab; c++) {
+      const double v = scree__load_elem(logits, a->dtype, (size_t)(r * ls + c));
+      if (v > m) m = v;
+    }
+    double sum = 0;
+    for (int64_t c = 0; c < a->vocab; c++)
+      sum += exp(scree__load_elem(logits, a->dtype, (size_t)(r * ls + c)) - m);
+    const double l = m + log(sum);
+    const int64_t t = targets[r];
+    if (t == a->ignore_index)
+      loss[r] = 0.f;
+    else if (t >= 0 && t < a->vocab)
+      loss[r] = (float)(l - scree__load_elem(logits, a->dtype, (size_t)(r * ls + t)));
+    else
+      loss[r] = NAN;
+    if (lse) lse[r] = (float)l;
+  }
+}
 
-static const scree__sfield shape[] = {
-    {"rows", offsetof(scree_cross_entropy_args, rows)},
-    {"vocab", offsetof(scree_cross_entropy_args, vocab)},
+/* ---- benchmark entries: LLaMA-3's 128k vocabulary over 4096 tokens, and a
+ * 32k vocabulary over 16384 tokens ------------------------------------------ */
+
+static const char *const bench[] = {
+    "dtype=bf16 rows=4096,vocab=128256",
+    "dtype=fp16 rows=4096,vocab=128256",
+    "dtype=fp16 rows=16384,vocab=32000",
+    NULL,
 };
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip);
-
-const scree__op scree__op_cross_entropy = {
-    .name = "cross_entropy",
-    .args_size = sizeof(scree_cross_entropy_args),
-    .nimpls = 1,
-    .impls = impls,
-    .nvfields = 1,
-    .vfields = vfields,
-    .causal_vfield = -1,
-    .ndims = 2,
-    .dims = dims,
-    .nshape = 2,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
-    .shape_inputs = shape_inputs,
-    .reference = scree__ref_cross_entropy,
-};
-
-/* ---- the public entry point -------------------------------------------- */
+/* ---- the op's own argument rules ---------------------------------------- */
 
 /* Validation on: the targets, copied to the host, each ignore_index or in
  * [0, vocab). */
-static scree_status check_targets(scree_context *ctx, const scree_cross_entropy_args *a,
-                                  CUstream stream) {
+static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
+                                     scree__variant *var) {
+  (void)var;
+  const scree_cross_entropy_args *a = args;
+  if (!ctx->validate || !ctx->cu) return SCREE_OK;
   const size_t n = (size_t)a->rows;
   int64_t *h = malloc(n * sizeof *h);
   if (!h) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: targets copy");
@@ -306,52 +308,12 @@ static scree_status check_targets(scree_context *ctx, const scree_cross_entropy_
   return st;
 }
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
-  const scree_cross_entropy_args *a = args;
-  if (scree__arg_float_dtype(ctx, "dtype", a->dtype)) return SCREE_ERROR_UNSUPPORTED;
-  if (a->vocab < 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "vocab=%lld must be at least 1",
-                       (long long)a->vocab);
-  if (a->vocab > MAX_VOCAB)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "vocab=%lld exceeds the supported maximum 2^24 (16777216)",
-                       (long long)a->vocab);
-  if (a->rows < 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "rows=%lld is negative",
-                       (long long)a->rows);
-  const int64_t ls = scree__arg_stride(ctx, "logits_stride", a->logits_stride, a->vocab);
-  if (ls < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  if (a->rows == 0) { /* nothing to do, nothing launched */
-    *skip = 1;
-    return SCREE_OK;
-  }
-  scree_status st;
-  if ((st = scree__arg_elem_ptr(ctx, "logits", a->logits, a->dtype)) ||
-      (st = scree__arg_ptr(ctx, "targets", a->targets, 8)) ||
-      (st = scree__arg_ptr(ctx, "loss", a->loss, 4)) ||
-      (a->lse && (st = scree__arg_ptr(ctx, "lse", a->lse, 4))))
-    return st;
-  uint64_t glo, ghi, tlo, thi, llo, lhi, elo = 0, ehi = 0;
-  if (!scree__byte_range(a->logits, a->rows, a->vocab, ls, scree_dtype_size(a->dtype), &glo,
-                         &ghi) ||
-      !scree__byte_range(a->targets, 1, a->rows, a->rows, 8, &tlo, &thi) ||
-      !scree__byte_range(a->loss, 1, a->rows, a->rows, 4, &llo, &lhi) ||
-      (a->lse && !scree__byte_range(a->lse, 1, a->rows, a->rows, 4, &elo, &ehi)))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "rows=%lld x logits_stride overflows the address space",
-                       (long long)a->rows);
-  /* The outputs have their own memory: no overlap with an input or each
-   * other. */
-  if (scree__overlaps(llo, lhi, glo, ghi) || scree__overlaps(llo, lhi, tlo, thi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "loss=0x%llx overlaps logits or targets", (unsigned long long)a->loss);
-  if (a->lse && (scree__overlaps(elo, ehi, glo, ghi) || scree__overlaps(elo, ehi, tlo, thi) ||
-                 scree__overlaps(elo, ehi, llo, lhi)))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "lse=0x%llx overlaps logits, targets or loss", (unsigned long long)a->lse);
-  if (ctx->validate && ctx->cu && (st = check_targets(ctx, a, stream))) return st;
-  memset(var, 0, sizeof *var);
-  var->v[V_DTYPE] = a->dtype;
-  return SCREE_OK;
-}
+static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL("cross_entropy.cu", "scree_cross_entropy")}};
+
+const scree__op scree__op_cross_entropy = {
+    SCREE__OP_DESCRIPTOR(cross_entropy),
+    .causal_vfield = -1,
+    .validate_buffers = validate_buffers,
+    .adapt_class = adapt_class,
+    .shape_inputs = shape_inputs,
+};

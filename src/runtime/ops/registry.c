@@ -1,4 +1,5 @@
-/* registry.c - the list of ops (from registry.h) and its lookups. */
+/* registry.c - the list of ops (from registry.h) and its lookups, and the
+ * completeness check of a descriptor. */
 #include "ops/registry.h"
 
 #include <string.h>
@@ -26,13 +27,18 @@ const char *scree__op_missing(const scree__op *op) {
   NEED(op->nvfields == 0 || op->vfields, "vfields");
   NEED(op->causal_vfield >= -1 && op->causal_vfield < op->nvfields, "causal_vfield");
   NEED(op->ndims >= 1 && op->ndims <= SCREE__MAX_DIMS && op->dims, "dims");
-  NEED(op->nshape >= 1 && op->shape, "shape");
-  NEED(op->validate, "validate");
-  NEED(op->bucket, "bucket");
+  const char *schema = scree__schema_missing(op);
+  NEED(!*schema, schema);
+  for (int i = 0; i < op->ndims; i++) {
+    const scree__arg *f = scree__arg_at(op, op->dims[i].arg);
+    NEED(op->bucket || (f && f->ctype == SCREE__C_I64),
+         "bucket (or every dims[].arg, a link to an int64 field)");
+  }
   NEED(op->default_config, "default_config");
   NEED(op->representative, "representative");
   NEED(op->problem, "problem");
   NEED(op->reference, "reference");
+  NEED(op->bench && op->bench[0], "bench (at least one benchmark entry)");
   for (int i = 0; i < op->nimpls; i++) {
     const scree__impl *im = &op->impls[i];
     NEED(im->name && *im->name, "impls[].name");

@@ -1,6 +1,6 @@
-/* rmsnorm.c - RMSNorm's host side: config space, constraints, defaults,
- * argument checks, the launch, buckets and problems. The kernel is
- * kernels/rmsnorm.cu; the CPU reference ops/rmsnorm_ref.c. */
+/* rmsnorm.c - RMSNorm's host side: its arguments, config space,
+ * constraints, defaults, the launch, buckets, problems, the CPU reference
+ * and the benchmark entries. The kernel is kernels/rmsnorm.cu. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,12 +9,34 @@
 
 #include "ops/rowwise.h"
 
+#define ARG(m) SCREE__ARG(scree_rmsnorm_args, m)
+#define AT(m) SCREE__AT(scree_rmsnorm_args, m)
+
+/* The arguments (include/scree.h), field by field: the checks every call
+ * gets, the shape text, the problem's buffers and the Python binding come
+ * from this table. y may be x exactly (in place); w is one row. */
+static const scree__arg schema[] = {
+    {ARG(x), .role = SCREE__IN, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(x_stride)}},
+    {ARG(w), .role = SCREE__IN, .dtype = AT(w_dtype), .dims = {AT(cols)}},
+    {ARG(y), .role = SCREE__OUT, .dtype = AT(y_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(y_stride)}, .alias = {AT(x)}},
+    {ARG(rows), .role = SCREE__DIM, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY},
+    {ARG(cols), .role = SCREE__DIM, SCREE__RANGE(1, 65536), .flags = SCREE__SHAPE | SCREE__LIMIT},
+    {ARG(x_stride), .role = SCREE__STRIDE},
+    {ARG(y_stride), .role = SCREE__STRIDE},
+    {ARG(x_dtype), .role = SCREE__DTYPE},
+    {ARG(w_dtype), .role = SCREE__DTYPE},
+    {ARG(y_dtype), .role = SCREE__DTYPE},
+    {ARG(eps), .role = SCREE__FLOAT, .flags = SCREE__FINITE | SCREE__NONNEG},
+};
+
 enum { V_X, V_W, V_Y };
 
 static const scree__vfield vfields[] = {
-    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(x_dtype)},
+    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(w_dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(y_dtype)},
 };
 
 static int check(const scree__config *c, const scree__variant *var,
@@ -71,14 +93,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
 /* ---- tuning hooks ------------------------------------------------------ */
 
 /* Bucket: rows rounded up to a power of two, cols exact. */
-static const scree__bdim dims[] = {{"rows", 1}, {"cols", 0}};
-
-static void bucket(const scree__variant *var, const void *args, int64_t *d) {
-  (void)var;
-  const scree_rmsnorm_args *a = args;
-  d[0] = a->rows;
-  d[1] = a->cols;
-}
+static const scree__bdim dims[] = {{"rows", 1, AT(rows)}, {"cols", 0, AT(cols)}};
 
 /* The widest vector every pointer and stride of the call allows, as log2. */
 static int adapt_class(const scree__variant *var, const void *args) {
@@ -98,9 +113,7 @@ static void representative(const scree__bucket *b, const scree__variant *var,
   if (rows > cap) rows = cap > 0 ? cap : 1;
   if (check && rows > 97) rows = 97;
   a->rows = rows;
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->w_dtype = (scree_dtype)var->v[V_W];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   a->eps = 1e-6f;
 }
 
@@ -118,30 +131,14 @@ static int problem(const void *args, const scree__variant *var, int check,
   (void)seed, (void)lens;
   scree_rmsnorm_args *a = (scree_rmsnorm_args *)p->args;
   memcpy(a, args, sizeof *a);
-  if (a->rows < 1 || a->cols < 1 || a->cols > 65536) {
-    scree__set_why(why, why_size, "rows=%lld, cols=%lld: need rows >= 1, 1 <= cols <= 65536",
-                   (long long)a->rows, (long long)a->cols);
-    return -1;
-  }
+  if (scree__problem_shape(a, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   /* The check problem keeps the row length; a few rows show every mistake
    * that many would, and keep the CPU reference quick. */
   if (check && a->rows > 97) a->rows = 97;
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->w_dtype = (scree_dtype)var->v[V_W];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   if (a->eps == 0) a->eps = 1e-6f;
-  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
-  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
-  scree__problem_buf(p, "x", SCREE__BUF_IN, a->x_dtype, (size_t)(a->rows * xs),
-                     offsetof(scree_rmsnorm_args, x));
-  scree__problem_buf(p, "w", SCREE__BUF_IN, a->w_dtype, (size_t)a->cols,
-                     offsetof(scree_rmsnorm_args, w));
-  scree__problem_buf(p, "y", SCREE__BUF_OUT, a->y_dtype, (size_t)(a->rows * ys),
-                     offsetof(scree_rmsnorm_args, y));
-  /* Each input read once, the output written once. */
-  p->bytes = (double)a->rows * (double)a->cols *
-                 (double)(scree_dtype_size(a->x_dtype) + scree_dtype_size(a->y_dtype)) +
-             (double)a->cols * (double)scree_dtype_size(a->w_dtype);
+  /* x, w, y from the schema, each read or written once. */
+  if (scree__problem_bufs(p, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   snprintf(p->desc, sizeof p->desc, "%lld rows of %lld", (long long)a->rows, (long long)a->cols);
   return 0;
 }
@@ -165,116 +162,46 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
-SCREE__REFERENCE(rmsnorm); /* ops/rmsnorm_ref.c */
+/* ---- the CPU reference (double accumulation) ---------------------------- */
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "rmsnorm.cu",
-    .entries = {"scree_rmsnorm"},
-    .min_sm = 80,
-    .nfields = SCREE__RW_NFIELDS,
-    .fields = scree__rowwise_fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}};
-
-static const scree__sfield shape[] = {
-    {"rows", offsetof(scree_rmsnorm_args, rows)},
-    {"cols", offsetof(scree_rmsnorm_args, cols)},
-};
-
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip);
-
-const scree__op scree__op_rmsnorm = {
-    .name = "rmsnorm",
-    .args_size = sizeof(scree_rmsnorm_args),
-    .nimpls = 1,
-    .impls = impls,
-    .nvfields = 3,
-    .vfields = vfields,
-    .causal_vfield = -1,
-    .ndims = 2,
-    .dims = dims,
-    .nshape = 2,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
-    .shape_inputs = shape_inputs,
-    .reference = scree__ref_rmsnorm,
-};
-
-/* ---- the public entry point -------------------------------------------- */
-
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
-  (void)stream;
+/* host: x, w, y in the problem's buffer order (the schema's). */
+SCREE__REFERENCE(rmsnorm) {
   const scree_rmsnorm_args *a = args;
-  const scree_dtype dts[3] = {a->x_dtype, a->w_dtype, a->y_dtype};
-  static const char *const dnames[3] = {"x_dtype", "w_dtype", "y_dtype"};
-  for (int i = 0; i < 3; i++)
-    if (scree__arg_float_dtype(ctx, dnames[i], dts[i])) return SCREE_ERROR_UNSUPPORTED;
-  if (a->cols < 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "cols=%lld must be at least 1", (long long)a->cols);
-  if (a->cols > 65536)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "cols=%lld exceeds the supported maximum 65536",
-                       (long long)a->cols);
-  if (a->rows < 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "rows=%lld is negative", (long long)a->rows);
-  if (!(a->eps >= 0.f) || isinf(a->eps))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "eps=%g must be finite and >= 0", (double)a->eps);
+  const void *x = host[0], *w = host[1];
+  void *y = host[2];
   const int64_t xs = a->x_stride ? a->x_stride : a->cols;
   const int64_t ys = a->y_stride ? a->y_stride : a->cols;
-  if (xs < a->cols)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "x_stride=%lld is less than cols=%lld",
-                       (long long)a->x_stride, (long long)a->cols);
-  if (ys < a->cols)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "y_stride=%lld is less than cols=%lld",
-                       (long long)a->y_stride, (long long)a->cols);
-  if (a->rows == 0) { /* nothing to do, nothing launched */
-    *skip = 1;
-    return SCREE_OK;
+  for (int64_t r = 0; r < a->rows; r++) {
+    double ss = 0;
+    for (int64_t c = 0; c < a->cols; c++) {
+      const double v = scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c));
+      ss += v * v;
+    }
+    const double inv = 1.0 / sqrt(ss / (double)a->cols + (double)a->eps);
+    for (int64_t c = 0; c < a->cols; c++) {
+      const double v = scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c));
+      const double g = scree__load_elem(w, a->w_dtype, (size_t)c);
+      scree__store_elem(y, a->y_dtype, (size_t)(r * ys + c), v * inv * g);
+    }
   }
-  scree_status st;
-  if ((st = scree__arg_elem_ptr(ctx, "x", a->x, a->x_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "w", a->w, a->w_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "y", a->y, a->y_dtype)))
-    return st;
-  uint64_t xlo, xhi, ylo, yhi, wlo, whi;
-  if (!scree__byte_range(a->x, a->rows, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
-      !scree__byte_range(a->y, a->rows, a->cols, ys, scree_dtype_size(a->y_dtype), &ylo, &yhi) ||
-      !scree__byte_range(a->w, 1, a->cols, a->cols, scree_dtype_size(a->w_dtype), &wlo, &whi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "rows=%lld x stride overflows the address space",
-                       (long long)a->rows);
-  if (a->y == a->x) {
-    if (scree_dtype_size(a->x_dtype) != scree_dtype_size(a->y_dtype) || xs != ys)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                         "y == x (in place) needs equal element sizes and strides");
-  } else if (scree__overlaps(ylo, yhi, xlo, xhi)) {
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "y=0x%llx partially overlaps x=0x%llx",
-                       (unsigned long long)a->y, (unsigned long long)a->x);
-  }
-  if (scree__overlaps(ylo, yhi, wlo, whi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "y=0x%llx overlaps w=0x%llx", (unsigned long long)a->y,
-                       (unsigned long long)a->w);
-  memset(var, 0, sizeof *var);
-  var->v[V_X] = a->x_dtype;
-  var->v[V_W] = a->w_dtype;
-  var->v[V_Y] = a->y_dtype;
-  return SCREE_OK;
 }
+
+/* ---- benchmark entries: the shapes of bench/rowwise_shapes.json --------- */
+
+static const char *const bench[] = {
+    "x=fp16,w=fp16,y=fp16 rows=16384,cols=4096",
+    "x=bf16,w=bf16,y=bf16 rows=16384,cols=4096",
+    "x=fp16,w=fp16,y=fp16 rows=4096,cols=8192",
+    "x=fp16,w=fp16,y=fp16 rows=65536,cols=1024",
+    "x=fp16,w=fp16,y=fp16 rows=16384,cols=128",
+    NULL,
+};
+
+static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL("rmsnorm.cu", "scree_rmsnorm")}};
+
+const scree__op scree__op_rmsnorm = {
+    SCREE__OP_DESCRIPTOR(rmsnorm),
+    .causal_vfield = -1,
+    .adapt_class = adapt_class,
+    .shape_inputs = shape_inputs,
+};

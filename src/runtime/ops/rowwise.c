@@ -104,28 +104,3 @@ scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scre
   }
   return SCREE_OK;
 }
-
-scree_status scree__arg_float_dtype(scree_context *ctx, const char *name, scree_dtype d) {
-  if (d == SCREE_DTYPE_FP32 || d == SCREE_DTYPE_FP16 || d == SCREE_DTYPE_BF16) return SCREE_OK;
-  return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED, "%s=%d is not fp32, fp16 or bf16", name,
-                     (int)d);
-}
-
-scree_status scree__arg_elem_ptr(scree_context *ctx, const char *name, scree_devptr p,
-                                 scree_dtype d) {
-  const scree_status st = scree__arg_ptr(ctx, name, p, scree_dtype_size(d));
-  if (st == SCREE_ERROR_MISALIGNED)
-    return scree__fail(ctx, st, "%s=0x%llx is not aligned to %zu bytes (%s)", name,
-                       (unsigned long long)p, scree_dtype_size(d), scree_dtype_name(d));
-  return st;
-}
-
-int64_t scree__arg_stride(scree_context *ctx, const char *name, int64_t stride, int64_t cols) {
-  const int64_t s = stride ? stride : cols;
-  if (s < cols) {
-    scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld is less than cols=%lld", name,
-                (long long)stride, (long long)cols);
-    return -1;
-  }
-  return s;
-}

@@ -1,8 +1,8 @@
 /*
  * rowwise.h - what the row-wise ops' host sides share (ops/rowwise.c): the
  * launch-shape config fields of kernels/rowwise.cuh, their check, default
- * and pruning, the widest vector a call allows, dtype and pointer checks,
- * and the launch of a grid over rows. Not API.
+ * and pruning, the widest vector a call allows, and the launch of a grid
+ * over rows. Not API.
  */
 #ifndef SCREE_OPS_ROWWISE_H
 #define SCREE_OPS_ROWWISE_H
@@ -13,6 +13,14 @@
  * why: fp32 sums err relative to the row's spread, not its mean); the
  * check problem and the GPU tests use it alike. */
 #define SCREE__LAYERNORM_MEAN_ATOL 2e-5
+
+/* The implementation of a row-wise op with this kernel source and entries:
+ * the launch shape's fields, and the hooks the op file names check, adapt,
+ * worth_timing and launch. */
+#define SCREE__ROWWISE_IMPL(src, ...)                                                    \
+  .name = "generic", .source = src, .entries = {__VA_ARGS__}, .min_sm = 80,             \
+  .nfields = SCREE__RW_NFIELDS, .fields = scree__rowwise_fields, .check = check,         \
+  .adapt = adapt, .worth_timing = worth_timing, .launch = launch
 
 /* Field indices of scree__rowwise_fields (an op may append its own). */
 enum { SCREE__RW_TPR, SCREE__RW_ROWS, SCREE__RW_VEC, SCREE__RW_CACHE, SCREE__RW_NFIELDS };
@@ -54,15 +62,5 @@ static inline int scree__vlog2_stride(int l, int64_t s) {
 scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scree__config *c,
                                    int64_t rows, void **params, CUstream stream,
                                    const char *what);
-
-/* Argument checks: a dtype that must be fp32, fp16 or bf16
- * (SCREE_ERROR_UNSUPPORTED naming it); a device pointer non-NULL and
- * aligned to its element (SCREE_ERROR_MISALIGNED naming dtype and size). */
-scree_status scree__arg_float_dtype(scree_context *ctx, const char *name, scree_dtype d);
-scree_status scree__arg_elem_ptr(scree_context *ctx, const char *name, scree_devptr p,
-                                 scree_dtype d);
-/* A row stride (0 = cols) at least cols: the effective stride, or -1 after
- * recording SCREE_ERROR_INVALID_ARGUMENT naming it. */
-int64_t scree__arg_stride(scree_context *ctx, const char *name, int64_t stride, int64_t cols);
 
 #endif

@@ -1,6 +1,6 @@
-/* softmax.c - last-dimension softmax's host side: config space, constraints,
- * defaults, argument checks, the launch, buckets and problems. The kernel is
- * kernels/softmax.cu; the CPU reference ops/softmax_ref.c. */
+/* softmax.c - last-dimension softmax's host side: its arguments, config
+ * space, constraints, defaults, the launch, buckets, problems, the CPU
+ * reference and the benchmark entries. The kernel is kernels/softmax.cu. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,14 +9,32 @@
 
 #include "ops/rowwise.h"
 
-enum { V_X, V_Y };
-
-#define MAX_COLS 262144
 #define LOG2E 1.4426950408889634
 
+#define ARG(m) SCREE__ARG(scree_softmax_args, m)
+#define AT(m) SCREE__AT(scree_softmax_args, m)
+
+/* The arguments (include/scree.h), field by field. y may be x exactly (in
+ * place, also across dtypes of one size). */
+static const scree__arg schema[] = {
+    {ARG(x), .role = SCREE__IN, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(x_stride)}},
+    {ARG(y), .role = SCREE__OUT, .dtype = AT(y_dtype), .dims = {AT(rows), AT(cols)},
+     .strides = {AT(y_stride)}, .alias = {AT(x)}},
+    {ARG(rows), .role = SCREE__DIM, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY},
+    {ARG(cols), .role = SCREE__DIM, SCREE__RANGE(1, 262144), .flags = SCREE__SHAPE | SCREE__LIMIT},
+    {ARG(x_stride), .role = SCREE__STRIDE},
+    {ARG(y_stride), .role = SCREE__STRIDE},
+    {ARG(x_dtype), .role = SCREE__DTYPE},
+    {ARG(y_dtype), .role = SCREE__DTYPE},
+    {ARG(scale), .role = SCREE__FLOAT, .flags = SCREE__FINITE},
+};
+
+enum { V_X, V_Y };
+
 static const scree__vfield vfields[] = {
-    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(x_dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(y_dtype)},
 };
 
 static int check(const scree__config *c, const scree__variant *var, const scree__target *t,
@@ -91,14 +109,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 
 /* Bucket: rows rounded up to a power of two, cols exact (the row length
  * decides the launch shape and how much of the row stays in registers). */
-static const scree__bdim dims[] = {{"rows", 1}, {"cols", 0}};
-
-static void bucket(const scree__variant *var, const void *args, int64_t *d) {
-  (void)var;
-  const scree_softmax_args *a = args;
-  d[0] = a->rows;
-  d[1] = a->cols;
-}
+static const scree__bdim dims[] = {{"rows", 1, AT(rows)}, {"cols", 0, AT(cols)}};
 
 /* The widest vector every pointer and stride of the call allows, as log2. */
 static int adapt_class(const scree__variant *var, const void *args) {
@@ -123,8 +134,7 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
     if (rows > ecap) rows = ecap > 0 ? ecap : 1;
   }
   a->rows = rows;
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
 }
 
 /* Skips configs whose threads would mostly idle on this row length, or
@@ -144,11 +154,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
   (void)seed, (void)lens;
   scree_softmax_args *a = (scree_softmax_args *)p->args;
   memcpy(a, args, sizeof *a);
-  if (a->rows < 1 || a->cols < 1 || a->cols > MAX_COLS) {
-    scree__set_why(why, why_size, "rows=%lld, cols=%lld: need rows >= 1, 1 <= cols <= %d",
-                   (long long)a->rows, (long long)a->cols, MAX_COLS);
-    return -1;
-  }
+  if (scree__problem_shape(a, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   /* The check problem keeps the row length; a few rows show every mistake
    * that many would, and keep the CPU reference quick. It also takes a
    * scale other than 1, so a kernel that ignored it fails. */
@@ -158,20 +164,12 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     if (a->rows > ecap) a->rows = ecap > 0 ? ecap : 1;
     if (a->scale == 0) a->scale = 0.75f;
   }
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
-  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
-  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
-  scree__problem_buf(p, "x", SCREE__BUF_IN, a->x_dtype, (size_t)(a->rows * xs),
-                     offsetof(scree_softmax_args, x));
-  /* One rounding to y's dtype (scree__tolerance): the kernel's fp32 error
-   * (ex2.approx, the exponent's FMA, the row sum) stays below 1e-5 relative
-   * on the values above atol. */
-  scree__problem_buf(p, "y", SCREE__BUF_OUT, a->y_dtype, (size_t)(a->rows * ys),
-                     offsetof(scree_softmax_args, y));
-  /* x read once, y written once. */
-  p->bytes = (double)a->rows * (double)a->cols *
-             (double)(scree_dtype_size(a->x_dtype) + scree_dtype_size(a->y_dtype));
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
+  /* x and y from the schema, each read or written once. y's tolerance is
+   * one rounding to its dtype (scree__tolerance): the kernel's fp32 error
+   * (ex2.approx, the exponent's FMA, the row sum) stays below 1e-5
+   * relative on the values above atol. */
+  if (scree__problem_bufs(p, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   snprintf(p->desc, sizeof p->desc, "%lld rows of %lld", (long long)a->rows, (long long)a->cols);
   return 0;
 }
@@ -198,101 +196,64 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
-SCREE__REFERENCE(softmax); /* ops/softmax_ref.c */
+/* ---- the CPU reference (double accumulation) ---------------------------- */
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "softmax.cu",
-    .entries = {"scree_softmax", "scree_softmax_stream"},
-    .min_sm = 80,
-    .nfields = SCREE__RW_NFIELDS,
-    .fields = scree__rowwise_fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}};
-
-static const scree__sfield shape[] = {
-    {"rows", offsetof(scree_softmax_args, rows)},
-    {"cols", offsetof(scree_softmax_args, cols)},
-};
-
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip);
-
-const scree__op scree__op_softmax = {
-    .name = "softmax",
-    .args_size = sizeof(scree_softmax_args),
-    .nimpls = 1,
-    .impls = impls,
-    .nvfields = 2,
-    .vfields = vfields,
-    .causal_vfield = -1,
-    .ndims = 2,
-    .dims = dims,
-    .nshape = 2,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
-    .shape_inputs = shape_inputs,
-    .reference = scree__ref_softmax,
-};
-
-/* ---- the public entry point -------------------------------------------- */
-
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
-  (void)stream;
+/* host: x, y in the problem's buffer order (the schema's). Each element
+ * of x is read for the last time just before its own y is written, so y
+ * may be x (in place). */
+SCREE__REFERENCE(softmax) {
   const scree_softmax_args *a = args;
-  if (scree__arg_float_dtype(ctx, "x_dtype", a->x_dtype) ||
-      scree__arg_float_dtype(ctx, "y_dtype", a->y_dtype))
-    return SCREE_ERROR_UNSUPPORTED;
-  if (a->cols < 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cols=%lld must be at least 1",
-                       (long long)a->cols);
-  if (a->cols > MAX_COLS)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED, "cols=%lld exceeds the supported maximum %d",
-                       (long long)a->cols, MAX_COLS);
-  if (a->rows < 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "rows=%lld is negative",
-                       (long long)a->rows);
-  /* The kernel multiplies by scale * log2(e) in fp32: that must be finite. */
-  if (!isfinite(a->scale) || !isfinite((float)((double)a->scale * LOG2E)))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "scale=%g must be finite (and scale * log2(e) finite in fp32)",
-                       (double)a->scale);
-  const int64_t xs = scree__arg_stride(ctx, "x_stride", a->x_stride, a->cols);
-  if (xs < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  const int64_t ys = scree__arg_stride(ctx, "y_stride", a->y_stride, a->cols);
-  if (ys < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  if (a->rows == 0) { /* nothing to do, nothing launched */
-    *skip = 1;
-    return SCREE_OK;
+  const void *x = host[0];
+  void *y = host[1];
+  const int64_t xs = a->x_stride ? a->x_stride : a->cols;
+  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
+  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
+  for (int64_t r = 0; r < a->rows; r++) {
+    double m = -INFINITY;
+    for (int64_t c = 0; c < a->cols; c++) {
+      const double v = s * scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c));
+      if (v > m) m = v;
+    }
+    double sum = 0;
+    for (int64_t c = 0; c < a->cols; c++)
+      sum += exp(s * scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c)) - m);
+    for (int64_t c = 0; c < a->cols; c++) {
+      const double v = s * scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c));
+      scree__store_elem(y, a->y_dtype, (size_t)(r * ys + c), exp(v - m) / sum);
+    }
   }
-  scree_status st;
-  if ((st = scree__arg_elem_ptr(ctx, "x", a->x, a->x_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "y", a->y, a->y_dtype)))
-    return st;
-  uint64_t xlo, xhi, ylo, yhi;
-  if (!scree__byte_range(a->x, a->rows, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
-      !scree__byte_range(a->y, a->rows, a->cols, ys, scree_dtype_size(a->y_dtype), &ylo, &yhi))
+}
+
+/* ---- benchmark entries: the shapes of bench/rowwise_shapes.json --------- */
+
+static const char *const bench[] = {
+    "x=fp16,y=fp16 rows=16384,cols=4096",
+    "x=bf16,y=bf16 rows=16384,cols=4096",
+    "x=fp16,y=fp16 rows=4096,cols=8192",
+    "x=fp16,y=fp16 rows=65536,cols=1024",
+    "x=fp16,y=fp16 rows=8,cols=4096",
+    "x=fp16,y=fp16 rows=16384,cols=128",
+    NULL,
+};
+
+/* ---- the op's own argument rule ----------------------------------------- */
+
+/* The kernel multiplies by scale * log2(e) in fp32: that must be finite
+ * too (the schema has checked that scale is). */
+static scree_status validate(scree_context *ctx, const void *args) {
+  const scree_softmax_args *a = args;
+  if (!isfinite((float)((double)a->scale * LOG2E)))
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "rows=%lld x stride overflows the address space", (long long)a->rows);
-  if (a->y == a->x) {
-    if (scree_dtype_size(a->x_dtype) != scree_dtype_size(a->y_dtype) || xs != ys)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                         "y == x (in place) needs equal element sizes and strides");
-  } else if (scree__overlaps(ylo, yhi, xlo, xhi)) {
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "y=0x%llx partially overlaps x=0x%llx",
-                       (unsigned long long)a->y, (unsigned long long)a->x);
-  }
-  memset(var, 0, sizeof *var);
-  var->v[V_X] = a->x_dtype;
-  var->v[V_Y] = a->y_dtype;
+                       "scale=%g: scale * log2(e) is not finite in fp32", (double)a->scale);
   return SCREE_OK;
 }
+
+static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL("softmax.cu", "scree_softmax", "scree_softmax_stream")}};
+
+const scree__op scree__op_softmax = {
+    SCREE__OP_DESCRIPTOR(softmax),
+    .causal_vfield = -1,
+    .validate = validate,
+    .adapt_class = adapt_class,
+    .shape_inputs = shape_inputs,
+};
