@@ -56,7 +56,7 @@ static void plan_key(const scree__op *op, const scree__variant *var, const void 
   key->op = op;
   key->var = *var;
   scree__bucket_of(op, var, args, &key->b);
-  key->aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
+  key->aclass = scree__adapt_class(op, var, args);
 }
 
 /* The cached config of a bucket, loaded (from its cubin when it serves the

@@ -132,6 +132,9 @@ uint64_t scree__fresh_seed(void);
 uint64_t scree__rand(uint64_t *s);
 /* Normal(0, 1) from *s. */
 double scree__rand_normal(uint64_t *s);
+/* A length log-uniform in [hi / 8, hi], rounded, in [1, hi]: the sequence
+ * lengths of a realistic generated batch (one draw from *s). */
+int64_t scree__rand_len(uint64_t *s, int64_t hi);
 
 /* ---- dtype.c ------------------------------------------------------------- */
 
@@ -197,6 +200,12 @@ void scree__log(scree_context *ctx, scree_log_level lvl, const char *fmt, ...)
 /* Makes the primary context current; returns 1 if it pushed one. */
 int scree__ctx_enter(scree_context *ctx);
 void scree__ctx_leave(scree_context *ctx, int pushed);
+/* Copies bytes of device memory at src to the host once the work queued on
+ * stream is done (making the primary context current): the device-side
+ * arguments an op checks when the context validates them. SCREE_OK, or
+ * the driver's error recorded as "validate: reading <what>: ...". */
+scree_status scree__read_device(scree_context *ctx, CUstream stream, void *dst, CUdeviceptr src,
+                                size_t bytes, const char *what);
 /* Maps a driver error to a status and records "what: CUDA_ERROR_X (text)". */
 scree_status scree__cu_fail(scree_context *ctx, CUresult r, scree_status st,
                             const char *what);

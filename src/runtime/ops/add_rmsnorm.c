@@ -1,57 +1,48 @@
 /* add_rmsnorm.c - the residual add fused with RMSNorm, host side: its
- * arguments, config space, constraints, defaults, the launch, buckets,
- * problems, the CPU reference and the benchmark entries. The kernel is
- * kernels/add_rmsnorm.cu. The variant is the three dtypes (x's covers
- * residual and h). */
+ * arguments, config space, default, launch, problems, CPU reference and
+ * benchmark entries. The kernel is kernels/add_rmsnorm.cu. The variant is
+ * the three dtypes (x's covers residual and h). */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/rowwise.h"
 
-#define ARG(m) SCREE__ARG(scree_add_rmsnorm_args, m)
-#define AT(m) SCREE__AT(scree_add_rmsnorm_args, m)
+#define SCREE__ARGS_T scree_add_rmsnorm_args
+#define ROWS_COLS .dims = {SCREE__AT(rows), SCREE__AT(cols)}
 
 /* The arguments (include/scree.h), field by field. h may be x or residual
  * exactly (in place); y has its own memory; x and residual are only read,
  * so they may overlap, even be one buffer. */
 static const scree__arg schema[] = {
-    {ARG(x), .role = SCREE__IN, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(x_stride)}},
-    {ARG(residual), .role = SCREE__IN, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(residual_stride)}},
-    {ARG(w), .role = SCREE__IN, .dtype = AT(w_dtype), .dims = {AT(cols)}},
-    {ARG(h), .role = SCREE__OUT, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(h_stride)}, .alias = {AT(x), AT(residual)}},
-    {ARG(y), .role = SCREE__OUT, .dtype = AT(y_dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(y_stride)}},
-    {ARG(rows), .role = SCREE__DIM, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY},
-    {ARG(cols), .role = SCREE__DIM, SCREE__RANGE(1, 65536), .flags = SCREE__SHAPE | SCREE__LIMIT},
-    {ARG(x_stride), .role = SCREE__STRIDE},
-    {ARG(residual_stride), .role = SCREE__STRIDE},
-    {ARG(h_stride), .role = SCREE__STRIDE},
-    {ARG(y_stride), .role = SCREE__STRIDE},
-    {ARG(x_dtype), .role = SCREE__DTYPE},
-    {ARG(w_dtype), .role = SCREE__DTYPE},
-    {ARG(y_dtype), .role = SCREE__DTYPE},
-    {ARG(eps), .role = SCREE__FLOAT, .flags = SCREE__FINITE | SCREE__NONNEG},
+    SCREE__IN(x, .dtype = SCREE__AT(x_dtype), ROWS_COLS, .strides = {SCREE__AT(x_stride)},
+              .flags = SCREE__VECTOR),
+    SCREE__IN(residual, .dtype = SCREE__AT(x_dtype), ROWS_COLS,
+              .strides = {SCREE__AT(residual_stride)}, .flags = SCREE__VECTOR),
+    SCREE__IN(w, .dtype = SCREE__AT(w_dtype), .dims = {SCREE__AT(cols)}, .flags = SCREE__VECTOR),
+    SCREE__OUT(h, .dtype = SCREE__AT(x_dtype), ROWS_COLS, .strides = {SCREE__AT(h_stride)},
+               .alias = {SCREE__AT(x), SCREE__AT(residual)}, .flags = SCREE__VECTOR),
+    SCREE__OUT(y, .dtype = SCREE__AT(y_dtype), ROWS_COLS, .strides = {SCREE__AT(y_stride)},
+               .flags = SCREE__VECTOR),
+    SCREE__DIM(rows, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(cols, SCREE__RANGE(1, 65536), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__STRIDE(x_stride), SCREE__STRIDE(residual_stride), SCREE__STRIDE(h_stride),
+    SCREE__STRIDE(y_stride),
+    SCREE__DTYPE(x_dtype), SCREE__DTYPE(w_dtype), SCREE__DTYPE(y_dtype),
+    SCREE__FLOAT(eps, .flags = SCREE__FINITE | SCREE__NONNEG, .example = 1e-6),
 };
 
 enum { V_X, V_W, V_Y };
 
 static const scree__vfield vfields[] = {
-    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(x_dtype)},
-    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(w_dtype)},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(y_dtype)},
+    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(x_dtype)},
+    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(w_dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(y_dtype)},
 };
 
-static int check(const scree__config *c, const scree__variant *var,
-                 const scree__target *t, char *why, size_t n) {
-  (void)t; /* static shared memory only, well under every arch's limit */
-  return scree__rowwise_check_dtypes(var, 3, why, n) && scree__rowwise_check(c, why, n);
-}
+/* Bucket: rows rounded up to a power of two, cols exact. In place and out
+ * of place share the bucket's config (the same bytes move). */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
 
 /* Hand-picked default, the same on sm_80 and sm_90 until measurements say
  * otherwise: RMSNorm's (about four vectors in flight per thread, the whole
@@ -80,25 +71,10 @@ static void default_config(const scree__target *t, const scree__variant *var,
       out->v[SCREE__RW_CACHE] /= 2;
 }
 
-/* log2 of the widest vector (in elements, at most 8) that every pointer
- * and row stride of the call allows. */
-static int vec_log2(const scree__variant *var, const scree_add_rmsnorm_args *a) {
-  const size_t sx = scree_dtype_size((scree_dtype)var->v[V_X]);
-  int l = 3;
-  l = scree__vlog2_ptr(l, a->x, sx);
-  l = scree__vlog2_ptr(l, a->residual, sx);
-  l = scree__vlog2_ptr(l, a->h, sx);
-  l = scree__vlog2_ptr(l, a->w, scree_dtype_size((scree_dtype)var->v[V_W]));
-  l = scree__vlog2_ptr(l, a->y, scree_dtype_size((scree_dtype)var->v[V_Y]));
-  l = scree__vlog2_stride(l, a->x_stride ? a->x_stride : a->cols);
-  l = scree__vlog2_stride(l, a->residual_stride ? a->residual_stride : a->cols);
-  l = scree__vlog2_stride(l, a->h_stride ? a->h_stride : a->cols);
-  return scree__vlog2_stride(l, a->y_stride ? a->y_stride : a->cols);
-}
-
-/* Narrow VEC (keeping the elements per thread) until the call allows it. */
+/* Narrow VEC (keeping the elements per thread) until every pointer and row
+ * stride of the call allows it. */
 static void adapt(scree__config *c, const scree__variant *var, const void *args) {
-  scree__rowwise_adapt(c, vec_log2(var, args));
+  scree__rowwise_adapt(c, scree__vec_log2(&scree__op_add_rmsnorm, var, args));
 }
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k,
@@ -118,66 +94,35 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "add_rmsnorm");
 }
 
-/* ---- tuning hooks ------------------------------------------------------ */
-
-/* Bucket: rows rounded up to a power of two, cols exact. In place and out
- * of place share the bucket's config (the same bytes move). */
-static const scree__bdim dims[] = {{"rows", 1, AT(rows)}, {"cols", 0, AT(cols)}};
-
-/* The widest vector every pointer and stride of the call allows, as log2. */
-static int adapt_class(const scree__variant *var, const void *args) {
-  return vec_log2(var, args);
-}
-
-/* Tuned on the bucket's largest row count, capped at 256 MiB of x and
- * residual together (past that the kernel is long enough that time per
- * byte no longer changes). */
-static void representative(const scree__bucket *b, const scree__variant *var,
-                           int check, void *args) {
-  scree_add_rmsnorm_args *a = args;
-  memset(a, 0, sizeof *a);
-  a->cols = b->v[1];
-  const int64_t es = (int64_t)scree_dtype_size((scree_dtype)var->v[V_X]);
-  int64_t rows = b->v[0];
-  const int64_t cap = ((int64_t)256 << 20) / (a->cols > 0 ? 2 * a->cols * es : 1);
-  if (rows > cap) rows = cap > 0 ? cap : 1;
-  if (check && rows > 97) rows = 97;
-  a->rows = rows;
-  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
-  a->eps = 1e-6f;
-}
-
 /* Skips configs whose threads would mostly idle on this row length, or
  * that would read most of h back from memory in a second pass. */
-static int worth_timing(const scree__config *c, const scree__variant *var,
-                        const void *args) {
+static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
   (void)var;
   return scree__rowwise_worth(c, ((const scree_add_rmsnorm_args *)args)->cols);
 }
 
-/* Buffers: x, residual, w, then h and y (h out of place; the GPU test runs
- * both in-place forms through the public entry).
+/* ---- problems ------------------------------------------------------------ */
+
+/* Tuned on the bucket's largest row count, capped at 256 MiB of x and
+ * residual together. */
+static void representative(const scree__bucket *b, const scree__variant *var, int check,
+                           void *args) {
+  scree__rowwise_representative(&scree__op_add_rmsnorm, b, var, check, 0, args);
+}
+
+/* The shape's rows: x, residual, w in, then h and y out (h out of place;
+ * the GPU test runs both in-place forms through the public entry).
  *
  * Tolerances: h, one rounding of x's dtype (the fp32 sum of two values of
  * x's dtype rounds to the same value as the exact sum, so h is in fact
  * exact); y, one rounding of y's dtype (scree__tolerance), as RMSNorm's:
  * the norm is taken of the same rounded h on both sides. */
-static int problem(const void *args, const scree__variant *var, int check,
-                   uint64_t seed, const scree__lens *lens, scree__problem *p,
-                   char *why, size_t why_size) {
+static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
+                   const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
   (void)seed, (void)lens;
-  scree_add_rmsnorm_args *a = (scree_add_rmsnorm_args *)p->args;
-  memcpy(a, args, sizeof *a);
-  if (scree__problem_shape(a, schema, SCREE__COUNT(schema), why, why_size)) return -1;
-  /* The check problem keeps the row length; a few rows show every mistake
-   * that many would, and keep the CPU reference quick. */
-  if (check && a->rows > 97) a->rows = 97;
-  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
-  if (a->eps == 0) a->eps = 1e-6f;
-  /* From the schema: x, residual, w, h, y, each read or written once. */
-  if (scree__problem_bufs(p, schema, SCREE__COUNT(schema), why, why_size)) return -1;
-  snprintf(p->desc, sizeof p->desc, "%lld rows of %lld, h out of place", (long long)a->rows,
-           (long long)a->cols);
+  if (scree__rowwise_problem(&scree__op_add_rmsnorm, args, var, check, 0, p, why, why_size))
+    return -1;
+  strncat(p->desc, ", h out of place", sizeof p->desc - strlen(p->desc) - 1);
   return 0;
 }
 
@@ -205,7 +150,16 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
-/* ---- the CPU reference (double accumulation) ---------------------------- */
+/* The benchmark entries: the shapes of bench/rowwise_shapes.json, h out of
+ * place. */
+static const char *const bench[] = {
+    "x=fp16,w=fp16,y=fp16 rows=16384,cols=4096", "x=bf16,w=bf16,y=bf16 rows=16384,cols=4096",
+    "x=fp16,w=fp16,y=fp16 rows=4096,cols=8192",  "x=fp16,w=fp16,y=fp16 rows=65536,cols=1024",
+    "x=fp16,w=fp16,y=fp16 rows=8,cols=4096",     "x=fp16,w=fp16,y=fp16 rows=16384,cols=128",
+    NULL,
+};
+
+/* ---- the CPU reference (double accumulation) ----------------------------- */
 
 /* host: x, residual, w, h, y in the problem's buffer order (the
  * schema's). h is written first, rounded to x's dtype, and the
@@ -237,24 +191,7 @@ SCREE__REFERENCE(add_rmsnorm) {
   }
 }
 
-/* ---- benchmark entries: the shapes of bench/rowwise_shapes.json, h out of
- * place -------------------------------------------------------------------- */
+static const scree__impl impls[] = {
+    {SCREE__ROWWISE_IMPL(scree__rowwise_config_check, "add_rmsnorm.cu", "scree_add_rmsnorm")}};
 
-static const char *const bench[] = {
-    "x=fp16,w=fp16,y=fp16 rows=16384,cols=4096",
-    "x=bf16,w=bf16,y=bf16 rows=16384,cols=4096",
-    "x=fp16,w=fp16,y=fp16 rows=4096,cols=8192",
-    "x=fp16,w=fp16,y=fp16 rows=65536,cols=1024",
-    "x=fp16,w=fp16,y=fp16 rows=8,cols=4096",
-    "x=fp16,w=fp16,y=fp16 rows=16384,cols=128",
-    NULL,
-};
-
-static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL("add_rmsnorm.cu", "scree_add_rmsnorm")}};
-
-const scree__op scree__op_add_rmsnorm = {
-    SCREE__OP_DESCRIPTOR(add_rmsnorm),
-    .causal_vfield = -1,
-    .adapt_class = adapt_class,
-    .shape_inputs = shape_inputs,
-};
+SCREE__DEFINE_OP(add_rmsnorm, .shape_inputs = shape_inputs);

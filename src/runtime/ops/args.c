@@ -34,7 +34,7 @@ int scree__overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi) {
 /* ---- reading fields ------------------------------------------------------------ */
 
 static int is_tensor(const scree__arg *f) {
-  return f->role == SCREE__IN || f->role == SCREE__OUT || f->role == SCREE__INOUT;
+  return f->role == SCREE__ROLE_IN || f->role == SCREE__ROLE_OUT || f->role == SCREE__ROLE_INOUT;
 }
 
 /* A field's value as int64 (pointers as their bits, floats not at all). */
@@ -296,7 +296,7 @@ static int may_alias(const scree__arg *a, const scree__arg *b) {
   return 0;
 }
 
-static int writes(const scree__arg *t) { return t->role != SCREE__IN; }
+static int writes(const scree__arg *t) { return t->role != SCREE__ROLE_IN; }
 
 /* Written tensors have their own memory: apart from every other tensor, or
  * exactly one they may alias (in place, with equal element sizes and
@@ -350,7 +350,7 @@ scree_status scree__args_check(scree_context *ctx, const scree__op *op, const vo
   /* Sizes and scalars, then the strides they bound. */
   for (int i = 0; i < op->nargs; i++) {
     const scree__arg *f = &op->args[i];
-    if (f->role == SCREE__FLOAT) {
+    if (f->role == SCREE__ROLE_FLOAT) {
       float v;
       memcpy(&v, (const char *)args + f->offset, sizeof v);
       if (((f->flags & SCREE__FINITE) && !isfinite(v)) ||
@@ -418,6 +418,29 @@ scree_status scree__args_check(scree_context *ctx, const scree__op *op, const vo
   return op->validate_buffers ? op->validate_buffers(ctx, args, stream, var) : SCREE_OK;
 }
 
+/* ---- the vector width a call allows ------------------------------------------- */
+
+int scree__vec_log2(const scree__op *op, const scree__variant *var, const void *args) {
+  int l = 3;
+  for (int i = 0; i < op->nargs; i++) {
+    const scree__arg *t = &op->args[i];
+    if (!(t->flags & SCREE__VECTOR)) continue;
+    int k = 0;
+    while (op->vfields[k].arg != t->dtype) k++; /* the registry check: it is there */
+    scree_devptr p;
+    memcpy(&p, (const char *)args + t->offset, sizeof p);
+    l = scree__vlog2_ptr(l, p, scree_dtype_size((scree_dtype)var->v[k]));
+    scree__geom g;
+    scree__tensor_geom(args, t, &g);
+    for (int d = 0; d + 1 < g.rank; d++) l = scree__vlog2_stride(l, g.stride[d]);
+  }
+  return l;
+}
+
+int scree__adapt_class(const scree__op *op, const scree__variant *var, const void *args) {
+  return op->adapt_class ? op->adapt_class(var, args) : scree__vec_log2(op, var, args);
+}
+
 /* ---- the schema's consistency (the registry check) ------------------------------- */
 
 static int role_of(const scree__op *op, unsigned link, int role) {
@@ -434,7 +457,7 @@ const char *scree__schema_missing(const scree__op *op) {
   for (int i = 0; i < op->nargs; i++) {
     const scree__arg *f = &op->args[i];
     NEED(f->name && *f->name, "args[].name");
-    NEED(f->role >= SCREE__IN && f->role <= SCREE__FLOAT, "args[].role");
+    NEED(f->role >= SCREE__ROLE_IN && f->role <= SCREE__ROLE_FLOAT, "args[].role");
     /* Every member, in order: at most padding between two, and after the
      * last (the struct's alignment, 8 at most). */
     NEED(f->offset >= end && f->offset - end < 8, "args[] (every field, in the struct's order)");
@@ -446,41 +469,47 @@ const char *scree__schema_missing(const scree__op *op) {
       ntensors++;
       NEED(f->ctype == SCREE__C_PTR, "args[] (a tensor is a scree_devptr)");
       NEED(!f->dtype != !f->elem, "args[].dtype or .elem (one of them)");
-      NEED(!f->dtype || role_of(op, f->dtype, SCREE__DTYPE), "args[].dtype (a DTYPE field)");
+      NEED(!f->dtype || role_of(op, f->dtype, SCREE__ROLE_DTYPE), "args[].dtype (a DTYPE field)");
       NEED(f->elem <= SCREE__E_I64, "args[].elem");
-      NEED(!f->wide || (f->elem == SCREE__E_I32 && role_of(op, f->wide, SCREE__INT) &&
+      NEED(!f->wide || (f->elem == SCREE__E_I32 && role_of(op, f->wide, SCREE__ROLE_INT) &&
                         scree__arg_at(op, f->wide)->ctype == SCREE__C_I32),
            "args[].wide (an int field, with elem SCREE__E_I32)");
       NEED(f->dims[0], "args[].dims");
       int rank = 0;
       while (rank < 3 && f->dims[rank]) {
-        NEED(role_of(op, f->dims[rank], SCREE__DIM), "args[].dims (DIM fields)");
+        NEED(role_of(op, f->dims[rank], SCREE__ROLE_DIM), "args[].dims (DIM fields)");
         rank++;
       }
       for (int k = rank; k < 3; k++) NEED(!f->dims[k], "args[].dims (outermost first)");
       for (int k = 0; k < 2; k++)
-        NEED(!f->strides[k] || (k < rank - 1 && role_of(op, f->strides[k], SCREE__STRIDE)),
+        NEED(!f->strides[k] || (k < rank - 1 && role_of(op, f->strides[k], SCREE__ROLE_STRIDE)),
              "args[].strides (STRIDE fields of its outer dims)");
       for (int k = 0; k < 2; k++)
         NEED(!f->alias[k] || role_of(op, f->alias[k], 0), "args[].alias (tensors)");
       NEED(!f->align || !(f->align & (f->align - 1)), "args[].align (a power of two)");
       NEED(!(f->flags & SCREE__ANY_ORDER) || rank >= 2, "args[] (ANY_ORDER needs rank 2 or 3)");
+      int vslot = 0;
+      for (int k = 0; k < op->nvfields; k++) vslot |= f->dtype && op->vfields[k].arg == f->dtype;
+      NEED(!(f->flags & SCREE__VECTOR) || vslot,
+           "args[] (a VECTOR tensor's dtype is a variant field's)");
+      NEED(!(f->flags & SCREE__CHECK_ONLY) || (f->flags & SCREE__OPTIONAL),
+           "args[] (CHECK_ONLY is for optional tensors)");
     } else {
       NEED(f->ctype != SCREE__C_PTR, "args[] (a scree_devptr is a tensor)");
       NEED(!f->dtype && !f->elem && !f->wide && !f->dims[0] && !f->strides[0] && !f->alias[0],
            "args[] (links on a field that is not a tensor)");
-      NEED(f->role != SCREE__DIM && f->role != SCREE__STRIDE ? 1 : f->ctype == SCREE__C_I64,
+      NEED(f->role != SCREE__ROLE_DIM && f->role != SCREE__ROLE_STRIDE ? 1 : f->ctype == SCREE__C_I64,
            "args[] (DIM and STRIDE fields are int64_t)");
-      NEED(f->role != SCREE__FLOAT || f->ctype == SCREE__C_F32, "args[] (FLOAT is a float)");
-      NEED(f->role != SCREE__DTYPE || f->ctype == SCREE__C_I32, "args[] (DTYPE is a scree_dtype)");
+      NEED(f->role != SCREE__ROLE_FLOAT || f->ctype == SCREE__C_F32, "args[] (FLOAT is a float)");
+      NEED(f->role != SCREE__ROLE_DTYPE || f->ctype == SCREE__C_I32, "args[] (DTYPE is a scree_dtype)");
       NEED(f->min <= f->max, "args[].min/max");
     }
     if (f->flags & SCREE__SHAPE) {
       nshape++;
       NEED(f->ctype == SCREE__C_I64, "args[] (a SHAPE field is int64_t)");
     }
-    NEED(!(f->flags & SCREE__EMPTY) || f->role == SCREE__DIM, "args[] (EMPTY is for DIM fields)");
-    if (f->role == SCREE__DTYPE) {
+    NEED(!(f->flags & SCREE__EMPTY) || f->role == SCREE__ROLE_DIM, "args[] (EMPTY is for DIM fields)");
+    if (f->role == SCREE__ROLE_DTYPE) {
       int given = 0;
       for (int k = 0; k < op->nvfields; k++)
         given |= op->vfields[k].arg == f->offset + 1u && op->vfields[k].is_dtype;
@@ -492,7 +521,7 @@ const char *scree__schema_missing(const scree__op *op) {
   NEED(nshape >= 1, "args[] (SHAPE fields)");
   for (int k = 0; k < op->nvfields; k++) {
     const scree__arg *f = scree__arg_at(op, op->vfields[k].arg);
-    NEED(!op->vfields[k].arg || (f && !is_tensor(f) && f->role != SCREE__FLOAT),
+    NEED(!op->vfields[k].arg || (f && !is_tensor(f) && f->role != SCREE__ROLE_FLOAT),
          "vfields[].arg (an integer field of the args)");
   }
 #undef NEED

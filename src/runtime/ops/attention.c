@@ -12,12 +12,13 @@
 
 #include "ops/op.h"
 
-#define ARG(m) SCREE__ARG(scree_attention_args, m)
-#define AT(m) SCREE__AT(scree_attention_args, m)
-#define TENSOR(t, tokens, heads)                                                       \
-  .dtype = AT(dtype), .align = 16, .dims = {AT(tokens), AT(heads), AT(head_dim)},     \
-  .strides = {AT(t##_token_stride), AT(t##_head_stride)}, .flags = SCREE__ANY_ORDER, \
-  .stride_multiple = 8
+#define SCREE__ARGS_T scree_attention_args
+/* A [tokens, heads, head_dim] tensor t of the dtype, with its two strides. */
+#define TENSOR(t, tokens, heads)                                                           \
+  .dtype = SCREE__AT(dtype), .align = 16,                                                  \
+  .dims = {SCREE__AT(tokens), SCREE__AT(heads), SCREE__AT(head_dim)},                      \
+  .strides = {SCREE__AT(t##_token_stride), SCREE__AT(t##_head_stride)},                    \
+  .flags = SCREE__ANY_ORDER, .stride_multiple = 8
 
 /* The arguments (include/scree.h), field by field. q, k, v and out are
  * [tokens, heads, head_dim] with token and head strides in either order,
@@ -25,41 +26,33 @@
  * 16 bytes at a time); out and lse have their own memory. The counts bound
  * int32 cu_seqlens. */
 static const scree__arg schema[] = {
-    {ARG(q), .role = SCREE__IN, TENSOR(q, total_q, heads_q)},
-    {ARG(k), .role = SCREE__IN, TENSOR(k, total_k, heads_kv)},
-    {ARG(v), .role = SCREE__IN, TENSOR(v, total_k, heads_kv)},
-    {ARG(out), .role = SCREE__OUT, TENSOR(out, total_q, heads_q)},
-    {ARG(lse), .role = SCREE__OUT, .elem = SCREE__E_F32, .dims = {AT(heads_q), AT(total_q)},
-     .flags = SCREE__OPTIONAL},
-    {ARG(cu_seqlens_q), .role = SCREE__IN, .elem = SCREE__E_I32, .dims = {AT(batch)},
-     .flags = SCREE__PLUS_ONE},
-    {ARG(cu_seqlens_k), .role = SCREE__IN, .elem = SCREE__E_I32, .dims = {AT(batch)},
-     .flags = SCREE__PLUS_ONE},
-    {ARG(batch), .role = SCREE__DIM, SCREE__RANGE(0, 0x7fffffff),
-     .flags = SCREE__SHAPE | SCREE__EMPTY},
-    {ARG(total_q), .role = SCREE__DIM, SCREE__RANGE(0, 0x7fffffff),
-     .flags = SCREE__SHAPE | SCREE__EMPTY},
-    {ARG(total_k), .role = SCREE__DIM, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE},
-    {ARG(max_seqlen_q), .role = SCREE__DIM, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE},
-    {ARG(max_seqlen_k), .role = SCREE__DIM, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE},
-    {ARG(heads_q), .role = SCREE__DIM, SCREE__RANGE(1, 65535), .flags = SCREE__SHAPE},
-    {ARG(heads_kv), .role = SCREE__DIM, SCREE__MIN(1), .flags = SCREE__SHAPE},
-    {ARG(head_dim), .role = SCREE__DIM, .flags = SCREE__SHAPE}, /* a variant field's values */
-    {ARG(q_token_stride), .role = SCREE__STRIDE},
-    {ARG(k_token_stride), .role = SCREE__STRIDE},
-    {ARG(v_token_stride), .role = SCREE__STRIDE},
-    {ARG(out_token_stride), .role = SCREE__STRIDE},
-    {ARG(q_head_stride), .role = SCREE__STRIDE},
-    {ARG(k_head_stride), .role = SCREE__STRIDE},
-    {ARG(v_head_stride), .role = SCREE__STRIDE},
-    {ARG(out_head_stride), .role = SCREE__STRIDE},
-    {ARG(dtype), .role = SCREE__DTYPE},
-    {ARG(causal), .role = SCREE__INT},
-    {ARG(scale), .role = SCREE__FLOAT, .flags = SCREE__FINITE},
-    {ARG(window_left), .role = SCREE__INT, SCREE__MIN(-1), .flags = SCREE__SHAPE,
-     .hint = "(-1: unbounded)"},
-    {ARG(window_right), .role = SCREE__INT, SCREE__MIN(-1), .flags = SCREE__SHAPE,
-     .hint = "(-1: unbounded)"},
+    SCREE__IN(q, TENSOR(q, total_q, heads_q)),
+    SCREE__IN(k, TENSOR(k, total_k, heads_kv)),
+    SCREE__IN(v, TENSOR(v, total_k, heads_kv)),
+    SCREE__OUT(out, TENSOR(out, total_q, heads_q)),
+    SCREE__OUT(lse, .elem = SCREE__E_F32, .dims = {SCREE__AT(heads_q), SCREE__AT(total_q)},
+               .flags = SCREE__OPTIONAL),
+    SCREE__IN(cu_seqlens_q, .elem = SCREE__E_I32, .dims = {SCREE__AT(batch)},
+              .flags = SCREE__PLUS_ONE),
+    SCREE__IN(cu_seqlens_k, .elem = SCREE__E_I32, .dims = {SCREE__AT(batch)},
+              .flags = SCREE__PLUS_ONE),
+    SCREE__DIM(batch, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(total_q, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(total_k, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(max_seqlen_q, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(max_seqlen_k, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(heads_q, SCREE__RANGE(1, 65535), .flags = SCREE__SHAPE),
+    SCREE__DIM(heads_kv, SCREE__MIN(1), .flags = SCREE__SHAPE),
+    SCREE__DIM(head_dim, .flags = SCREE__SHAPE), /* one of a variant field's values */
+    SCREE__STRIDE(q_token_stride), SCREE__STRIDE(k_token_stride),
+    SCREE__STRIDE(v_token_stride), SCREE__STRIDE(out_token_stride),
+    SCREE__STRIDE(q_head_stride), SCREE__STRIDE(k_head_stride),
+    SCREE__STRIDE(v_head_stride), SCREE__STRIDE(out_head_stride),
+    SCREE__DTYPE(dtype),
+    SCREE__INT(causal),
+    SCREE__FLOAT(scale, .flags = SCREE__FINITE), /* 0 means 1 / sqrt(head_dim) */
+    SCREE__INT(window_left, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
+    SCREE__INT(window_right, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
 };
 
 enum { F_BM, F_BN, F_WARPS, F_STAGES, F_QREG, F_SCHED };
@@ -76,8 +69,8 @@ static const scree__field fields[] = {
 };
 static const scree__vfield vfields[] = {
     {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 2, {SCREE_DTYPE_FP16, SCREE_DTYPE_BF16},
-     AT(dtype)},
-    {"head_dim", "SCREE_HEAD_DIM", 0, 128, 5, {32, 64, 96, 128, 256}, AT(head_dim)},
+     SCREE__AT(dtype)},
+    {"head_dim", "SCREE_HEAD_DIM", 0, 128, 5, {32, 64, 96, 128, 256}, SCREE__AT(head_dim)},
     {"causal", "SCREE_CAUSAL", 0, 0, 2, {0, 1}, 0}, /* validate_buffers fills these */
     {"window", "SCREE_WINDOW", 0, 0, 2, {0, 1}, 0},
 };
@@ -152,13 +145,7 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
                    rows, bn, d, regs);
     return 0;
   }
-  const size_t bytes = smem(c, var);
-  if (bytes > (size_t)t->smem_optin) {
-    scree__set_why(why, n, "needs %zu bytes of shared memory; sm_%d allows %d", bytes, t->sm,
-                   t->smem_optin);
-    return 0;
-  }
-  return 1;
+  return scree__check_smem(smem(c, var), t, why, n);
 }
 
 /* Defaults measured on an H100 (docs/kernels/attention.md): on sm_90 with
@@ -240,14 +227,24 @@ static strides strides_of(const scree_attention_args *a) {
   return s;
 }
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /* Upper bound of the (sequence, q-tile) pairs: what the schedule list and
  * the grid are sized for. */
 static int64_t tile_cap(const scree_attention_args *a, int bm) {
-  const int64_t by_len = a->batch * cdiv(a->max_seqlen_q, bm);
-  const int64_t by_tokens = cdiv(a->total_q, bm) + a->batch;
+  const int64_t by_len = a->batch * scree__cdiv(a->max_seqlen_q, bm);
+  const int64_t by_tokens = scree__cdiv(a->total_q, bm) + a->batch;
   return by_len < by_tokens ? by_len : by_tokens;
+}
+
+/* The kernels' scalars: the softmax scale in the log2 domain (0 means
+ * 1 / sqrt(head_dim)), and the window's sides as int, -1 unbounded (or
+ * compiled out). */
+static void launch_scalars(const scree_attention_args *a, const scree__variant *var,
+                           float *scale_log2, int *wl, int *wr) {
+  const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
+  *scale_log2 = (float)((double)scale * 1.4426950408889634);
+  *wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
+  *wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
+  if (!var->v[V_WINDOW]) *wl = *wr = -1;
 }
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
@@ -260,17 +257,15 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   long long qt = s.qt, qh = s.qh, kt = s.kt, kh = s.kh, vt = s.vt, vh = s.vh, ot = s.ot,
             oh = s.oh, total_q = a->total_q;
   int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
-  const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
-  float scale_log2 = (float)((double)scale * 1.4426950408889634);
-  int wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
-  int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
-  if (!var->v[V_WINDOW]) wl = wr = -1;
+  float scale_log2;
+  int wl, wr;
+  launch_scalars(a, var, &scale_log2, &wl, &wr);
   const int64_t cap = tile_cap(a, bm);
   if (sched != SCHED_GRID && cap * heads_q > 0x7fffffff)
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
                        "%lld query tiles x %d heads exceed a grid of 2^31 CTAs",
                        (long long)cap, heads_q);
-  int max_qtiles = (int)(sched == SCHED_GRID ? cdiv(a->max_seqlen_q, bm) : cap);
+  int max_qtiles = (int)(sched == SCHED_GRID ? scree__cdiv(a->max_seqlen_q, bm) : cap);
   uint64_t sched_ptr = 0;
   const unsigned block = (unsigned)(32 * c->v[F_WARPS]);
   const unsigned bytes = (unsigned)smem(c, var);
@@ -307,7 +302,6 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 }
 
 /* ---- the Hopper implementation (kernels/attention_hopper.cu) -------------- */
-
 
 static const scree__field hfields[H_NFIELDS] = {
     {"bn", "SCREE_BN", 2, {64, 128}},
@@ -362,12 +356,7 @@ static int hcheck(const scree__config *c, const scree__variant *var, const scree
                    "%d a consumer of %d warpgroups has", bn, d, acc, regs - 48, cwg);
     return 0;
   }
-  const size_t bytes = hsmem(c, var);
-  if (bytes > (size_t)t->smem_optin) {
-    scree__set_why(why, n, "needs %zu bytes of shared memory; sm_%d allows %d", bytes, t->sm,
-                   t->smem_optin);
-    return 0;
-  }
+  if (!scree__check_smem(hsmem(c, var), t, why, n)) return 0;
   if (!t->tensor_maps) {
     scree__set_why(why, n, "the driver has no cuTensorMapEncodeTiled (tensor maps)");
     return 0;
@@ -433,11 +422,9 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   uint64_t o = a->out, lse = a->lse, cu_q = a->cu_seqlens_q, cu_k = a->cu_seqlens_k;
   long long ot = s.ot, oh = s.oh, total_q = a->total_q;
   int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
-  const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
-  float scale_log2 = (float)((double)scale * 1.4426950408889634);
-  int wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
-  int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
-  if (!var->v[V_WINDOW]) wl = wr = -1;
+  float scale_log2;
+  int wl, wr;
+  launch_scalars(a, var, &scale_log2, &wl, &wr);
   CUdeviceptr ws;
   st = scree__workspace(ctx, stream, (size_t)(2 + 2 * cap) * sizeof(int), &ws);
   if (st) return st;
@@ -489,13 +476,9 @@ static scree_status check_seqlens(scree_context *ctx, const scree_attention_args
   const size_t n = (size_t)a->batch + 1;
   int32_t *h = malloc(2 * n * sizeof *h);
   if (!h) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: cu_seqlens copy");
-  const int pushed = scree__ctx_enter(ctx);
-  CUresult r = ctx->cu->StreamSynchronize(stream);
-  if (!r) r = ctx->cu->MemcpyDtoH(h, a->cu_seqlens_q, n * sizeof *h);
-  if (!r) r = ctx->cu->MemcpyDtoH(h + n, a->cu_seqlens_k, n * sizeof *h);
-  scree__ctx_leave(ctx, pushed);
-  scree_status st = SCREE_OK;
-  if (r) st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "validate: reading cu_seqlens");
+  const size_t bytes = n * sizeof *h;
+  scree_status st = scree__read_device(ctx, stream, h, a->cu_seqlens_q, bytes, "cu_seqlens_q");
+  if (!st) st = scree__read_device(ctx, stream, h + n, a->cu_seqlens_k, bytes, "cu_seqlens_k");
   const char *names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
   const int64_t totals[2] = {a->total_q, a->total_k}, maxes[2] = {a->max_seqlen_q, a->max_seqlen_k};
   for (int t = 0; t < 2 && !st; t++) {
@@ -590,13 +573,7 @@ static int gen_tune_lens(const scree_attention_args *a, uint64_t seed, int64_t *
   int n = 0;
   uint64_t s = seed | 1;
   while (n < cap && total < target) {
-    int64_t l = mq;
-    if (n > 0) {
-      const double u = (double)(scree__rand(&s) >> 11) / 9007199254740992.0;
-      l = (int64_t)(exp(log((double)mq / 8) + u * log(8.0)) + 0.5);
-      if (l < 1) l = 1;
-      if (l > mq) l = mq;
-    }
+    int64_t l = n > 0 ? scree__rand_len(&s, mq) : mq;
     if (total + l > target && n > 0) l = target - total;
     int64_t k = (int64_t)((double)l * kr + 0.5);
     if (k > a->max_seqlen_k) k = a->max_seqlen_k;
@@ -939,7 +916,8 @@ static void run_item(void *user, int idx) {
     double *kd = kp + (jj / KB) * d * KB + jj % KB;
     for (int64_t c = 0; c < d; c++) {
       kd[c * KB] = scree__load_elem(j->k, a->dtype, (size_t)(tk * j->s.kt + it->g * j->s.kh + c));
-      vv[jj * d + c] = scree__load_elem(j->v, a->dtype, (size_t)(tk * j->s.vt + it->g * j->s.vh + c));
+      vv[jj * d + c] =
+          scree__load_elem(j->v, a->dtype, (size_t)(tk * j->s.vt + it->g * j->s.vh + c));
     }
   }
   for (int64_t h = h0; h < h1; h++) {
@@ -1065,39 +1043,16 @@ static const char *const bench[] = {
     NULL,
 };
 
-
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "attention.cu",
-    .entries = {"scree_attention_fwd", "scree_attention_schedule"},
-    .min_sm = 80,
-    .nfields = 6,
-    .fields = fields,
-    .check = check,
-    .smem = smem,
-    .threads = threads,
-    .adapt = adapt,
-    .launch = launch,
-}, {
-    .name = "hopper",
-    .source = "attention_hopper.cu",
-    .entries = {"scree_attention_hopper", "scree_attention_schedule"},
-    .min_sm = 90,
-    .max_sm = 90,
-    .arch_specific = 1,
-    .nfields = H_NFIELDS,
-    .fields = hfields,
-    .check = hcheck,
-    .smem = hsmem,
-    .threads = hthreads,
-    .launch = hlaunch,
-}};
-
-const scree__op scree__op_attention = {
-    SCREE__OP_DESCRIPTOR(attention),
-    .causal_vfield = V_CAUSAL,
-    .validate = validate,
-    .validate_buffers = validate_buffers,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
+static const scree__impl impls[] = {
+    {SCREE__IMPL("generic", "attention.cu", 80, 0, "scree_attention_fwd",
+                 "scree_attention_schedule"),
+     .nfields = 6, .fields = fields, .check = check, .smem = smem, .threads = threads,
+     .adapt = adapt, .launch = launch},
+    {SCREE__IMPL("hopper", "attention_hopper.cu", 90, 90, "scree_attention_hopper",
+                 "scree_attention_schedule"),
+     .arch_specific = 1, .nfields = H_NFIELDS, .fields = hfields, .check = hcheck,
+     .smem = hsmem, .threads = hthreads, .launch = hlaunch},
 };
+
+SCREE__DEFINE_OP(attention, .validate = validate, .validate_buffers = validate_buffers,
+                 .bucket = bucket, .adapt_class = adapt_class);

@@ -250,17 +250,20 @@ void scree__variant_example(const scree__op *op, scree__variant *var) {
   for (int i = 0; i < op->nvfields; i++) var->v[i] = op->vfields[i].example;
 }
 
+int scree__check_smem(size_t bytes, const scree__target *t, char *why, size_t why_size) {
+  if (bytes <= (size_t)t->smem_optin) return 1;
+  set_why(why, why_size, "needs %zu bytes of shared memory; sm_%d allows %d", bytes, t->sm,
+          t->smem_optin);
+  return 0;
+}
+
 int scree__variant_causal(const scree__op *op, const scree__variant *var) {
-  return op->causal_vfield >= 0 ? var->v[op->causal_vfield] != 0 : 0;
+  for (int i = 0; i < op->nvfields; i++)
+    if (!strcmp(op->vfields[i].name, "causal")) return var->v[i] != 0;
+  return 0;
 }
 
 /* ---- buckets ------------------------------------------------------------------ */
-
-static int64_t pow2_ceil(int64_t v) {
-  if (v <= 1) return 1;
-  const int l = 64 - __builtin_clzll((uint64_t)(v - 1)); /* on the hot path */
-  return l > 62 ? (int64_t)1 << 62 : (int64_t)1 << l;
-}
 
 void scree__bucket_of(const scree__op *op, const scree__variant *var, const void *args,
                       scree__bucket *b) {
@@ -271,7 +274,7 @@ void scree__bucket_of(const scree__op *op, const scree__variant *var, const void
     for (int i = 0; i < op->ndims; i++)
       memcpy(&b->v[i], (const char *)args + op->dims[i].arg - 1, sizeof b->v[i]);
   for (int i = 0; i < op->ndims; i++)
-    if (op->dims[i].pow2) b->v[i] = pow2_ceil(b->v[i]);
+    if (op->dims[i].pow2) b->v[i] = scree__pow2_ceil(b->v[i]);
 }
 
 void scree__bucket_str(const scree__op *op, const scree__bucket *b, char *buf, size_t size) {
@@ -459,7 +462,7 @@ int scree__problem_bufs(scree__problem *p, const scree__arg *schema, int nargs, 
   p->bytes = 0;
   for (int i = 0; i < nargs; i++) {
     const scree__arg *t = &schema[i];
-    if (t->role != SCREE__IN && t->role != SCREE__OUT && t->role != SCREE__INOUT) continue;
+    if (t->role != SCREE__ROLE_IN && t->role != SCREE__ROLE_OUT && t->role != SCREE__ROLE_INOUT) continue;
     scree_devptr marked;
     memcpy(&marked, p->args + t->offset, sizeof marked);
     if ((t->flags & SCREE__OPTIONAL) && !marked) continue;
@@ -476,8 +479,8 @@ int scree__problem_bufs(scree__problem *p, const scree__arg *schema, int nargs, 
     const int elem = scree__tensor_elem(p->args, t);
     const int integer = elem == SCREE__DTYPE_I32 || elem == SCREE__DTYPE_I64;
     const scree__buf_kind kind = integer                 ? SCREE__BUF_HOST_IN
-                                 : t->role == SCREE__IN  ? SCREE__BUF_IN
-                                 : t->role == SCREE__OUT ? SCREE__BUF_OUT
+                                 : t->role == SCREE__ROLE_IN  ? SCREE__BUF_IN
+                                 : t->role == SCREE__ROLE_OUT ? SCREE__BUF_OUT
                                                          : SCREE__BUF_INOUT;
     if (!scree__problem_buf(p, t->name, kind, elem, (size_t)count, t->offset)) {
       set_why(why, why_size, "more than %d buffers", SCREE__MAX_BUFS);
@@ -492,7 +495,7 @@ int scree__problem_shape(const void *args, const scree__arg *schema, int nargs, 
                          size_t why_size) {
   for (int i = 0; i < nargs; i++) {
     const scree__arg *f = &schema[i];
-    if (!(f->flags & SCREE__SHAPE) || f->role != SCREE__DIM) continue;
+    if (!(f->flags & SCREE__SHAPE) || f->role != SCREE__ROLE_DIM) continue;
     int64_t v;
     memcpy(&v, (const char *)args + f->offset, sizeof v);
     if ((f->min || f->max) && (v < f->min || v > f->max)) {

@@ -1,7 +1,6 @@
-/* layernorm.c - LayerNorm's host side: config space, constraints, defaults,
- * the launch, buckets, problems, the CPU reference and the benchmark
- * entries; its arguments are the schema below. The kernel is
- * kernels/layernorm.cu.
+/* layernorm.c - LayerNorm's host side: its arguments, config space,
+ * default, launch, problems, CPU reference and benchmark entries. The
+ * kernel is kernels/layernorm.cu.
  *
  * The variant is the three dtypes (27 variants). The bias and the mean /
  * rstd outputs are run-time options (null pointers), not variant fields:
@@ -14,53 +13,46 @@
  * without bias or statistics, for 4 times the variants to compile, tune
  * and cache: not worth it on a memory-bound kernel. */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/rowwise.h"
 
-#define ARG(m) SCREE__ARG(scree_layernorm_args, m)
-#define AT(m) SCREE__AT(scree_layernorm_args, m)
+#define SCREE__ARGS_T scree_layernorm_args
 
 /* The arguments (include/scree.h), field by field. y may be x exactly (in
  * place); the bias and the fp32 statistics are optional. */
 static const scree__arg schema[] = {
-    {ARG(x), .role = SCREE__IN, .dtype = AT(x_dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(x_stride)}},
-    {ARG(w), .role = SCREE__IN, .dtype = AT(w_dtype), .dims = {AT(cols)}},
-    {ARG(b), .role = SCREE__IN, .dtype = AT(w_dtype), .dims = {AT(cols)},
-     .flags = SCREE__OPTIONAL},
-    {ARG(y), .role = SCREE__OUT, .dtype = AT(y_dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(y_stride)}, .alias = {AT(x)}},
-    {ARG(mean), .role = SCREE__OUT, .elem = SCREE__E_F32, .dims = {AT(rows)},
-     .flags = SCREE__OPTIONAL},
-    {ARG(rstd), .role = SCREE__OUT, .elem = SCREE__E_F32, .dims = {AT(rows)},
-     .flags = SCREE__OPTIONAL},
-    {ARG(rows), .role = SCREE__DIM, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY},
-    {ARG(cols), .role = SCREE__DIM, SCREE__RANGE(1, 65536), .flags = SCREE__SHAPE | SCREE__LIMIT},
-    {ARG(x_stride), .role = SCREE__STRIDE},
-    {ARG(y_stride), .role = SCREE__STRIDE},
-    {ARG(x_dtype), .role = SCREE__DTYPE},
-    {ARG(w_dtype), .role = SCREE__DTYPE},
-    {ARG(y_dtype), .role = SCREE__DTYPE},
-    {ARG(eps), .role = SCREE__FLOAT, .flags = SCREE__FINITE | SCREE__NONNEG},
+    SCREE__IN(x, .dtype = SCREE__AT(x_dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+              .strides = {SCREE__AT(x_stride)}, .flags = SCREE__VECTOR),
+    SCREE__IN(w, .dtype = SCREE__AT(w_dtype), .dims = {SCREE__AT(cols)}, .flags = SCREE__VECTOR),
+    SCREE__IN(b, .dtype = SCREE__AT(w_dtype), .dims = {SCREE__AT(cols)},
+              .flags = SCREE__OPTIONAL | SCREE__VECTOR),
+    SCREE__OUT(y, .dtype = SCREE__AT(y_dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+               .strides = {SCREE__AT(y_stride)}, .alias = {SCREE__AT(x)}, .flags = SCREE__VECTOR),
+    SCREE__OUT(mean, .elem = SCREE__E_F32, .dims = {SCREE__AT(rows)},
+               .flags = SCREE__OPTIONAL | SCREE__CHECK_ONLY),
+    SCREE__OUT(rstd, .elem = SCREE__E_F32, .dims = {SCREE__AT(rows)},
+               .flags = SCREE__OPTIONAL | SCREE__CHECK_ONLY),
+    SCREE__DIM(rows, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(cols, SCREE__RANGE(1, 65536), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__STRIDE(x_stride), SCREE__STRIDE(y_stride),
+    SCREE__DTYPE(x_dtype), SCREE__DTYPE(w_dtype), SCREE__DTYPE(y_dtype),
+    SCREE__FLOAT(eps, .flags = SCREE__FINITE | SCREE__NONNEG, .example = 1e-5),
 };
 
 enum { V_X, V_W, V_Y };
 
 static const scree__vfield vfields[] = {
-    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(x_dtype)},
-    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(w_dtype)},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(y_dtype)},
+    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(x_dtype)},
+    {"w", "SCREE_W_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(w_dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(y_dtype)},
 };
 
-static int check(const scree__config *c, const scree__variant *var,
-                 const scree__target *t, char *why, size_t n) {
-  (void)t; /* static shared memory only, well under every arch's limit */
-  return scree__rowwise_check_dtypes(var, 3, why, n) && scree__rowwise_check(c, why, n);
-}
+/* Bucket: rows rounded up to a power of two, cols exact. Bias and
+ * statistics share the bucket's config (a few bytes per row more or less
+ * moved; the tuned problem has a bias and no statistics). */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
 
 /* Hand-picked default, the same on sm_80 and sm_90 until measurements say
  * otherwise: RMSNorm's (about four vectors in flight per thread, the whole
@@ -87,22 +79,10 @@ static void default_config(const scree__target *t, const scree__variant *var,
       out->v[SCREE__RW_CACHE] /= 2;
 }
 
-/* log2 of the widest vector (in elements, at most 8) that every pointer
- * (b only when given) and row stride of the call allows. */
-static int vec_log2(const scree__variant *var, const scree_layernorm_args *a) {
-  const size_t sw = scree_dtype_size((scree_dtype)var->v[V_W]);
-  int l = 3;
-  l = scree__vlog2_ptr(l, a->x, scree_dtype_size((scree_dtype)var->v[V_X]));
-  l = scree__vlog2_ptr(l, a->w, sw);
-  l = scree__vlog2_ptr(l, a->b, sw);
-  l = scree__vlog2_ptr(l, a->y, scree_dtype_size((scree_dtype)var->v[V_Y]));
-  l = scree__vlog2_stride(l, a->x_stride ? a->x_stride : a->cols);
-  return scree__vlog2_stride(l, a->y_stride ? a->y_stride : a->cols);
-}
-
-/* Narrow VEC (keeping the elements per thread) until the call allows it. */
+/* Narrow VEC (keeping the elements per thread) until every pointer (b only
+ * when given) and row stride of the call allows it. */
 static void adapt(scree__config *c, const scree__variant *var, const void *args) {
-  scree__rowwise_adapt(c, vec_log2(var, args));
+  scree__rowwise_adapt(c, scree__vec_log2(&scree__op_layernorm, var, args));
 }
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k,
@@ -120,48 +100,26 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "layernorm");
 }
 
-/* ---- tuning hooks ------------------------------------------------------ */
-
-/* Bucket: rows rounded up to a power of two, cols exact. Bias and
- * statistics share the bucket's config (a few bytes per row more or less
- * moved; the tuned problem has a bias and no statistics). */
-static const scree__bdim dims[] = {{"rows", 1, AT(rows)}, {"cols", 0, AT(cols)}};
-
-/* The widest vector every pointer and stride of the call allows, as log2. */
-static int adapt_class(const scree__variant *var, const void *args) {
-  return vec_log2(var, args);
-}
-
-/* Tuned on the bucket's largest row count, capped at 256 MiB of x (past
- * that the kernel is long enough that time per byte no longer changes). */
-static void representative(const scree__bucket *b, const scree__variant *var,
-                           int check, void *args) {
-  scree_layernorm_args *a = args;
-  memset(a, 0, sizeof *a);
-  a->cols = b->v[1];
-  const int64_t es = (int64_t)scree_dtype_size((scree_dtype)var->v[V_X]);
-  int64_t rows = b->v[0];
-  const int64_t cap = ((int64_t)256 << 20) / (a->cols > 0 ? a->cols * es : 1);
-  if (rows > cap) rows = cap > 0 ? cap : 1;
-  if (check && rows > 97) rows = 97;
-  a->rows = rows;
-  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
-  a->eps = 1e-5f;
-}
-
 /* Skips configs whose threads would mostly idle on this row length, or
  * that would re-read most of the row from memory in later passes. */
-static int worth_timing(const scree__config *c, const scree__variant *var,
-                        const void *args) {
+static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
   (void)var;
   return scree__rowwise_worth(c, ((const scree_layernorm_args *)args)->cols);
 }
 
-/* Buffers: x, w, b, y, then mean and rstd in check problems only (a timed
- * problem is the inference form: a bias, no statistics). The problem's
- * args mark the optional buffers it holds with a nonzero b / mean / rstd
- * (every run binds them to device pointers), which is how the reference
- * knows which host copies it is given.
+/* ---- problems ------------------------------------------------------------ */
+
+/* Tuned on the bucket's largest row count, capped at 256 MiB of x. */
+static void representative(const scree__bucket *b, const scree__variant *var, int check,
+                           void *args) {
+  scree__rowwise_representative(&scree__op_layernorm, b, var, check, 0, args);
+}
+
+/* The shape's rows: x, w, b, y, then mean and rstd in check problems only
+ * (a timed problem is the inference form: a bias, no statistics). The
+ * problem's args mark the optional buffers it holds with a nonzero b /
+ * mean / rstd (every run binds them to device pointers), which is how the
+ * reference knows which host copies it is given.
  *
  * Tolerances: y, one rounding of y's dtype (scree__tolerance): the kernel's
  * statistics keep an fp32 error relative to the row's spread, not to its
@@ -176,26 +134,14 @@ static int worth_timing(const scree__config *c, const scree__variant *var,
  * largest values, 8x that. The offsets still expose dropped or mixed
  * elements: one element of a row offset by top spreads (shape_inputs) moves
  * that row's mean by offset / cols, 1e-3 for bf16 rows of 8192. */
-static int problem(const void *args, const scree__variant *var, int check,
-                   uint64_t seed, const scree__lens *lens, scree__problem *p,
-                   char *why, size_t why_size) {
+static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
+                   const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
   (void)seed, (void)lens;
-  scree_layernorm_args *a = (scree_layernorm_args *)p->args;
-  memcpy(a, args, sizeof *a);
-  if (scree__problem_shape(a, schema, SCREE__COUNT(schema), why, why_size)) return -1;
-  /* The check problem keeps the row length; a few rows show every mistake
-   * that many would, and keep the CPU reference quick. */
-  if (check && a->rows > 97) a->rows = 97;
-  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
-  if (a->eps == 0) a->eps = 1e-5f;
-  a->b = 1;
-  a->mean = a->rstd = check ? 1 : 0;
-  /* From the schema: x, w, b, y, and mean and rstd when marked, each read
-   * or written once. */
-  if (scree__problem_bufs(p, schema, SCREE__COUNT(schema), why, why_size)) return -1;
+  if (scree__rowwise_problem(&scree__op_layernorm, args, var, check, 0, p, why, why_size))
+    return -1;
   if (check) scree__problem_find(p, "mean")->atol = SCREE__LAYERNORM_MEAN_ATOL;
-  snprintf(p->desc, sizeof p->desc, "%lld rows of %lld, with bias%s", (long long)a->rows,
-           (long long)a->cols, check ? ", mean and rstd" : "");
+  const size_t n = strlen(p->desc);
+  snprintf(p->desc + n, sizeof p->desc - n, ", with bias%s", check ? ", mean and rstd" : "");
   return 0;
 }
 
@@ -229,8 +175,17 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
+/* The benchmark entries: the shapes of bench/rowwise_shapes.json, with a
+ * bias, no mean or rstd written. */
+static const char *const bench[] = {
+    "x=fp16,w=fp16,y=fp16 rows=16384,cols=4096", "x=bf16,w=bf16,y=bf16 rows=16384,cols=4096",
+    "x=fp16,w=fp16,y=fp16 rows=4096,cols=8192",  "x=fp16,w=fp16,y=fp16 rows=65536,cols=1024",
+    "x=fp16,w=fp16,y=fp16 rows=8,cols=4096",     "x=fp16,w=fp16,y=fp16 rows=16384,cols=128",
+    NULL,
+};
+
 /* ---- the CPU reference (double accumulation, two passes: the mean, then
- * the mean squared deviation from it) ---------------------------------- */
+ * the mean squared deviation from it) ------------------------------------- */
 
 /* host: x, w, [b], y, [mean], [rstd] in the problem's buffer order
  * (the schema's): an optional buffer is there when its pointer in args is
@@ -267,24 +222,7 @@ SCREE__REFERENCE(layernorm) {
   }
 }
 
-/* ---- benchmark entries: the shapes of bench/rowwise_shapes.json, with
- * bias, no mean / rstd written ------------------------------------------ */
+static const scree__impl impls[] = {
+    {SCREE__ROWWISE_IMPL(scree__rowwise_config_check, "layernorm.cu", "scree_layernorm")}};
 
-static const char *const bench[] = {
-    "x=fp16,w=fp16,y=fp16 rows=16384,cols=4096",
-    "x=bf16,w=bf16,y=bf16 rows=16384,cols=4096",
-    "x=fp16,w=fp16,y=fp16 rows=4096,cols=8192",
-    "x=fp16,w=fp16,y=fp16 rows=65536,cols=1024",
-    "x=fp16,w=fp16,y=fp16 rows=8,cols=4096",
-    "x=fp16,w=fp16,y=fp16 rows=16384,cols=128",
-    NULL,
-};
-
-static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL("layernorm.cu", "scree_layernorm")}};
-
-const scree__op scree__op_layernorm = {
-    SCREE__OP_DESCRIPTOR(layernorm),
-    .causal_vfield = -1,
-    .adapt_class = adapt_class,
-    .shape_inputs = shape_inputs,
-};
+SCREE__DEFINE_OP(layernorm, .shape_inputs = shape_inputs);

@@ -54,7 +54,8 @@ typedef struct scree__field {
 /* A variant field: name, macro, whether the value is a dtype code (printed
  * "fp16") or an integer, an example value that any config of the op can be
  * checked and compiled with (safelist "*" lines, the compile test), and the
- * values the op supports. */
+ * values the op supports. A field named "causal" is the op's causal flag,
+ * which the cache key stores in a column of its own. */
 typedef struct scree__vfield {
   const char *name;
   const char *macro;
@@ -83,62 +84,70 @@ typedef struct scree__bdim {
  * scree__arg in the struct's order (in ops/<op>.c). From the table come the
  * argument checks every op shares (ops/args.c: NULL, alignment, strides,
  * sizes, byte ranges, overlaps, dtypes, scalar ranges, with messages that
- * name the argument), the shape text (the SCREE__SHAPE fields), a problem's
- * buffer list (scree__problem_bufs), the Python binding's structs
- * (tools/gen_structs.c) and scree_check_args. The op's validate hooks keep
- * only its own rules.
+ * name the argument), the shape text (the SCREE__SHAPE fields), the bucket
+ * (scree__bdim.arg), the vector width a call allows (scree__vec_log2), a
+ * problem's buffer list (scree__problem_bufs), scree_check_args and the
+ * Python binding's structs (tools/gen_structs.c). The op's validate hooks
+ * keep only its own rules.
  *
- * A field refers to another by a link, SCREE__AT(type, member): its offset
- * plus one, so that 0 means none. Declare an entry with SCREE__ARG(type,
- * member), which records the name, offset, size and C type. */
+ * The op file names its args struct SCREE__ARGS_T, then writes each entry
+ * with the macro of its role, the member, and more initializers:
+ *
+ *   #define SCREE__ARGS_T scree_rmsnorm_args
+ *   SCREE__IN(x, .dtype = SCREE__AT(x_dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)})
+ *
+ * SCREE__AT(m) links to member m (its offset plus one, so that 0 means
+ * none); the macro records the member's name, offset, size and C type. */
 typedef enum scree__role {
-  SCREE__IN = 1, /* a device buffer the kernel reads */
-  SCREE__OUT,    /* ... writes */
-  SCREE__INOUT,  /* ... reads and writes in place */
-  SCREE__DIM,    /* an int64 size */
-  SCREE__STRIDE, /* an int64 stride of a tensor's dimension, in elements (0: dense) */
-  SCREE__DTYPE,  /* a scree_dtype; a variant field's value (scree__vfield.arg) */
-  SCREE__INT,    /* another integer scalar */
-  SCREE__FLOAT,  /* a float scalar */
+  SCREE__ROLE_IN = 1, /* a device buffer the kernel reads */
+  SCREE__ROLE_OUT,    /* ... writes */
+  SCREE__ROLE_INOUT,  /* ... reads and writes in place */
+  SCREE__ROLE_DIM,    /* an int64 size */
+  SCREE__ROLE_STRIDE, /* an int64 stride of a tensor's dimension, in elements (0: dense) */
+  SCREE__ROLE_DTYPE,  /* a scree_dtype; a variant field's value (scree__vfield.arg) */
+  SCREE__ROLE_INT,    /* another integer scalar */
+  SCREE__ROLE_FLOAT,  /* a float scalar */
 } scree__role;
 
-/* C types of fields, from the member's declared type (SCREE__ARG). */
+/* C types of fields, from the member's declared type. */
 enum { SCREE__C_PTR = 1, SCREE__C_I64, SCREE__C_I32, SCREE__C_F32 };
 
 /* Element types of tensors without a dtype field. */
 enum { SCREE__E_F32 = 1, SCREE__E_I32, SCREE__E_I64 };
 
-/* Flags of an entry. */
+/* Flags of an entry.
+ * - SCREE__SHAPE (DIM, STRIDE, INT, int64 only): part of the call's shape
+ *   text ("rows=16000,cols=4096"), in the table's order.
+ * - SCREE__EMPTY (DIM): a call where this is 0 has nothing to do; it
+ *   returns SCREE_OK before any pointer is looked at (an empty call may
+ *   pass NULLs).
+ * - SCREE__LIMIT (DIM, INT): above max is a limit of what scree serves
+ *   (SCREE_ERROR_UNSUPPORTED), not an invalid value.
+ * - SCREE__FINITE, SCREE__NONNEG (FLOAT): must be finite; must be >= 0.
+ * - SCREE__OPTIONAL (tensor): may be NULL (absent).
+ * - SCREE__PLUS_ONE (tensor): its outermost extent is its dim plus one
+ *   (offsets: cu_seqlens[batch + 1]).
+ * - SCREE__ANY_ORDER (tensor of rank 2 or 3): its strides may come in any
+ *   order (a head-major [T, H, D] tensor), checked when it is present, so
+ *   that no two of its elements share an address (dimensions of extent 1
+ *   do not count). Without it, each stride must cover the dimensions inside
+ *   it, checked with the sizes, whatever the extents.
+ * - SCREE__OWN_RANGE (tensor): the op's validate_buffers checks its strides,
+ *   extent and overlaps; the generic checks, its pointer only.
+ * - SCREE__OWN_POINTER (tensor): the op checks its pointer too (whether it
+ *   is needed, its alignment). Implies SCREE__OWN_RANGE.
+ * - SCREE__VECTOR (tensor): the kernel reads or writes it in vectors, so
+ *   its pointer and strides bound the vector width a call allows
+ *   (scree__vec_log2).
+ * - SCREE__CHECK_ONLY (optional tensor): held by check problems only (a
+ *   timed problem is the common form of the call: LayerNorm's without
+ *   statistics); other optional tensors are held by every problem
+ *   (scree__rowwise_problem). */
 enum {
-  /* DIM, STRIDE, INT: part of the call's shape text ("rows=16000,cols=4096"),
-   * in the table's order; int64 only. */
-  SCREE__SHAPE = 1 << 0,
-  /* DIM: a call where this is 0 has nothing to do: it returns SCREE_OK
-   * before any pointer is looked at (an empty call may pass NULLs). */
-  SCREE__EMPTY = 1 << 1,
-  /* DIM, INT: above max is a limit of what scree serves
-   * (SCREE_ERROR_UNSUPPORTED), not an invalid value. */
-  SCREE__LIMIT = 1 << 2,
-  /* FLOAT: must be finite; must be >= 0. */
-  SCREE__FINITE = 1 << 3,
-  SCREE__NONNEG = 1 << 4,
-  /* Tensor: may be NULL (absent). */
-  SCREE__OPTIONAL = 1 << 5,
-  /* Tensor: its outermost extent is its dim plus one (offsets:
-   * cu_seqlens[batch + 1]). */
-  SCREE__PLUS_ONE = 1 << 6,
-  /* Tensor of rank 2 or 3: its strides may come in any order (a head-major
-   * [T, H, D] tensor), checked when it is present, so that no two of its
-   * elements share an address (dimensions of extent 1 do not count).
-   * Without it, each stride must cover the dimensions inside it, checked
-   * with the sizes, whatever the extents. */
-  SCREE__ANY_ORDER = 1 << 7,
-  /* Tensor: the op's validate_buffers checks its strides, extent and
-   * overlaps (the generic checks: its pointer only). */
-  SCREE__OWN_RANGE = 1 << 8,
-  /* Tensor: the op checks its pointer too (whether it is needed, its
-   * alignment). Implies SCREE__OWN_RANGE. */
-  SCREE__OWN_POINTER = 1 << 9,
+  SCREE__SHAPE = 1 << 0,      SCREE__EMPTY = 1 << 1,      SCREE__LIMIT = 1 << 2,
+  SCREE__FINITE = 1 << 3,     SCREE__NONNEG = 1 << 4,     SCREE__OPTIONAL = 1 << 5,
+  SCREE__PLUS_ONE = 1 << 6,   SCREE__ANY_ORDER = 1 << 7,  SCREE__OWN_RANGE = 1 << 8,
+  SCREE__OWN_POINTER = 1 << 9, SCREE__VECTOR = 1 << 10,   SCREE__CHECK_ONLY = 1 << 11,
 };
 
 typedef struct scree__arg {
@@ -154,6 +163,9 @@ typedef struct scree__arg {
   int64_t min, max;
   /* Appended to the range's message: "(0 means 10000)". */
   const char *hint;
+  /* INT, FLOAT: the value a problem gives the field when its shape leaves
+   * it 0 (RMSNorm's eps: 1e-6). */
+  double example;
   /* Tensors. The element type: the link to its DTYPE field, or elem; with
    * elem SCREE__E_I32 and a link to an INT field in wide, int64 when that
    * field is nonzero (RoPE's positions_int64). */
@@ -178,25 +190,22 @@ typedef struct scree__arg {
 #define SCREE__CTYPE_(T, m)                                                              \
   _Generic(((T *)0)->m, uint64_t: SCREE__C_PTR, int64_t: SCREE__C_I64, float: SCREE__C_F32, \
            default: SCREE__C_I32)
-/* An entry's name, offset, size and C type (ints and enums are I32; the
- * registry check refuses a size that does not match). */
-#define SCREE__ARG(T, m)                                                                 \
-  .name = #m, .offset = offsetof(T, m), .size = sizeof(((T *)0)->m),                     \
-  .ctype = SCREE__CTYPE_(T, m)
-/* A link to member m. */
-#define SCREE__AT(T, m) ((uint16_t)(offsetof(T, m) + 1))
-/* The descriptor's tables and required hooks, by the names an op file gives
- * them: `schema`, `vfields`, `dims`, `impls` and `bench`; `default_config`,
- * `representative`, `problem`, and the reference scree__ref_<op>. The
- * optional hooks follow it in the initializer, each by name. */
-#define SCREE__OP_DESCRIPTOR(op)                                                         \
-  .name = #op, .args_size = sizeof(scree_##op##_args), .nargs = SCREE__COUNT(schema),     \
-  .args = schema, .nimpls = SCREE__COUNT(impls), .impls = impls,                         \
-  .nvfields = SCREE__COUNT(vfields), .vfields = vfields, .ndims = SCREE__COUNT(dims),    \
-  .dims = dims, .default_config = default_config, .representative = representative,      \
-  .problem = problem, .reference = scree__ref_##op, .bench = bench
-/* The number of entries of a static table. */
-#define SCREE__COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* An entry of member m of SCREE__ARGS_T with a role and more initializers
+ * (ints and enums are I32; the registry check refuses a size that does not
+ * match). */
+#define SCREE__ENTRY_(m, r, ...)                                                         \
+  {.name = #m, .offset = offsetof(SCREE__ARGS_T, m), .size = sizeof(((SCREE__ARGS_T *)0)->m), \
+   .ctype = SCREE__CTYPE_(SCREE__ARGS_T, m), .role = r, __VA_ARGS__}
+#define SCREE__IN(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_IN, __VA_ARGS__)
+#define SCREE__OUT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_OUT, __VA_ARGS__)
+#define SCREE__INOUT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_INOUT, __VA_ARGS__)
+#define SCREE__DIM(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_DIM, __VA_ARGS__)
+#define SCREE__STRIDE(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_STRIDE, __VA_ARGS__)
+#define SCREE__DTYPE(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_DTYPE, __VA_ARGS__)
+#define SCREE__INT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_INT, __VA_ARGS__)
+#define SCREE__FLOAT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_FLOAT, __VA_ARGS__)
+/* A link to member m of SCREE__ARGS_T. */
+#define SCREE__AT(m) ((uint16_t)(offsetof(SCREE__ARGS_T, m) + 1))
 /* Ranges: at least lo; from lo to hi. */
 #define SCREE__MIN(lo) .min = (lo), .max = INT64_MAX
 #define SCREE__RANGE(lo, hi) .min = (lo), .max = (hi)
@@ -296,7 +305,6 @@ struct scree__op {
   const scree__impl *impls;
   int nvfields;
   const scree__vfield *vfields;
-  int causal_vfield;      /* index of the causal flag in vfields, or -1 */
   int ndims;
   const scree__bdim *dims;
   int nargs;
@@ -351,6 +359,36 @@ struct scree__op {
   const char *const *bench;
 };
 
+/* The start of an implementation's initializer: its name, kernel source,
+ * architectures (0: no upper bound) and entries. */
+#define SCREE__IMPL(nm, src, lo, hi, ...) \
+  .name = nm, .source = src, .min_sm = lo, .max_sm = hi, .entries = {__VA_ARGS__}
+/* Small integer steps of the ops' hooks: the smallest power of two >= v
+ * (at most 2^40, the largest size a shape may give), v clamped to [lo,
+ * hi], and a / b rounded up (b > 0). */
+static inline int64_t scree__pow2_ceil(int64_t v) {
+  int64_t p = 1;
+  while (p < v && p < ((int64_t)1 << 40)) p <<= 1;
+  return p;
+}
+static inline int scree__clampi(int64_t v, int lo, int hi) {
+  return v < lo ? lo : v > hi ? hi : (int)v;
+}
+static inline int64_t scree__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* The number of entries of a static table. */
+#define SCREE__COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* Defines the descriptor scree__op_<op> from the tables and required hooks
+ * the op file names schema, vfields, dims, impls and bench; default_config,
+ * representative, problem, and the reference scree__ref_<op>. The optional
+ * hooks follow, each as ".hook = name". */
+#define SCREE__DEFINE_OP(op, ...)                                                        \
+  const scree__op scree__op_##op = {                                                     \
+      .name = #op, .args_size = sizeof(scree_##op##_args), .nargs = SCREE__COUNT(schema), \
+      .args = schema, .nimpls = SCREE__COUNT(impls), .impls = impls,                     \
+      .nvfields = SCREE__COUNT(vfields), .vfields = vfields, .ndims = SCREE__COUNT(dims), \
+      .dims = dims, .default_config = default_config, .representative = representative,  \
+      .problem = problem, .reference = scree__ref_##op, .bench = bench, __VA_ARGS__}
+
 /* ---- registry.c ------------------------------------------------------------ */
 extern const scree__op *const scree__ops[]; /* NULL-terminated */
 const scree__op *scree__op_find(const char *name);
@@ -380,7 +418,8 @@ int scree__variant_parse(const scree__op *op, const char *s,
                          scree__variant *var, char *why, size_t why_size);
 /* Every variant field at its example value. */
 void scree__variant_example(const scree__op *op, scree__variant *var);
-/* The causal flag of a variant (0 for ops without one). */
+/* The causal flag of a variant: its field named "causal" (0 for ops without
+ * one). */
 int scree__variant_causal(const scree__op *op, const scree__variant *var);
 /* The call's bucket (the hot path: one hook call and a rounding loop). */
 void scree__bucket_of(const scree__op *op, const scree__variant *var,
@@ -398,6 +437,9 @@ void scree__shape_str(const scree__op *op, const void *args, char *buf,
                       size_t size);
 int scree__shape_parse(const scree__op *op, const char *s, void *args,
                        char *why, size_t why_size);
+/* 1 if a kernel's dynamic shared memory fits the target, else 0 with
+ * "needs <bytes> bytes of shared memory; sm_XX allows <limit>". */
+int scree__check_smem(size_t bytes, const scree__target *t, char *why, size_t why_size);
 /* The target of this context's device, or of an arch name ("sm_90":
  * the arch's shared-memory opt-in limit from a table). */
 void scree__target_of(const scree_context *ctx, scree__target *t);
@@ -446,6 +488,27 @@ scree_status scree__args_check(scree_context *ctx, const scree__op *op, const vo
 /* "" if op's schema describes its args struct consistently, else what is
  * wrong (scree__op_missing reports it). */
 const char *scree__schema_missing(const scree__op *op);
+/* The widest vector access, as log2 of elements (at most 3, 8 elements),
+ * that the pointers and strides of the call's SCREE__VECTOR tensors allow,
+ * each element the size of the variant's dtype for it. Trailing zero bits
+ * only: no division on the hot path. */
+int scree__vec_log2(const scree__op *op, const scree__variant *var, const void *args);
+/* The plan-key class of what adapt does to a call: op->adapt_class, else
+ * scree__vec_log2. */
+int scree__adapt_class(const scree__op *op, const scree__variant *var, const void *args);
+/* The steps of those: start with l = 3 and fold in each pointer (with its
+ * element size) and each stride (in elements). A zero pointer or stride
+ * allows all. */
+static inline int scree__vlog2_ptr(int l, uint64_t p, size_t esize) {
+  if (!p) return l;
+  const int t = __builtin_ctzll(p) - (esize == 4 ? 2 : esize == 2 ? 1 : 0);
+  return t < l ? (t < 0 ? 0 : t) : l;
+}
+static inline int scree__vlog2_stride(int l, int64_t s) {
+  if (!s) return l;
+  const int t = __builtin_ctzll((uint64_t)s);
+  return t < l ? t : l;
+}
 /* The message of a value outside an entry's range ("cols=0 must be at least
  * 1") in buf, and its status. */
 scree_status scree__range_text(const scree__arg *f, int64_t v, char *buf, size_t n);

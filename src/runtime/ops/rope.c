@@ -14,8 +14,7 @@
 #define MAX_HEADS 65535
 #define DEFAULT_THETA 10000.0f
 
-#define ARG(m) SCREE__ARG(scree_rope_args, m)
-#define AT(m) SCREE__AT(scree_rope_args, m)
+#define SCREE__ARGS_T scree_rope_args
 
 /* The arguments (include/scree.h), field by field. q and k are rotated in
  * place and may share a buffer as disjoint ranges or interleaved (packed
@@ -24,40 +23,34 @@
  * them itself (validate_buffers), as it checks cu_seqlens, which is needed
  * only without positions. */
 static const scree__arg schema[] = {
-    {ARG(q), .role = SCREE__INOUT, .dtype = AT(dtype),
-     .dims = {AT(total), AT(heads_q), AT(head_dim)},
-     .strides = {AT(q_token_stride), AT(q_head_stride)},
-     .flags = SCREE__ANY_ORDER | SCREE__OWN_RANGE},
-    {ARG(k), .role = SCREE__INOUT, .dtype = AT(dtype),
-     .dims = {AT(total), AT(heads_kv), AT(head_dim)},
-     .strides = {AT(k_token_stride), AT(k_head_stride)},
-     .flags = SCREE__OPTIONAL | SCREE__ANY_ORDER | SCREE__OWN_RANGE},
-    {ARG(positions), .role = SCREE__IN, .elem = SCREE__E_I32, .wide = AT(positions_int64),
-     .dims = {AT(total)}, .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE},
-    {ARG(cu_seqlens), .role = SCREE__IN, .elem = SCREE__E_I32, .dims = {AT(batch)},
-     .flags = SCREE__PLUS_ONE | SCREE__OWN_POINTER},
-    {ARG(cos_sin), .role = SCREE__IN, .elem = SCREE__E_F32,
-     .dims = {AT(max_position), AT(rotary_dim)}, .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE},
-    {ARG(total), .role = SCREE__DIM, SCREE__RANGE(0, 0x7fffffff),
-     .flags = SCREE__SHAPE | SCREE__EMPTY},
-    {ARG(batch), .role = SCREE__DIM, .flags = SCREE__SHAPE},
-    {ARG(max_position), .role = SCREE__DIM, .flags = SCREE__SHAPE},
-    {ARG(heads_q), .role = SCREE__DIM, SCREE__RANGE(1, MAX_HEADS),
-     .flags = SCREE__SHAPE | SCREE__LIMIT},
-    {ARG(heads_kv), .role = SCREE__DIM, .flags = SCREE__SHAPE},
-    {ARG(head_dim), .role = SCREE__DIM, SCREE__RANGE(2, MAX_HEAD_DIM),
-     .flags = SCREE__SHAPE | SCREE__LIMIT},
-    {ARG(rotary_dim), .role = SCREE__DIM, .flags = SCREE__SHAPE},
-    {ARG(q_token_stride), .role = SCREE__STRIDE, SCREE__MIN(0)},
-    {ARG(q_head_stride), .role = SCREE__STRIDE, SCREE__MIN(0)},
-    {ARG(k_token_stride), .role = SCREE__STRIDE, SCREE__MIN(0)},
-    {ARG(k_head_stride), .role = SCREE__STRIDE, SCREE__MIN(0)},
-    {ARG(dtype), .role = SCREE__DTYPE},
-    {ARG(layout), .role = SCREE__INT, SCREE__RANGE(0, 1),
-     .hint = "(SCREE_ROPE_NEOX or SCREE_ROPE_GPTJ)"},
-    {ARG(positions_int64), .role = SCREE__INT, SCREE__RANGE(0, 1)},
-    {ARG(theta), .role = SCREE__FLOAT, .flags = SCREE__FINITE | SCREE__NONNEG,
-     .hint = "(0 means 10000)"},
+    SCREE__INOUT(q, .dtype = SCREE__AT(dtype),
+                 .dims = {SCREE__AT(total), SCREE__AT(heads_q), SCREE__AT(head_dim)},
+                 .strides = {SCREE__AT(q_token_stride), SCREE__AT(q_head_stride)},
+                 .flags = SCREE__ANY_ORDER | SCREE__OWN_RANGE),
+    SCREE__INOUT(k, .dtype = SCREE__AT(dtype),
+                 .dims = {SCREE__AT(total), SCREE__AT(heads_kv), SCREE__AT(head_dim)},
+                 .strides = {SCREE__AT(k_token_stride), SCREE__AT(k_head_stride)},
+                 .flags = SCREE__OPTIONAL | SCREE__ANY_ORDER | SCREE__OWN_RANGE),
+    SCREE__IN(positions, .elem = SCREE__E_I32, .wide = SCREE__AT(positions_int64),
+              .dims = {SCREE__AT(total)}, .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE),
+    SCREE__IN(cu_seqlens, .elem = SCREE__E_I32, .dims = {SCREE__AT(batch)},
+              .flags = SCREE__PLUS_ONE | SCREE__OWN_POINTER),
+    SCREE__IN(cos_sin, .elem = SCREE__E_F32,
+              .dims = {SCREE__AT(max_position), SCREE__AT(rotary_dim)},
+              .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE),
+    SCREE__DIM(total, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(batch, .flags = SCREE__SHAPE),
+    SCREE__DIM(max_position, .flags = SCREE__SHAPE),
+    SCREE__DIM(heads_q, SCREE__RANGE(1, MAX_HEADS), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__DIM(heads_kv, .flags = SCREE__SHAPE),
+    SCREE__DIM(head_dim, SCREE__RANGE(2, MAX_HEAD_DIM), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__DIM(rotary_dim, .flags = SCREE__SHAPE),
+    SCREE__STRIDE(q_token_stride, SCREE__MIN(0)), SCREE__STRIDE(q_head_stride, SCREE__MIN(0)),
+    SCREE__STRIDE(k_token_stride, SCREE__MIN(0)), SCREE__STRIDE(k_head_stride, SCREE__MIN(0)),
+    SCREE__DTYPE(dtype),
+    SCREE__INT(layout, SCREE__RANGE(0, 1), .hint = "(SCREE_ROPE_NEOX or SCREE_ROPE_GPTJ)"),
+    SCREE__INT(positions_int64, SCREE__RANGE(0, 1)),
+    SCREE__FLOAT(theta, .flags = SCREE__FINITE | SCREE__NONNEG, .hint = "(0 means 10000)"),
 };
 
 enum { F_LANES, F_GROUPS, F_VEC, F_CACHE, F_SPLIT, F_N };
@@ -72,7 +65,7 @@ static const scree__field fields[F_N] = {
     {"split", "SCREE_SPLIT", 4, {1, 2, 4, 8}},
 };
 static const scree__vfield vfields[] = {
-    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(dtype)},
+    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(dtype)},
     /* validate_buffers fills these */
     {"layout", "SCREE_LAYOUT", 0, SCREE_ROPE_NEOX, 2, {SCREE_ROPE_NEOX, SCREE_ROPE_GPTJ}, 0},
     {"table", "SCREE_TABLE", 0, 0, 2, {0, 1}, 0},
@@ -185,14 +178,6 @@ static int vec_log2(const scree__variant *var, const scree_rope_args *a) {
   return scree__vlog2_stride(l, var->v[V_LAYOUT] == SCREE_ROPE_NEOX ? rd / 2 : rd);
 }
 
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-static int64_t pow2_ceil(int64_t v) {
-  int64_t p = 1;
-  while (p < v && p < ((int64_t)1 << 40)) p <<= 1;
-  return p;
-}
-
 /* Narrows vec to what the call allows; cache doubles with it while the
  * registers allow, so as many bytes stay in flight. */
 static void narrow(scree__config *c, const scree__variant *var, int widest_log2) {
@@ -217,18 +202,18 @@ static void default_config(const scree__target *t, const scree__variant *var, co
   const int vec = 16 / es;
   const int pb = pairs_per_block(vec, var->v[V_LAYOUT]);
   const int64_t half = a ? rotary_of(a) / 2 : 64;
-  const int lanes = clampi((int)pow2_ceil((half + pb - 1) / pb), 4, 64);
+  const int lanes = scree__clampi((int)scree__pow2_ceil((half + pb - 1) / pb), 4, 64);
   int cache = 128 / (2 * pb * es);
-  cache = clampi(cache, 1, 64 / (2 * pb));
+  cache = scree__clampi(cache, 1, 64 / (2 * pb));
   int split = 1;
   if (a) {
-    const int64_t tokens = pow2_ceil(a->total);
+    const int64_t tokens = scree__pow2_ceil(a->total);
     split = tokens >= 4096 ? 1 : tokens >= 1024 ? 2 : tokens >= 256 ? 4 : 8;
     const int64_t heads = a->heads_q + (a->heads_kv > 0 ? a->heads_kv : 0);
     while (split > 1 && split > heads) split /= 2;
   }
   out->v[F_LANES] = lanes;
-  out->v[F_GROUPS] = clampi(128 / lanes, 1, 32);
+  out->v[F_GROUPS] = scree__clampi(128 / lanes, 1, 32);
   out->v[F_VEC] = vec;
   out->v[F_CACHE] = cache;
   out->v[F_SPLIT] = split;
@@ -258,9 +243,9 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
   const int64_t heads = a->heads_q + (a->heads_kv > 0 ? a->heads_kv : 0);
   const int64_t per_item = (heads + c->v[F_SPLIT] - 1) / c->v[F_SPLIT];
   return c->v[F_VEC] == widest &&
-         (c->v[F_LANES] == 4 || (int64_t)c->v[F_LANES] * pb <= pow2_ceil(half)) &&
+         (c->v[F_LANES] == 4 || (int64_t)c->v[F_LANES] * pb <= scree__pow2_ceil(half)) &&
          (c->v[F_SPLIT] == 1 || c->v[F_SPLIT] <= heads) &&
-         c->v[F_CACHE] <= pow2_ceil(per_item);
+         c->v[F_CACHE] <= scree__pow2_ceil(per_item);
 }
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
@@ -390,14 +375,10 @@ static scree_status check_device_args(scree_context *ctx, const scree_rope_args 
   if (!h)
     return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: %s copy",
                        a->positions ? "positions" : "cu_seqlens");
-  const int pushed = scree__ctx_enter(ctx);
-  CUresult r = ctx->cu->StreamSynchronize(stream);
-  if (!r) r = ctx->cu->MemcpyDtoH(h, a->positions ? a->positions : a->cu_seqlens, (size_t)n * esz);
-  scree__ctx_leave(ctx, pushed);
-  scree_status st = SCREE_OK;
-  if (r) {
-    st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "validate: reading positions or cu_seqlens");
-  } else if (a->positions) {
+  scree_status st =
+      scree__read_device(ctx, stream, h, a->positions ? a->positions : a->cu_seqlens,
+                         (size_t)n * esz, a->positions ? "positions" : "cu_seqlens");
+  if (!st && a->positions) {
     for (int64_t t = 0; t < n && a->cos_sin && !st; t++) {
       const int64_t p = esz == 8 ? ((const int64_t *)h)[t] : ((const int32_t *)h)[t];
       if (p < 0 || p >= a->max_position)
@@ -405,7 +386,7 @@ static scree_status check_device_args(scree_context *ctx, const scree_rope_args 
                          "positions[%lld]=%lld is outside [0, max_position=%lld) of cos_sin",
                          (long long)t, (long long)p, (long long)a->max_position);
     }
-  } else {
+  } else if (!st) {
     const int32_t *c = h;
     if (c[0] != 0)
       st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens[0]=%d must be 0", c[0]);
@@ -643,9 +624,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
       uint64_t r = seed | 1;
       int64_t sum = 0;
       while (sum < target && n < MAX_SEQS) {
-        const double u = (double)(scree__rand(&r) >> 11) / 9007199254740992.0;
-        int64_t l = (int64_t)(exp(log((double)L / 8) + u * log(8.0)) + 0.5);
-        if (l < 1) l = 1;
+        int64_t l = scree__rand_len(&r, L);
         if (l > target - sum) l = target - sum;
         len[n++] = l;
         sum += l;
@@ -867,7 +846,8 @@ SCREE__REFERENCE(rope) {
  * positions, sequences of 2048; and LLaMA-3-8B on 65536 tokens (lengths
  * 512..4096). */
 
-#define LENS_20 "lens=2048,1536,1200,1024,980,900,886,840,771,700,618,550,501,468,402,389,340,319,1136,776"
+#define LENS_20 \
+  "lens=2048,1536,1200,1024,980,900,886,840,771,700,618,550,501,468,402,389,340,319,1136,776"
 static const char *const bench[] = {
     "dtype=fp16,layout=0,table=0,pos=0 total=16384,heads_q=32,heads_kv=8,head_dim=128 " LENS_20,
     "dtype=bf16,layout=0,table=0,pos=0 total=16384,heads_q=32,heads_kv=8,head_dim=128 " LENS_20,
@@ -877,24 +857,10 @@ static const char *const bench[] = {
     NULL,
 };
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "rope.cu",
-    .entries = {"scree_rope"},
-    .min_sm = 80,
-    .nfields = F_N,
-    .fields = fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}};
-
-const scree__op scree__op_rope = {
-    SCREE__OP_DESCRIPTOR(rope),
-    .causal_vfield = -1,
-    .validate = validate,
-    .validate_buffers = validate_buffers,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
+static const scree__impl impls[] = {
+    {SCREE__IMPL("generic", "rope.cu", 80, 0, "scree_rope"), .nfields = F_N, .fields = fields,
+     .check = check, .adapt = adapt, .worth_timing = worth_timing, .launch = launch},
 };
+
+SCREE__DEFINE_OP(rope, .validate = validate, .validate_buffers = validate_buffers,
+                 .bucket = bucket, .adapt_class = adapt_class);

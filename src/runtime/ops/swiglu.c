@@ -2,44 +2,43 @@
  * launch shape), the launch, buckets, problems, the CPU reference and the
  * benchmark entries. The kernel is kernels/swiglu.cu. */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/rowwise.h"
 
-#define ARG(m) SCREE__ARG(scree_swiglu_args, m)
-#define AT(m) SCREE__AT(scree_swiglu_args, m)
+#define SCREE__ARGS_T scree_swiglu_args
 
 /* The arguments (include/scree.h), field by field. gate and up are [rows,
  * cols] each, or, when up is NULL, gate holds both side by side in [rows,
  * 2 * cols]: the op checks their strides, extents and how y may share
- * their memory itself (validate, validate_buffers). */
+ * their memory itself (validate, validate_buffers). The kernel indexes a
+ * row with int. */
 static const scree__arg schema[] = {
-    {ARG(gate), .role = SCREE__IN, .dtype = AT(dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(gate_stride)}, .flags = SCREE__OWN_RANGE},
-    {ARG(up), .role = SCREE__IN, .dtype = AT(dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(up_stride)}, .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE},
-    {ARG(y), .role = SCREE__OUT, .dtype = AT(y_dtype), .dims = {AT(rows), AT(cols)},
-     .strides = {AT(y_stride)}, .flags = SCREE__OWN_RANGE},
-    {ARG(rows), .role = SCREE__DIM, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY},
-    /* The kernel indexes a row with int. */
-    {ARG(cols), .role = SCREE__DIM, SCREE__RANGE(1, (int64_t)1 << 30),
-     .flags = SCREE__SHAPE | SCREE__LIMIT},
-    {ARG(gate_stride), .role = SCREE__STRIDE, .flags = SCREE__SHAPE},
-    {ARG(up_stride), .role = SCREE__STRIDE, .flags = SCREE__SHAPE},
-    {ARG(y_stride), .role = SCREE__STRIDE},
-    {ARG(dtype), .role = SCREE__DTYPE},
-    {ARG(y_dtype), .role = SCREE__DTYPE},
+    SCREE__IN(gate, .dtype = SCREE__AT(dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+              .strides = {SCREE__AT(gate_stride)}, .flags = SCREE__OWN_RANGE),
+    SCREE__IN(up, .dtype = SCREE__AT(dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+              .strides = {SCREE__AT(up_stride)}, .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE),
+    SCREE__OUT(y, .dtype = SCREE__AT(y_dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+               .strides = {SCREE__AT(y_stride)}, .flags = SCREE__OWN_RANGE),
+    SCREE__DIM(rows, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(cols, SCREE__RANGE(1, (int64_t)1 << 30), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__STRIDE(gate_stride, .flags = SCREE__SHAPE),
+    SCREE__STRIDE(up_stride, .flags = SCREE__SHAPE),
+    SCREE__STRIDE(y_stride),
+    SCREE__DTYPE(dtype), SCREE__DTYPE(y_dtype),
 };
 
 enum { V_DTYPE, V_Y };
 
 static const scree__vfield vfields[] = {
-    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(dtype)},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, AT(y_dtype)},
+    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(y_dtype)},
 };
+
+/* Bucket: rows rounded up to a power of two, cols exact. The layout (one
+ * tensor or two, strides) is not part of it: the same config serves both. */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
 
 /* Registers per thread, estimated as SCREE_EST_REGS of kernels/swiglu.cu:
  * about 40 for addresses, indices and silu, plus the CACHE vectors of gate
@@ -121,12 +120,6 @@ static int adapt_class(const scree__variant *var, const void *args) {
   return vec_log2(var, args);
 }
 
-static int64_t pow2_ceil(int64_t v) {
-  int64_t p = 1;
-  while (p < v && p < ((int64_t)1 << 40)) p <<= 1;
-  return p;
-}
-
 /* Worth timing: the widest vector the call allows (16 bytes of the input
  * dtype at most; a narrower one only adds instructions to a stream), lanes
  * that mostly have a vector to move (TPR * VEC at most twice the row), and
@@ -138,7 +131,7 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
   const int allowed = 1 << vec_log2(var, a);
   if (allowed < widest) widest = allowed;
   const int64_t per_access = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC];
-  const int64_t span = 2 * pow2_ceil(a->cols);
+  const int64_t span = 2 * scree__pow2_ceil(a->cols);
   return c->v[SCREE__RW_VEC] == widest && per_access <= span &&
          per_access * c->v[SCREE__RW_CACHE] <= span;
 }
@@ -155,26 +148,13 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "swiglu");
 }
 
-/* ---- tuning hooks ------------------------------------------------------ */
-
-/* Bucket: rows rounded up to a power of two, cols exact. The layout (one
- * tensor or two, strides) is not part of it: the same config serves both. */
-static const scree__bdim dims[] = {{"rows", 1, AT(rows)}, {"cols", 0, AT(cols)}};
+/* ---- problems ------------------------------------------------------------ */
 
 /* Tuned on the bucket's largest row count in the one-tensor form, capped at
  * 256 MiB of gate and up together. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {
-  scree_swiglu_args *a = args;
-  memset(a, 0, sizeof *a);
-  a->cols = b->v[1];
-  const int64_t ex = (int64_t)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
-  int64_t rows = b->v[0];
-  const int64_t cap = ((int64_t)256 << 20) / (a->cols > 0 ? 2 * a->cols * ex : 1);
-  if (rows > cap) rows = cap > 0 ? cap : 1;
-  if (check && rows > 97) rows = 97;
-  a->rows = rows;
-  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
+  scree__rowwise_representative(&scree__op_swiglu, b, var, check, 0, args);
 }
 
 /* Marks a pointer field whose buffer the problem has: run_bind replaces it
@@ -269,19 +249,14 @@ SCREE__REFERENCE(swiglu) {
     }
 }
 
-/* ---- benchmark entries: the shapes of bench/rowwise_shapes.json (cols =
+/* The benchmark entries: the shapes of bench/rowwise_shapes.json (cols =
  * the FFN width F), gate and up in one [rows, 2F] tensor; and in two
- * tensors (up_stride given) for 16384x4096 ------------------------------------ */
-
+ * tensors (up_stride given) for 16384x4096. */
 static const char *const bench[] = {
-    "dtype=fp16,y=fp16 rows=16384,cols=4096",
-    "dtype=bf16,y=bf16 rows=16384,cols=4096",
-    "dtype=fp16,y=fp16 rows=4096,cols=8192",
-    "dtype=fp16,y=fp16 rows=65536,cols=1024",
-    "dtype=fp16,y=fp16 rows=8,cols=4096",
-    "dtype=fp16,y=fp16 rows=16384,cols=128",
-    "dtype=fp16,y=fp16 rows=16384,cols=4096,up_stride=4096",
-    NULL,
+    "dtype=fp16,y=fp16 rows=16384,cols=4096", "dtype=bf16,y=bf16 rows=16384,cols=4096",
+    "dtype=fp16,y=fp16 rows=4096,cols=8192",  "dtype=fp16,y=fp16 rows=65536,cols=1024",
+    "dtype=fp16,y=fp16 rows=8,cols=4096",     "dtype=fp16,y=fp16 rows=16384,cols=128",
+    "dtype=fp16,y=fp16 rows=16384,cols=4096,up_stride=4096", NULL,
 };
 
 /* ---- the op's own argument rules: the layout of gate and up, and how y may
@@ -384,13 +359,8 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
   return SCREE_OK;
 }
 
-static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL("swiglu.cu", "scree_swiglu")}};
+static const scree__impl impls[] = {
+    {SCREE__ROWWISE_IMPL(check, "swiglu.cu", "scree_swiglu")}};
 
-const scree__op scree__op_swiglu = {
-    SCREE__OP_DESCRIPTOR(swiglu),
-    .causal_vfield = -1,
-    .validate = validate,
-    .validate_buffers = validate_buffers,
-    .adapt_class = adapt_class,
-    .shape_inputs = shape_inputs,
-};
+SCREE__DEFINE_OP(swiglu, .validate = validate, .validate_buffers = validate_buffers,
+                 .adapt_class = adapt_class, .shape_inputs = shape_inputs);

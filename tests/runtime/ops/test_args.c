@@ -333,7 +333,7 @@ static void apply(const scree__op *op, void *a, const char *text) {
     if (f->ctype == SCREE__C_F32) {
       const float x = strtof(v, NULL);
       memcpy((char *)a + f->offset, &x, sizeof x);
-    } else if (f->role == SCREE__DTYPE && (v[0] == 'f' || v[0] == 'b')) {
+    } else if (f->role == SCREE__ROLE_DTYPE && (v[0] == 'f' || v[0] == 'b')) {
       put(a, f, !strcmp(v, "fp32") ? SCREE_DTYPE_FP32 : !strcmp(v, "fp16") ? SCREE_DTYPE_FP16
                                                                            : SCREE_DTYPE_BF16);
     } else if (f->ctype == SCREE__C_PTR && v[0] >= 'a' && v[0] <= 'z') {
@@ -400,7 +400,7 @@ static const scree__op *op_of(const char *name) {
 }
 
 static int is_tensor(const scree__arg *f) {
-  return f->role == SCREE__IN || f->role == SCREE__OUT || f->role == SCREE__INOUT;
+  return f->role == SCREE__ROLE_IN || f->role == SCREE__ROLE_OUT || f->role == SCREE__ROLE_INOUT;
 }
 
 /* Bytes from a tensor's first element to past its last, in a. */
@@ -467,14 +467,14 @@ static void pointer_cases(const scree__op *op, const args *base, const scree__ar
     const uint64_t q = get_u64(base->b, u), ubytes = span(base, u);
     const int alias = (t->alias[0] == u->offset + 1u || t->alias[1] == u->offset + 1u ||
                        u->alias[0] == t->offset + 1u || u->alias[1] == t->offset + 1u);
-    if (t->role == SCREE__IN && u->role == SCREE__IN) {
+    if (t->role == SCREE__ROLE_IN && u->role == SCREE__ROLE_IN) {
       /* Only read, both: they may share memory. */
       a = *base, put(a.b, t, (int64_t)q);
       CASE("%s=%s (both read)", t->name, u->name);
       expect_both(op, &a, SCREE_ERROR_NO_DEVICE, NULL, what);
       continue;
     }
-    if (t->role == SCREE__IN) continue; /* the written one is moved, below */
+    if (t->role == SCREE__ROLE_IN) continue; /* the written one is moved, below */
     /* t is written: on u, into u, right after u. */
     a = *base, put(a.b, t, (int64_t)q);
     CASE("%s=%s", t->name, u->name);
@@ -562,7 +562,7 @@ static void stride_cases(const scree__op *op, const args *base, const scree__arg
 static void scalar_cases(const scree__op *op, const args *base, const scree__arg *f) {
   args a;
   char needle[160];
-  if (f->role == SCREE__DTYPE) {
+  if (f->role == SCREE__ROLE_DTYPE) {
     const scree__vfield *vf = NULL;
     for (int i = 0; i < op->nvfields; i++)
       if (op->vfields[i].arg == f->offset + 1u) vf = &op->vfields[i];
@@ -582,7 +582,7 @@ static void scalar_cases(const scree__op *op, const args *base, const scree__arg
     }
     return;
   }
-  if (f->role == SCREE__FLOAT) {
+  if (f->role == SCREE__ROLE_FLOAT) {
     static const char *const bad[] = {"inf", "-inf", "nan", "-1"};
     for (int b = 0; b < 4; b++) {
       if (b < 3 ? !(f->flags & SCREE__FINITE) : !(f->flags & SCREE__NONNEG)) continue;
