@@ -275,6 +275,12 @@ SCREE_EXTERN scree_status scree_get_counters(const scree_context *ctx,
 /* Ops                                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* Every op has one form: an args struct scree_<op>_args and the entry
+ *   scree_status scree_<op>(scree_context *ctx, const scree_<op>_args *args,
+ *                           void *stream);
+ * The build reads the list of ops from these declarations, in this order
+ * (a new op goes last; docs/adding-an-op.md). */
+
 /* RMSNorm over packed rows: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w
  * for t in [0, rows). Accumulates in fp32. Rows are independent, so a
  * packed varlen batch needs no cu_seqlens: pass the total token count.

@@ -548,8 +548,8 @@ int scree__parse_shapes(const char *json, long (*shapes)[2], int cap, scree_dtyp
 
 /* ---- references -------------------------------------------------------------
  * An op's CPU reference (double accumulation) is its `reference` hook, in
- * ops/<op>_ref.c: args and host copies of the buffers in the problem's
- * order. The op file and the tests declare it with this macro. */
+ * its op file (ops/<op>.c): args and host copies of the buffers in the
+ * problem's order. The op file and the tests declare it with this macro. */
 #define SCREE__REFERENCE(name) void scree__ref_##name(const void *args, void *const *host)
 
 #endif
