@@ -1,9 +1,10 @@
-/* args.c - the argument checks derived from an op's schema (the scree__arg
- * table of ops/<op>.c; ops/op.h describes it), the schema's consistency
- * check, and the small checks that the ops' own rules use.
- *
- * scree__args_check runs on every public call, so it walks the table and
- * nothing else: no allocation, and no formatting unless a check fails. */
+/* args.c - what the argument checks derived from an op's schema (the
+ * scree__arg table of ops/<op>.c; ops/op.h describes it) do out of line:
+ * the messages of failed checks, the checks that loop over a call's
+ * tensors, the schema's consistency check, and the small checks that the
+ * ops' own rules use. The checks themselves are compiled for each op from
+ * its tables (ops/args_check.h, SCREE__DEFINE_OP): they run on every
+ * public call, with no allocation and no formatting unless one fails. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,30 +34,6 @@ int scree__overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi) {
 
 /* ---- reading fields ------------------------------------------------------------ */
 
-static int is_tensor(const scree__arg *f) {
-  return f->role == SCREE__ROLE_IN || f->role == SCREE__ROLE_OUT || f->role == SCREE__ROLE_INOUT;
-}
-
-/* A field's value as int64 (pointers as their bits, floats not at all). */
-static int64_t value_of(const void *args, const scree__arg *f) {
-  const char *p = (const char *)args + f->offset;
-  if (f->ctype == SCREE__C_I32) {
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-  }
-  int64_t v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
-/* The int64 field a link names (DIM and STRIDE fields are int64). */
-static int64_t at_i64(const void *args, unsigned link) {
-  int64_t v;
-  memcpy(&v, (const char *)args + link - 1, sizeof v);
-  return v;
-}
-
 const scree__arg *scree__arg_at(const scree__op *op, unsigned link) {
   for (int i = 0; link && i < op->nargs; i++)
     if (op->args[i].offset + 1u == link) return &op->args[i];
@@ -70,45 +47,10 @@ const scree__arg *scree__shape_field(const scree__op *op, const char *name) {
   return NULL;
 }
 
-int scree__tensor_elem(const void *args, const scree__arg *t) {
-  if (t->dtype) {
-    int32_t d;
-    memcpy(&d, (const char *)args + t->dtype - 1, sizeof d);
-    return d;
-  }
-  if (t->elem == SCREE__E_I32 && t->wide) {
-    int32_t wide;
-    memcpy(&wide, (const char *)args + t->wide - 1, sizeof wide);
-    return wide ? SCREE__DTYPE_I64 : SCREE__DTYPE_I32;
-  }
-  return t->elem == SCREE__E_F32   ? SCREE_DTYPE_FP32
-         : t->elem == SCREE__E_I32 ? SCREE__DTYPE_I32
-                                   : SCREE__DTYPE_I64;
-}
-
-/* Saturating product, for the dense strides of absurd extents (which the
- * byte-range check then refuses). */
-static int64_t mul_sat(int64_t a, int64_t b) {
-  const __int128 p = (__int128)a * b;
-  return p > INT64_MAX ? INT64_MAX : p < INT64_MIN ? INT64_MIN : (int64_t)p;
-}
+int scree__tensor_elem(const void *args, const scree__arg *t) { return scree__elem_of(args, t); }
 
 int scree__tensor_geom(const void *args, const scree__arg *t, scree__geom *g) {
-  g->rank = 0;
-  while (g->rank < 3 && t->dims[g->rank]) {
-    g->ext[g->rank] = at_i64(args, t->dims[g->rank]);
-    g->rank++;
-  }
-  if (t->flags & SCREE__PLUS_ONE) g->ext[0] += g->ext[0] < INT64_MAX;
-  int empty = 0;
-  int64_t dense = 1;
-  for (int k = g->rank - 1; k >= 0; k--) {
-    const int64_t given = k < g->rank - 1 && t->strides[k] ? at_i64(args, t->strides[k]) : 0;
-    g->stride[k] = given ? given : dense;
-    dense = mul_sat(dense, g->ext[k]);
-    empty |= g->ext[k] <= 0;
-  }
-  return !empty;
+  return scree__geom_of(args, t, g);
 }
 
 /* ---- messages (only when a check fails) ----------------------------------------- */
@@ -158,13 +100,13 @@ scree_status scree__range_text(const scree__arg *f, int64_t v, char *buf, size_t
   return SCREE_ERROR_INVALID_ARGUMENT;
 }
 
-static scree_status range_fail(scree_context *ctx, const scree__arg *f, int64_t v) {
+scree_status scree__fail_range(scree_context *ctx, const scree__arg *f, int64_t v) {
   char msg[256];
   const scree_status st = scree__range_text(f, v, msg, sizeof msg);
   return scree__fail(ctx, st, "%s", msg);
 }
 
-static scree_status float_fail(scree_context *ctx, const scree__arg *f, float v) {
+scree_status scree__fail_float(scree_context *ctx, const scree__arg *f, float v) {
   const char *sep, *hint = hint_of(f, &sep);
   const int fin = (f->flags & SCREE__FINITE) != 0, nonneg = (f->flags & SCREE__NONNEG) != 0;
   return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%g %s%s%s", f->name, (double)v,
@@ -188,7 +130,7 @@ static void values_text(const scree__vfield *vf, char *buf, size_t n) {
   }
 }
 
-static scree_status variant_fail(scree_context *ctx, const scree__vfield *vf,
+scree_status scree__fail_variant(scree_context *ctx, const scree__vfield *vf,
                                  const scree__arg *f, int64_t v) {
   char vals[160];
   values_text(vf, vals, sizeof vals);
@@ -224,37 +166,47 @@ static void strides_text(const scree__op *op, const scree__arg *t, const scree__
 
 /* ---- the checks ---------------------------------------------------------------- */
 
-/* Each stride of a tensor without SCREE__ANY_ORDER covers the dimensions
- * inside it, whatever the extents (a sizes-only check, before the pointers). */
-static scree_status row_strides(scree_context *ctx, const scree__op *op, const scree__arg *t,
-                                const void *args) {
-  scree__geom g;
-  scree__tensor_geom(args, t, &g);
-  for (int k = g.rank - 2; k >= 0; k--) {
-    const int64_t need = mul_sat(g.ext[k + 1], g.stride[k + 1]);
-    if (g.stride[k] >= need) continue;
-    const scree__arg *s = scree__arg_at(op, t->strides[k]), *d = scree__arg_at(op, t->dims[k + 1]);
-    if (k + 2 == g.rank)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld is less than %s=%lld",
-                         s->name, (long long)at_i64(args, t->strides[k]), d->name,
-                         (long long)g.ext[k + 1]);
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "%s=%lld is less than %s=%lld rows of %lld elements", s->name,
-                       (long long)at_i64(args, t->strides[k]), d->name, (long long)g.ext[k + 1],
-                       (long long)g.stride[k + 1]);
-  }
-  return SCREE_OK;
+/* Stride k of a tensor without SCREE__ANY_ORDER does not cover the
+ * dimensions inside it. */
+scree_status scree__fail_row_stride(scree_context *ctx, const scree__op *op, const scree__arg *t,
+                                    const void *args, const scree__geom *g, int k) {
+  const scree__arg *s = scree__arg_at(op, t->strides[k]), *d = scree__arg_at(op, t->dims[k + 1]);
+  if (k + 2 == g->rank)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld is less than %s=%lld",
+                       s->name, (long long)scree__at_i64(args, t->strides[k]), d->name,
+                       (long long)g->ext[k + 1]);
+  return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                     "%s=%lld is less than %s=%lld rows of %lld elements", s->name,
+                     (long long)scree__at_i64(args, t->strides[k]), d->name,
+                     (long long)g->ext[k + 1], (long long)g->stride[k + 1]);
+}
+
+/* A NULL (not optional) or misaligned pointer. */
+scree_status scree__fail_pointer(scree_context *ctx, const scree__arg *t, uint64_t p,
+                                 size_t align, int elem) {
+  if (!p) return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s is NULL", t->name);
+  if (align == scree__elem_bytes(elem))
+    return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "%s=0x%llx is not aligned to %zu bytes (%s)",
+                       t->name, (unsigned long long)p, align, scree__elem_name(elem));
+  return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "%s=0x%llx is not aligned to %zu bytes",
+                     t->name, (unsigned long long)p, align);
+}
+
+scree_status scree__fail_wrap(scree_context *ctx, const scree__arg *t, uint64_t p) {
+  return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx extends past the address space",
+                     t->name, (unsigned long long)p);
 }
 
 /* A tensor whose strides may come in any order: positive (multiples of
  * stride_multiple), and no two elements at one address: sorted by stride,
  * each dimension must clear the reach of those inside it. */
-static scree_status any_order_strides(scree_context *ctx, const scree__op *op,
-                                      const scree__arg *t, const scree__geom *g) {
+scree_status scree__check_any_order(scree_context *ctx, const scree__op *op, const scree__arg *t,
+                                    const scree__geom *g) {
   const int outer = g->rank - 1;
   for (int k = 0; k < outer; k++) {
     const int64_t s = g->stride[k];
-    if (s > 0 && !(t->stride_multiple && s % t->stride_multiple)) continue;
+    /* stride_multiple is a power of two (the registry check). */
+    if (s > 0 && !(s & (t->stride_multiple ? t->stride_multiple - 1 : 0))) continue;
     char st[96];
     strides_text(op, t, g, st, sizeof st);
     if (t->stride_multiple)
@@ -282,176 +234,68 @@ static scree_status any_order_strides(scree_context *ctx, const scree__op *op,
   return SCREE_OK;
 }
 
-/* A tensor of the call, as the overlap checks need it. */
-typedef struct tview {
-  const scree__arg *t;
-  uint64_t p, lo, hi;
-  size_t esize;
-  scree__geom g;
-} tview;
-
 static int may_alias(const scree__arg *a, const scree__arg *b) {
   for (int i = 0; i < 2; i++)
     if (a->alias[i] == b->offset + 1u || b->alias[i] == a->offset + 1u) return 1;
   return 0;
 }
 
-static int writes(const scree__arg *t) { return t->role != SCREE__ROLE_IN; }
-
 /* Written tensors have their own memory: apart from every other tensor, or
  * exactly one they may alias (in place, with equal element sizes and
- * strides). The written one is named first; of two written ones, the later. */
-static scree_status overlaps(scree_context *ctx, const tview *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = 0; j < i; j++) {
-      const tview *a = &v[i], *b = &v[j];
-      if (!writes(a->t) && !writes(b->t)) continue;
-      if (!scree__overlaps(a->lo, a->hi, b->lo, b->hi)) continue;
-      if (!writes(a->t)) a = &v[j], b = &v[i];
-      if (!may_alias(a->t, b->t))
-        return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx overlaps %s=0x%llx",
-                           a->t->name, (unsigned long long)a->p, b->t->name,
-                           (unsigned long long)b->p);
-      if (a->p != b->p)
-        return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                           "%s=0x%llx partially overlaps %s=0x%llx", a->t->name,
-                           (unsigned long long)a->p, b->t->name, (unsigned long long)b->p);
-      int same = a->esize == b->esize && a->g.rank == b->g.rank;
-      for (int k = 0; same && k + 1 < a->g.rank; k++) same = a->g.stride[k] == b->g.stride[k];
-      if (same) continue;
-      if (a->g.rank < 2)
-        return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                           "%s == %s (in place) needs equal element sizes", a->t->name,
-                           b->t->name);
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                         "%s == %s (in place) needs equal element sizes and strides (%s: %zu "
-                         "bytes, stride %lld; %s: %zu bytes, stride %lld)",
-                         a->t->name, b->t->name, a->t->name, a->esize,
-                         (long long)a->g.stride[0], b->t->name, b->esize,
-                         (long long)b->g.stride[0]);
-    }
-  return SCREE_OK;
+ * strides). The written one is named first; of two written ones, the later
+ * (a). */
+scree_status scree__check_pair(scree_context *ctx, const scree__tview *a, const scree__tview *b) {
+  if (!scree__writes(a->t)) {
+    const scree__tview *w = a;
+    a = b, b = w;
+  }
+  if (!may_alias(a->t, b->t))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx overlaps %s=0x%llx",
+                       a->t->name, (unsigned long long)a->p, b->t->name, (unsigned long long)b->p);
+  if (a->p != b->p)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx partially overlaps %s=0x%llx",
+                       a->t->name, (unsigned long long)a->p, b->t->name, (unsigned long long)b->p);
+  int same = a->esize == b->esize && a->g.rank == b->g.rank;
+  for (int k = 0; same && k + 1 < a->g.rank; k++) same = a->g.stride[k] == b->g.stride[k];
+  if (same) return SCREE_OK;
+  if (a->g.rank < 2)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "%s == %s (in place) needs equal element sizes", a->t->name, b->t->name);
+  return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                     "%s == %s (in place) needs equal element sizes and strides (%s: %zu "
+                     "bytes, stride %lld; %s: %zu bytes, stride %lld)",
+                     a->t->name, b->t->name, a->t->name, a->esize, (long long)a->g.stride[0],
+                     b->t->name, b->esize, (long long)b->g.stride[0]);
 }
+
+/* ---- the checks of a call ---------------------------------------------------------- */
 
 scree_status scree__args_check(scree_context *ctx, const scree__op *op, const void *args,
                                CUstream stream, scree__variant *var, int *skip) {
-  scree_status st;
-  /* Variant fields given by an args field: one of their values. */
-  for (int i = 0; i < op->nvfields; i++) {
-    const scree__vfield *vf = &op->vfields[i];
-    if (!vf->arg) continue;
-    const scree__arg *f = scree__arg_at(op, vf->arg);
-    const int64_t v = value_of(args, f);
-    int ok = 0;
-    for (int k = 0; k < vf->nvalues; k++) ok |= vf->values[k] == v;
-    if (!ok) return variant_fail(ctx, vf, f, v);
-    var->v[i] = (int)v;
-  }
-  /* Sizes and scalars, then the strides they bound. */
-  for (int i = 0; i < op->nargs; i++) {
-    const scree__arg *f = &op->args[i];
-    if (f->role == SCREE__ROLE_FLOAT) {
-      float v;
-      memcpy(&v, (const char *)args + f->offset, sizeof v);
-      if (((f->flags & SCREE__FINITE) && !isfinite(v)) ||
-          ((f->flags & SCREE__NONNEG) && !(v >= 0.f)))
-        return float_fail(ctx, f, v);
-    } else if ((f->min || f->max) && !is_tensor(f)) {
-      const int64_t v = value_of(args, f);
-      if (v < f->min || v > f->max) return range_fail(ctx, f, v);
-    }
-  }
-  for (int i = 0; i < op->nargs; i++) {
-    const scree__arg *t = &op->args[i];
-    if (is_tensor(t) && t->strides[0] &&
-        !(t->flags & (SCREE__ANY_ORDER | SCREE__OWN_RANGE | SCREE__OWN_POINTER)) &&
-        (st = row_strides(ctx, op, t, args)))
-      return st;
-  }
-  if (op->validate && (st = op->validate(ctx, args))) return st;
-  for (int i = 0; i < op->nargs; i++)
-    if ((op->args[i].flags & SCREE__EMPTY) && value_of(args, &op->args[i]) == 0) {
-      *skip = 1; /* nothing to do, nothing launched */
-      return SCREE_OK;
-    }
-  /* Pointers, then strides and byte ranges of the tensors present. */
-  tview v[SCREE__MAX_BUFS];
-  int n = 0;
-  for (int i = 0; i < op->nargs; i++) {
-    const scree__arg *t = &op->args[i];
-    if (!is_tensor(t) || (t->flags & SCREE__OWN_POINTER)) continue;
-    tview *w = &v[n];
-    w->t = t;
-    /* No elements: not read or written. (The extents of a tensor whose
-     * layout the op checks may not say: its pointer counts whenever given.) */
-    if (!scree__tensor_geom(args, t, &w->g) && !(t->flags & SCREE__OWN_RANGE)) continue;
-    memcpy(&w->p, (const char *)args + t->offset, sizeof w->p);
-    if (!w->p && (t->flags & SCREE__OPTIONAL)) continue;
-    const int elem = scree__tensor_elem(args, t);
-    w->esize = scree__elem_size(elem);
-    const size_t align = t->align ? t->align : w->esize;
-    if (!w->p) return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s is NULL", t->name);
-    if (w->p % align) {
-      if (align == w->esize)
-        return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "%s=0x%llx is not aligned to %zu bytes (%s)",
-                           t->name, (unsigned long long)w->p, align, scree__elem_name(elem));
-      return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "%s=0x%llx is not aligned to %zu bytes",
-                         t->name, (unsigned long long)w->p, align);
-    }
-    if (!(t->flags & SCREE__OWN_RANGE)) n++;
-  }
-  for (int i = 0; i < n; i++) {
-    tview *w = &v[i];
-    if ((w->t->flags & SCREE__ANY_ORDER) && (st = any_order_strides(ctx, op, w->t, &w->g)))
-      return st;
-    __int128 last = w->g.ext[w->g.rank - 1];
-    for (int k = 0; k + 1 < w->g.rank; k++) last += (__int128)(w->g.ext[k] - 1) * w->g.stride[k];
-    last *= (__int128)w->esize;
-    if (last > (__int128)(UINT64_MAX - w->p))
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                         "%s=0x%llx extends past the address space", w->t->name,
-                         (unsigned long long)w->p);
-    w->lo = w->p;
-    w->hi = w->p + (uint64_t)last;
-  }
-  if ((st = overlaps(ctx, v, n))) return st;
-  return op->validate_buffers ? op->validate_buffers(ctx, args, stream, var) : SCREE_OK;
+  return op->check_args(ctx, args, stream, var, skip);
 }
 
-/* ---- the vector width a call allows ------------------------------------------- */
-
 int scree__vec_log2(const scree__op *op, const scree__variant *var, const void *args) {
-  int l = 3;
-  for (int i = 0; i < op->nargs; i++) {
-    const scree__arg *t = &op->args[i];
-    if (!(t->flags & SCREE__VECTOR)) continue;
-    int k = 0;
-    while (op->vfields[k].arg != t->dtype) k++; /* the registry check: it is there */
-    scree_devptr p;
-    memcpy(&p, (const char *)args + t->offset, sizeof p);
-    l = scree__vlog2_ptr(l, p, scree_dtype_size((scree_dtype)var->v[k]));
-    scree__geom g;
-    scree__tensor_geom(args, t, &g);
-    for (int d = 0; d + 1 < g.rank; d++) l = scree__vlog2_stride(l, g.stride[d]);
-  }
-  return l;
+  return op->vec_log2(var, args);
 }
 
 int scree__adapt_class(const scree__op *op, const scree__variant *var, const void *args) {
-  return op->adapt_class ? op->adapt_class(var, args) : scree__vec_log2(op, var, args);
+  return op->adapt_class ? op->adapt_class(var, args) : op->vec_log2(var, args);
 }
 
 /* ---- the schema's consistency (the registry check) ------------------------------- */
 
 static int role_of(const scree__op *op, unsigned link, int role) {
   const scree__arg *f = scree__arg_at(op, link);
-  return f && (role ? f->role == role : is_tensor(f));
+  return f && (role ? f->role == role : scree__is_tensor(f));
 }
 
 const char *scree__schema_missing(const scree__op *op) {
 #define NEED(cond, what) \
   if (!(cond)) return what
-  NEED(op->nargs >= 1 && op->args, "args (the schema)");
+  NEED(op->nargs >= 1 && op->nargs <= SCREE__MAX_ARGS && op->args,
+       "args (the schema, at most SCREE__MAX_ARGS entries)");
+  NEED(op->check_args && op->vec_log2, "check_args, vec_log2 (SCREE__DEFINE_OP gives them)");
   int ntensors = 0, nshape = 0;
   size_t end = 0;
   for (int i = 0; i < op->nargs; i++) {
@@ -465,7 +309,7 @@ const char *scree__schema_missing(const scree__op *op) {
     const int size_ok = f->ctype == SCREE__C_I32 || f->ctype == SCREE__C_F32 ? f->size == 4
                                                                               : f->size == 8;
     NEED(size_ok, "args[].size (int64_t, uint64_t, float, int or enum fields)");
-    if (is_tensor(f)) {
+    if (scree__is_tensor(f)) {
       ntensors++;
       NEED(f->ctype == SCREE__C_PTR, "args[] (a tensor is a scree_devptr)");
       NEED(!f->dtype != !f->elem, "args[].dtype or .elem (one of them)");
@@ -487,6 +331,8 @@ const char *scree__schema_missing(const scree__op *op) {
       for (int k = 0; k < 2; k++)
         NEED(!f->alias[k] || role_of(op, f->alias[k], 0), "args[].alias (tensors)");
       NEED(!f->align || !(f->align & (f->align - 1)), "args[].align (a power of two)");
+      NEED(!(f->stride_multiple & (f->stride_multiple - 1)),
+           "args[].stride_multiple (a power of two)");
       NEED(!(f->flags & SCREE__ANY_ORDER) || rank >= 2, "args[] (ANY_ORDER needs rank 2 or 3)");
       int vslot = 0;
       for (int k = 0; k < op->nvfields; k++) vslot |= f->dtype && op->vfields[k].arg == f->dtype;
@@ -521,7 +367,7 @@ const char *scree__schema_missing(const scree__op *op) {
   NEED(nshape >= 1, "args[] (SHAPE fields)");
   for (int k = 0; k < op->nvfields; k++) {
     const scree__arg *f = scree__arg_at(op, op->vfields[k].arg);
-    NEED(!op->vfields[k].arg || (f && !is_tensor(f) && f->role != SCREE__ROLE_FLOAT),
+    NEED(!op->vfields[k].arg || (f && !scree__is_tensor(f) && f->role != SCREE__ROLE_FLOAT),
          "vfields[].arg (an integer field of the args)");
   }
 #undef NEED

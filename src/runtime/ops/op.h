@@ -24,6 +24,7 @@
 #define SCREE__MAX_ENTRIES 4
 #define SCREE__MAX_BUFS 12
 #define SCREE__ARGS_MAX 512
+#define SCREE__MAX_ARGS 48 /* entries of a schema */
 
 /* One point of an op's config space: the implementation (index into
  * op->impls) and its field values in the implementation's order. */
@@ -82,7 +83,7 @@ typedef struct scree__bdim {
 /* ---- argument schemas ---------------------------------------------------------
  * Each op declares the fields of its args struct once, as a table of
  * scree__arg in the struct's order (in ops/<op>.c). From the table come the
- * argument checks every op shares (ops/args.c: NULL, alignment, strides,
+ * argument checks every op shares (ops/args_check.h: NULL, alignment, strides,
  * sizes, byte ranges, overlaps, dtypes, scalar ranges, with messages that
  * name the argument), the shape text (the SCREE__SHAPE fields), the bucket
  * (scree__bdim.arg), the vector width a call allows (scree__vec_log2), a
@@ -309,6 +310,12 @@ struct scree__op {
   const scree__bdim *dims;
   int nargs;
   const scree__arg *args; /* the schema: every field of the args struct, in order */
+  /* The checks of a call (scree__args_check) and its vector width
+   * (scree__vec_log2), compiled from the schema for this op by
+   * SCREE__DEFINE_OP (ops/args_check.h). */
+  scree_status (*check_args)(scree_context *ctx, const void *args, CUstream stream,
+                             scree__variant *var, int *skip);
+  int (*vec_log2)(const scree__variant *var, const void *args);
 
   /* The public entry's checks (scree__args_check) are the schema's, and
    * these two optional hooks for the op's own rules. Each returns the
@@ -363,13 +370,13 @@ struct scree__op {
  * architectures (0: no upper bound) and entries. */
 #define SCREE__IMPL(nm, src, lo, hi, ...) \
   .name = nm, .source = src, .min_sm = lo, .max_sm = hi, .entries = {__VA_ARGS__}
-/* Small integer steps of the ops' hooks: the smallest power of two >= v
- * (at most 2^40, the largest size a shape may give), v clamped to [lo,
- * hi], and a / b rounded up (b > 0). */
+/* Small integer steps of the ops' hooks and the bucket: the smallest power
+ * of two >= v (at most 2^62; no loop, the bucket rounds on every call), v
+ * clamped to [lo, hi], and a / b rounded up (b > 0). */
 static inline int64_t scree__pow2_ceil(int64_t v) {
-  int64_t p = 1;
-  while (p < v && p < ((int64_t)1 << 40)) p <<= 1;
-  return p;
+  if (v <= 1) return 1;
+  const int l = 64 - __builtin_clzll((uint64_t)(v - 1));
+  return l > 62 ? (int64_t)1 << 62 : (int64_t)1 << l;
 }
 static inline int scree__clampi(int64_t v, int lo, int hi) {
   return v < lo ? lo : v > hi ? hi : (int)v;
@@ -380,13 +387,25 @@ static inline int64_t scree__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b
 /* Defines the descriptor scree__op_<op> from the tables and required hooks
  * the op file names schema, vfields, dims, impls and bench; default_config,
  * representative, problem, and the reference scree__ref_<op>. The optional
- * hooks follow, each as ".hook = name". */
-#define SCREE__DEFINE_OP(op, ...)                                                        \
-  const scree__op scree__op_##op = {                                                     \
-      .name = #op, .args_size = sizeof(scree_##op##_args), .nargs = SCREE__COUNT(schema), \
-      .args = schema, .nimpls = SCREE__COUNT(impls), .impls = impls,                     \
-      .nvfields = SCREE__COUNT(vfields), .vfields = vfields, .ndims = SCREE__COUNT(dims), \
-      .dims = dims, .default_config = default_config, .representative = representative,  \
+ * hooks follow, each as ".hook = name". It also compiles the op's argument
+ * checks and vector width from its tables (ops/args_check.h). */
+#define SCREE__DEFINE_OP(op, ...)                                                         \
+  extern const scree__op scree__op_##op;                                                  \
+  static scree_status scree__check_##op(scree_context *ctx, const void *args,             \
+                                        CUstream stream, scree__variant *var, int *skip) { \
+    return scree__args_check_in(ctx, &scree__op_##op, schema, SCREE__COUNT(schema),       \
+                                vfields, SCREE__COUNT(vfields), args, stream, var, skip); \
+  }                                                                                       \
+  static int scree__vec_##op(const scree__variant *var, const void *args) {              \
+    return scree__vec_log2_in(schema, SCREE__COUNT(schema), vfields, SCREE__COUNT(vfields), \
+                              var, args);                                                 \
+  }                                                                                       \
+  const scree__op scree__op_##op = {                                                      \
+      .name = #op, .args_size = sizeof(scree_##op##_args), .nargs = SCREE__COUNT(schema),  \
+      .args = schema, .check_args = scree__check_##op, .vec_log2 = scree__vec_##op,        \
+      .nimpls = SCREE__COUNT(impls), .impls = impls, .nvfields = SCREE__COUNT(vfields),    \
+      .vfields = vfields, .ndims = SCREE__COUNT(dims), .dims = dims,                      \
+      .default_config = default_config, .representative = representative,                \
       .problem = problem, .reference = scree__ref_##op, .bench = bench, __VA_ARGS__}
 
 /* ---- registry.c ------------------------------------------------------------ */
@@ -471,8 +490,9 @@ int scree__problem_shape(const void *args, const scree__arg *schema, int nargs, 
 void scree__variant_dtypes(const scree__vfield *vfields, int nvfields, const scree__variant *var,
                            void *args);
 
-/* ---- args.c: the checks derived from the schema ------------------------------ */
-/* Every check of a public call before its plan lookup, in this order: the
+/* ---- the checks derived from the schema (args_check.h, args.c) --------------- */
+/* Every check of a public call before its plan lookup (op->check_args,
+ * compiled for the op from its tables by SCREE__DEFINE_OP), in this order: the
  * variant fields given by args fields (one of their values), then sizes and
  * scalars against their ranges, the strides of tensors without
  * SCREE__ANY_ORDER, op->validate; then the empty-call test (*skip = 1 and
@@ -551,5 +571,8 @@ int scree__parse_shapes(const char *json, long (*shapes)[2], int cap, scree_dtyp
  * its op file (ops/<op>.c): args and host copies of the buffers in the
  * problem's order. The op file and the tests declare it with this macro. */
 #define SCREE__REFERENCE(name) void scree__ref_##name(const void *args, void *const *host)
+
+/* The checks compiled for each op (SCREE__DEFINE_OP). */
+#include "ops/args_check.h"
 
 #endif
