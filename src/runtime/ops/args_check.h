@@ -246,8 +246,12 @@ SCREE__INLINE scree_status scree__args_check_in(scree_context *ctx, const scree_
       *skip = 1; /* nothing to do, nothing launched */
       return SCREE_OK;
     }
-  /* Pointers: NULL unless optional, aligned. A tensor with elements and a
-   * pointer is present for the checks of its range. */
+  /* Each tensor with elements and a pointer, in turn: the pointer (NULL
+   * unless optional, aligned), the strides of an ANY_ORDER tensor, and the
+   * last byte. Every stride is positive by then (checked against the
+   * extents inside it, or as ANY_ORDER), so a wrap of the unsigned sums is
+   * a range past the end of the address space. Present tensors are then
+   * checked for overlaps. */
   int present[SCREE__MAX_BUFS];
   nt = 0;
   SCREE__UNROLL
@@ -268,20 +272,7 @@ SCREE__INLINE scree_status scree__args_check_in(scree_context *ctx, const scree_
     const size_t align = t->align ? t->align : w->esize;
     if (__builtin_expect(!w->p || (w->p & (align - 1)), 0))
       return scree__fail_pointer(ctx, t, w->p, align, elem);
-    present[s] = !(t->flags & SCREE__OWN_RANGE);
-  }
-  /* The strides of ANY_ORDER tensors, and every tensor's last byte: every
-   * stride is positive by now (checked against the extents inside it, or
-   * as ANY_ORDER), so a wrap of the unsigned sums is a range past the end
-   * of the address space. */
-  nt = 0;
-  SCREE__UNROLL
-  for (int i = 0; i < nargs; i++) {
-    const scree__arg *t = &schema[i];
-    if (!scree__generic(t)) continue;
-    const int s = nt++;
-    if (!present[s]) continue;
-    scree__tview *w = &v[s];
+    if (t->flags & SCREE__OWN_RANGE) continue;
     if ((t->flags & SCREE__ANY_ORDER) && __builtin_expect(!scree__any_order_ok(t, &w->g), 0))
       return scree__check_any_order(ctx, op, t, &w->g);
     const int r = scree__rank_of(t);
@@ -298,9 +289,10 @@ SCREE__INLINE scree_status scree__args_check_in(scree_context *ctx, const scree_
     wraps |= __builtin_add_overflow(w->p, last, &w->hi);
     if (__builtin_expect(wraps, 0)) return scree__fail_wrap(ctx, t, w->p);
     w->lo = w->p;
+    present[s] = 1;
   }
   /* Overlaps: each written tensor apart from every other present one, or
-   * exactly one it may alias. The pairs are the schema's, in its order. */
+   * exactly one it may alias; the pairs in the schema's order. */
   int si = 0;
   SCREE__UNROLL
   for (int i = 0; i < nargs; i++) {

@@ -496,10 +496,11 @@ void scree__variant_dtypes(const scree__vfield *vfields, int nvfields, const scr
  * variant fields given by args fields (one of their values), then sizes and
  * scalars against their ranges, the strides of tensors without
  * SCREE__ANY_ORDER, op->validate; then the empty-call test (*skip = 1 and
- * SCREE_OK when a SCREE__EMPTY size is 0); then each tensor's pointer (NULL
- * unless optional, alignment), the strides of SCREE__ANY_ORDER tensors, byte
- * ranges (past the end of the address space), overlaps (a written tensor
- * apart from every other one, or exactly one it may alias), and
+ * SCREE_OK when a SCREE__EMPTY size is 0); then each tensor in turn: its
+ * pointer (NULL unless optional, alignment), its strides if
+ * SCREE__ANY_ORDER, its byte range (past the end of the address space);
+ * then overlaps (a written tensor apart from every other one, or exactly
+ * one it may alias), and
  * op->validate_buffers. Fills the variant (zeroed by the caller). A tensor
  * with no elements is not looked at. The hot path: no allocation, no
  * formatting unless a check fails. */
