@@ -225,7 +225,7 @@ SCREE__INLINE scree_status scree__args_check_in(scree_context *ctx, const scree_
   SCREE__UNROLL
   for (int i = 0; i < nargs; i++) {
     const scree__arg *t = &schema[i];
-    if (!scree__is_tensor(t) || (t->flags & SCREE__OWN_POINTER)) continue;
+    if (!scree__generic(t)) continue;
     scree__tview *w = &v[nt];
     w->t = t;
     has[nt] = scree__geom_of(args, t, &w->g);
@@ -233,7 +233,7 @@ SCREE__INLINE scree_status scree__args_check_in(scree_context *ctx, const scree_
     if (!scree__row_checked(t)) continue;
     SCREE__UNROLL
     for (int k = 1; k >= 0; k--) {
-      if (k > w->g.rank - 2) continue;
+      if (k > scree__rank_of(t) - 2) continue;
       if (__builtin_expect(w->g.stride[k] < scree__mul_sat(w->g.ext[k + 1], w->g.stride[k + 1]),
                            0))
         return scree__fail_row_stride(ctx, op, t, args, &w->g, k);

@@ -596,14 +596,15 @@ static void scalar_cases(const scree__op *op, const args *base, const scree__arg
     return;
   }
   if (is_tensor(f) || (!f->min && !f->max)) return;
-  const int64_t lo = f->min - 1, hi = f->max + 1;
   if (f->min > (f->ctype == SCREE__C_I32 ? INT32_MIN : INT64_MIN)) {
+    const int64_t lo = f->min - 1;
     a = *base, put(a.b, f, lo);
     CASE("%s=%lld", f->name, (long long)lo);
     snprintf(needle, sizeof needle, "%s=%lld", f->name, (long long)lo);
     expect_both(op, &a, SCREE_ERROR_INVALID_ARGUMENT, needle, what);
   }
   if (f->max < (f->ctype == SCREE__C_I32 ? INT32_MAX : INT64_MAX)) {
+    const int64_t hi = f->max + 1;
     a = *base, put(a.b, f, hi);
     CASE("%s=%lld", f->name, (long long)hi);
     snprintf(needle, sizeof needle, "%s=%lld", f->name, (long long)hi);
