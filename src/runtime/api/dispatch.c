@@ -1,9 +1,8 @@
 /* dispatch.c - a call from its public entry to the launch.
  *
  * scree_<op>() checks its arguments (its schema's checks and the op's own,
- * scree__args_check), then looks up
- * the plan for (op, variant, bucket, alignment class) in the in-memory plan
- * table and launches. Only the first call of a plan consults the caches
+ * scree__args_check), then looks up the plan for (op, variant, bucket,
+ * alignment class) in the in-memory plan table and launches. Only the first call of a plan consults the caches
  * (user, then shipped, then the shipped tuned configs) and, on a miss,
  * follows the miss policy: the default
  * config (recording the miss), tuning now, or an error. */
