@@ -3,9 +3,11 @@
  * the problem harness the tuner uses: each case is checked against the CPU
  * reference on the op's edge-case batch, then timed on the full problem,
  * and printed with TFLOP/s (ops that count flops) or GB/s beside the
- * device-to-device copy. Built twice: bench_ops reads bench/ops.txt (one
- * line per case, every op), bench_attention reads the shared attention
- * configurations (bench/attention_configs.json).
+ * device-to-device copy. Built twice: bench_ops runs every registered op's
+ * benchmark entries (the `bench` list of its descriptor, ops/<op>.c), or
+ * the cases of a file (--file: one "<op> <variant> <shape> [lens=...]" a
+ * line); bench_attention reads the shared attention configurations
+ * (bench/attention_configs.json).
  *
  *   bench_ops [--file F] [--json-configs F] [--op NAME] [--only NAME]
  *             [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep]
@@ -41,9 +43,6 @@
 #include "tuner/harness.h"
 #include "tuner/tuner.h"
 
-#ifndef SCREE_BENCH_FILE
-#define SCREE_BENCH_FILE ""
-#endif
 #ifndef SCREE_BENCH_JSON
 #define SCREE_BENCH_JSON ""
 #endif
@@ -73,7 +72,26 @@ static int parse_lens(const char *s, bcase *c) {
   return c->lens ? 0 : -1;
 }
 
-/* bench/ops.txt: "<op> <variant> <shape> [lens=L,L,...]" per line. */
+/* One case, "<op> <variant> <shape> [lens=L,L,...]" (a blank line or a
+ * comment adds none); where and num name it in a message. The new count. */
+static int add_case(const char *text, const char *where, int num, bcase *cases, int n) {
+  char op[64], var[128], shape[512], lens[8192] = "";
+  const int k = sscanf(text, " %63s %127s %511s %8191s", op, var, shape, lens);
+  if (k < 1 || op[0] == '#' || n == MAX_CASES) return n;
+  bcase *c = &cases[n];
+  memset(c, 0, sizeof *c);
+  if (k < 3 || !(c->op = scree__op_find(op)) || (k == 4 && strncmp(lens, "lens=", 5)) ||
+      (k == 4 && parse_lens(lens + 5, c))) {
+    fprintf(stderr, "bench: %s:%d: expected <op> <variant> <shape> [lens=...]\n", where, num);
+    exit(2);
+  }
+  snprintf(c->name, sizeof c->name, "%.40s:%d", op, num);
+  snprintf(c->variant, sizeof c->variant, "%s", var);
+  snprintf(c->shape, sizeof c->shape, "%s", shape);
+  return n + 1;
+}
+
+/* A cases file: "<op> <variant> <shape> [lens=L,L,...]" per line. */
 static int read_ops_file(const char *path, bcase *cases, int n) {
   char why[1024];
   char *text = scree__read_text(path, why, sizeof why);
@@ -85,25 +103,22 @@ static int read_ops_file(const char *path, bcase *cases, int n) {
   for (char *p = text; p && *p;) {
     char *nl = strchr(p, '\n');
     if (nl) *nl = 0;
-    line++;
-    char op[64], var[128], shape[512], lens[8192] = "";
-    const int k = sscanf(p, " %63s %127s %511s %8191s", op, var, shape, lens);
-    if (k >= 1 && op[0] != '#') {
-      bcase *c = &cases[n];
-      memset(c, 0, sizeof *c);
-      if (k < 3 || !(c->op = scree__op_find(op)) || (k == 4 && strncmp(lens, "lens=", 5)) ||
-          (k == 4 && parse_lens(lens + 5, c))) {
-        fprintf(stderr, "bench: %s:%d: expected <op> <variant> <shape> [lens=...]\n", path, line);
-        exit(2);
-      }
-      snprintf(c->name, sizeof c->name, "%.40s:%d", op, line);
-      snprintf(c->variant, sizeof c->variant, "%s", var);
-      snprintf(c->shape, sizeof c->shape, "%s", shape);
-      if (++n == MAX_CASES) break;
-    }
+    n = add_case(p, path, ++line, cases, n);
     p = nl ? nl + 1 : NULL;
   }
   free(text);
+  return n;
+}
+
+/* Every registered op's benchmark entries (its descriptor's bench list),
+ * numbered from 1 within each op. */
+static int read_registry(bcase *cases, int n) {
+  for (int i = 0; scree__ops[i]; i++)
+    for (int e = 0; scree__ops[i]->bench && scree__ops[i]->bench[e]; e++) {
+      char text[16384];
+      snprintf(text, sizeof text, "%s %s", scree__ops[i]->name, scree__ops[i]->bench[e]);
+      n = add_case(text, "bench entry", e + 1, cases, n);
+    }
   return n;
 }
 
@@ -288,7 +303,8 @@ static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *
 }
 
 int main(int argc, char **argv) {
-  const char *file = SCREE_BENCH_FILE, *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
+  const char *file = "", *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
+  int registry = !*json; /* bench_ops: every op's own entries */
   const char *csv_path = NULL, *keep_cache = NULL;
   int reps = 30, inner = 10, sweep = 0, check_only = 0;
   /* Each case's first call tunes its bucket: the shipped tuned configs
@@ -296,9 +312,9 @@ int main(int argc, char **argv) {
   setenv("SCREE_TUNED_CONFIGS", "none", 0);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--file") && i + 1 < argc)
-      file = argv[++i], json = "";
+      file = argv[++i], json = "", registry = 0;
     else if (!strcmp(argv[i], "--json-configs") && i + 1 < argc)
-      json = argv[++i], file = "";
+      json = argv[++i], file = "", registry = 0;
     else if (!strcmp(argv[i], "--op") && i + 1 < argc)
       only_op = argv[++i];
     else if (!strcmp(argv[i], "--only") && i + 1 < argc)
@@ -321,7 +337,7 @@ int main(int argc, char **argv) {
       keep_cache = argv[++i];
     else {
       fprintf(stderr,
-              "usage: %s [--file ops.txt | --json-configs attention_configs.json] [--op NAME] "
+              "usage: %s [--file CASES | --json-configs attention_configs.json] [--op NAME] "
               "[--only NAME] [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep] "
               "[--sweep-impl NAME] [--sweep-grep A,B] [--check-entries]\n",
               argv[0]);
@@ -330,6 +346,7 @@ int main(int argc, char **argv) {
   }
   static bcase cases[MAX_CASES];
   int n = 0;
+  if (registry) n = read_registry(cases, n);
   if (*file) n = read_ops_file(file, cases, n);
   if (*json) n = read_attention_json(json, cases, n);
 

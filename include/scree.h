@@ -275,6 +275,12 @@ SCREE_EXTERN scree_status scree_get_counters(const scree_context *ctx,
 /* Ops                                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* Every op has one form: an args struct scree_<op>_args and the entry
+ *   scree_status scree_<op>(scree_context *ctx, const scree_<op>_args *args,
+ *                           void *stream);
+ * The build reads the list of ops from these declarations, in this order
+ * (a new op goes last; docs/adding-an-op.md). */
+
 /* RMSNorm over packed rows: y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w
  * for t in [0, rows). Accumulates in fp32. Rows are independent, so a
  * packed varlen batch needs no cu_seqlens: pass the total token count.
@@ -555,6 +561,26 @@ typedef struct scree_attention_args {
 SCREE_EXTERN scree_status scree_attention(scree_context *ctx,
                                           const scree_attention_args *args,
                                           void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Checking a call without a device                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Checks args as the op entry scree_<op> would (op: "rmsnorm",
+ * "attention", ...: the name after "scree_"), without a context, a device
+ * or device memory: sizes, strides, dtypes, scalars and the op's own rules.
+ * Buffer pointers are only tested against NULL: each distinct nonzero
+ * value stands for a buffer of its own, aligned and apart from the others
+ * (one value given twice is one buffer), so the alignment and overlaps of
+ * real pointers are not checked, nor anything on the device. For
+ * frameworks that trace a call before its buffers exist (torch.compile's
+ * fake tensors). Returns what the call would return before its launch:
+ * SCREE_OK (an empty call too) or the argument status, with the call's
+ * message in why (cut to why_size bytes and terminated; "" on SCREE_OK; why
+ * may be NULL); SCREE_ERROR_INVALID_ARGUMENT for an unknown op or NULL
+ * args; SCREE_ERROR_OUT_OF_MEMORY. Thread-safe. */
+SCREE_EXTERN scree_status scree_check_args(const char *op, const void *args, char *why,
+                                           size_t why_size);
 
 #ifdef __cplusplus
 }

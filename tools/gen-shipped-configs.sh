@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # gen-shipped-configs.sh - on a GPU machine: tunes every model preset
 # (presets/models.txt) and the benchmark shapes (bench/rowwise_shapes.json,
-# bench/ops.txt, bench/attention_configs.json) into a fresh cache on all of
-# the machine's GPUs, checks every winner against the CPU reference, and
-# writes them as the shipped tuned configs caches/NAME.txt (docs/cluster.md).
+# every op's benchmark entries, bench/attention_configs.json) into a fresh
+# cache on all of the machine's GPUs, checks every winner against the CPU
+# reference, and writes them as the shipped tuned configs caches/NAME.txt
+# (docs/cluster.md).
 #
 #   scripts/build.sh && tools/gen-shipped-configs.sh h100-sxm    # on an H100 SXM
 #   tools/gen-shipped-configs.sh h200                            # on an H200

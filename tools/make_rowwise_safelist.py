@@ -73,10 +73,10 @@ def coverage(op, rowwise, measured=()):
             print(f"{op} allow {cfg}")
 
 
-# Sections in the registry's order (src/runtime/ops/registry.h), as
+# Sections in the registry's order (the ops' order in include/scree.h), as
 # `scree-tune safelist export` writes them.
-ORDER = ["rmsnorm", "attention", "softmax", "cross_entropy", "swiglu", "rope", "layernorm",
-         "add_rmsnorm", "ragged_softmax"]
+ORDER = ["rmsnorm", "layernorm", "add_rmsnorm", "softmax", "ragged_softmax", "rope", "swiglu",
+         "cross_entropy", "attention"]
 
 
 def rank(op):

@@ -3,6 +3,7 @@ checked with the C compiler, library loading, NVRTC discovery, statuses and
 errors, options and contexts. No GPU needed."""
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,26 +60,64 @@ def _c_layouts(tmp_path):
 
 
 def test_struct_layouts_match_the_header(tmp_path):
+    """The generated structs (their offsets, and the layout the packers
+    compute from their codes) against the C compiler's."""
     c = _c_layouts(tmp_path)
     for name, fields in _lib.ARG_STRUCTS.items():
         offsets, size = _lib.struct_layout(fields)
         assert offsets == c[name][0], name
         assert size == c[name][1] == _lib.PACKERS[name].size, name
+    for op in _lib.OPS.values():
+        assert {f["name"]: f["offset"] for f in op["fields"]} == c[op["struct"]][0], op
+        assert op["size"] == c[op["struct"]][1], op
     for name, cls in _lib.CTYPES_STRUCTS.items():
         offsets = {f: getattr(cls, f).offset for f, _ in cls._fields_}
         assert offsets == c[name][0], name
         assert ctypes.sizeof(cls) == c[name][1], name
 
 
-def test_every_args_struct_of_the_header_is_bound():
-    """A struct added to scree.h needs its field list here too."""
+def _header_structs():
+    """{struct: [member, ...]} of every args struct of scree.h."""
     with open(os.path.join(_header_dir(), "scree.h")) as f:
-        header = f.read()
-    import re
-    declared = set(re.findall(r"\}\s*(scree_\w+_args);", header))
-    assert declared == set(_lib.ARG_STRUCTS)
+        header = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    out = {}
+    for body, name in re.findall(r"typedef struct \w+ \{([^}]*)\}\s*(scree_\w+_args);", header):
+        members = []
+        for decl in body.split(";"):
+            words = decl.replace(",", " , ").split()
+            if words:  # "int64_t a, b, c": the word after the type and each comma
+                members += [w for i, w in enumerate(words[1:]) if i == 0 or words[i] == ","]
+        out[name] = members
+    return out, header
+
+
+def test_every_args_struct_of_the_header_is_bound():
+    """Each args struct of scree.h is described, member for member in order,
+    by the generated structs (the op's schema), with its entry."""
+    structs, header = _header_structs()
+    assert set(structs) == set(_lib.ARG_STRUCTS)
+    for name, members in structs.items():
+        assert [f for f, _ in _lib.ARG_STRUCTS[name]] == members, name
     for entry in _lib.ENTRIES.values():
         assert re.search(rf"\b{entry}\(", header), entry
+
+
+def test_structs_come_beside_the_library_named(tmp_path):
+    """With SCREE_LIBRARY set, the _structs.py built beside it is used (a
+    source-tree run); else the package's."""
+    d = tmp_path / "python" / "scree"
+    d.mkdir(parents=True)
+    ops = dict(_lib.OPS, toy={"struct": "scree_toy_args", "entry": "scree_toy", "size": 8,
+                              "fields": [{"name": "x", "code": "Q", "offset": 0, "role": "in",
+                                          "flags": []}]})
+    (d / "_structs.py").write_text(f"OPS = {ops!r}\n")
+    r = _run("from scree import _lib; print(list(_lib.OPS)[-1])",
+             SCREE_LIBRARY=str(tmp_path / "libscree.so"))
+    assert r.returncode == 0 and r.stdout.strip() == "toy", r.stderr
+    if os.path.exists(os.path.join(os.path.dirname(_lib.__file__), "_structs.py")):  # a wheel
+        r = _run("from scree import _lib; print(len(_lib.OPS))",
+                 SCREE_LIBRARY=str(tmp_path / "python" / "libscree.so"))
+        assert r.returncode == 0 and int(r.stdout) == len(_lib.OPS), r.stderr
 
 
 def test_version_matches_the_library():

@@ -126,6 +126,72 @@ def test_argument_errors_name_the_argument(call, exc, match):
             call()
 
 
+def _i32(*shape):
+    return _cuda(*shape, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("call,arg,match", [
+    (lambda: scree.rms_norm(_cuda(4, 70000), [70000]), "normalized_shape",
+     "cols=70000 exceeds the supported maximum 65536"),
+    (lambda: scree.rms_norm(_cuda(4, 64), [64], eps=float("nan")), "eps", "eps"),
+    (lambda: scree.rms_norm(_cuda(4, 64), [64], eps=-1.0), "eps", "eps"),
+    (lambda: scree.cross_entropy(_cuda(4, (1 << 24) + 1), _cuda(4, dtype=torch.int64)), "input",
+     "vocab=16777217 exceeds the supported maximum"),
+    (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64), _i32(2),
+                               _i32(2), -1, 4), "max_q", "max_seqlen_q=-1"),
+    (lambda: scree.softmax(_cuda(4, 64), scale=float("inf")), "scale", "scale"),
+    (lambda: scree.varlen_attn(_cuda(4, 8, 64, dtype=torch.float32),
+                               _cuda(4, 2, 64, dtype=torch.float32),
+                               _cuda(4, 2, 64, dtype=torch.float32), _i32(2), _i32(2), 4, 4),
+     "query", "fp16 or bf16"),
+    (lambda: scree.varlen_attn(_cuda(4, 8, 48), _cuda(4, 2, 48), _cuda(4, 2, 48), _i32(2),
+                               _i32(2), 4, 4), "query", "head_dim=48"),
+    (lambda: scree.varlen_attn(_cuda(4, 6, 64), _cuda(4, 4, 64), _cuda(4, 4, 64), _i32(2),
+                               _i32(2), 4, 4), "query", "heads_q"),
+    (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64), _i32(2),
+                               _i32(2), 4, 4, window_size=(-3, -1)), "window_size",
+     "window_left"),
+    (lambda: scree.rope(_cuda(4, 2, 64), cu_seqlens=_i32(2), rotary_dim=3), "rotary_dim",
+     "rotary_dim"),
+])
+def test_fake_implementations_refuse_what_the_device_would(call, arg, match):
+    """The fake implementations check through the library (scree_check_args)
+    as the entry would on the device: ranges, dtypes, the op's own rules."""
+    with FakeTensorMode():
+        with pytest.raises(scree.ScreeArgumentError, match=match) as e:
+            call()
+    assert e.value.argument == arg
+
+
+def test_compile_refuses_at_trace_time(cpu_kernels):
+    """torch.compile refuses a call the device would, while tracing."""
+    q = torch.randn(6, 4, 32)  # float32 attention
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    torch._dynamo.reset()
+    f = torch.compile(lambda q, cu: scree.varlen_attn(q, q, q, cu, cu, 4, 4), fullgraph=True,
+                      backend="aot_eager")
+    with pytest.raises(Exception, match="fp16 or bf16"):
+        f(q, cu)
+
+
+def test_dynamic_shapes_trace_and_check(cpu_kernels, gen):
+    """With dynamic shapes the check reads the example's sizes without
+    guarding on them: one graph serves other sizes, each call still right."""
+    frames = []
+
+    def backend(gm, example_inputs):
+        frames.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    w = torch.randn(32, generator=gen)
+    f = torch.compile(lambda x: scree.rms_norm(x, [32], w, 1e-6), dynamic=True, backend=backend)
+    for rows in (5, 9, 17):
+        x = torch.randn(rows, 32, generator=gen)
+        torch.testing.assert_close(f(x), F.rms_norm(x, [32], w, 1e-6))
+    assert len(frames) == 1
+
+
 def test_cpu_tensors_are_refused_by_the_implementation():
     """Without a kernel registered for the CPU, an op on CPU tensors says so."""
     x = torch.randn(4, 64)
@@ -170,9 +236,12 @@ def _opcheck_cases(gen):
         ("swiglu", (r(6, 64), None)),
         ("swiglu", (r(6, 32), r(6, 32))),
         ("cross_entropy", (r(6, 50), torch.tensor([1, 2, -100, 49, 0, 7]), -100)),
-        ("varlen_attn", (r(t, 4, 32), r(t, 2, 32), r(t, 2, 32), cu, cu, 5, 5, True, None, -1, -1,
-                         True)),
-        ("varlen_attn", (r(t, 4, 32), r(t, 4, 32), r(t, 4, 32), cu, cu, 5, 5, False, 0.3, 2, 1,
+        # fp16 and bf16: the fake implementation refuses what the device
+        # would, float32 attention included.
+        ("varlen_attn", (r(t, 4, 32, dtype=BF16), r(t, 2, 32, dtype=BF16),
+                         r(t, 2, 32, dtype=BF16), cu, cu, 5, 5, True, None, -1, -1, True)),
+        ("varlen_attn", (r(t, 4, 32, dtype=torch.float16), r(t, 4, 32, dtype=torch.float16),
+                         r(t, 4, 32, dtype=torch.float16), cu, cu, 5, 5, False, 0.3, 2, 1,
                          False)),
     ]
     return cases
@@ -233,7 +302,9 @@ def test_layer_matches_the_padded_pytorch_layer(cpu_kernels, gen):
 
 @pytest.mark.parametrize("inplace_rope", [False, True])
 def test_compile_fullgraph_keeps_the_layer_in_one_graph(cpu_kernels, gen, inplace_rope):
-    lb, cfg, lengths, W, x, xp, cu, longest = _layer_inputs(gen)
+    # bf16, as on the device: tracing checks each call as the device would,
+    # and its attention takes fp16 and bf16.
+    lb, cfg, lengths, W, x, xp, cu, longest = _layer_inputs(gen, BF16)
     graphs = []
 
     def backend(gm, example_inputs):
@@ -430,3 +501,49 @@ def test_implementations_fill_the_structs(captured, gen):
     a = captured[-1][1]
     assert (a["lse"], a["causal"], a["window_left"], a["window_right"], a["scale"]) == \
         (0, 0, 16, 4, 0.25)
+
+
+def test_call_fills_the_struct_from_the_schema(captured, gen):
+    """scree.call derives what it is not given from the tensors, by the op's
+    schema, into the struct the op's own function fills."""
+    b = torch.bfloat16
+    x = torch.randn(6, 4, 64, generator=gen).to(b)
+    w = torch.randn(64, generator=gen).to(b)
+    y = _ops._rms_norm_impl(x, [64], w, 1e-6)
+    want = captured[-1][1]
+    scree.call("rmsnorm", x=x, w=w, y=y, eps=1e-6)
+    name, got = captured[-1]
+    assert name == "scree_rmsnorm" and got == dict(want, x_stride=64, y_stride=64)
+
+    q3 = torch.randn(6, 3, 8, 64, generator=gen).to(b)
+    q, k, v = q3[:, 0], q3[:, 1, :2], q3[:, 2, :2]
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    out, _ = _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, None, -1, -1, False)
+    want = captured[-1][1]
+    scree.call("attention", q=q, k=k, v=v, out=out, cu_seqlens_q=cu, cu_seqlens_k=cu,
+               max_seqlen_q=4, max_seqlen_k=4, window_left=-1, window_right=-1)
+    got = captured[-1][1]
+    assert got == dict(want, cu_seqlens_q=cu.data_ptr(), cu_seqlens_k=cu.data_ptr(),
+                       out_token_stride=8 * 64, out_head_stride=64)
+
+    pos = torch.arange(6)
+    scree.call("rope", q=q, positions=pos)
+    got = captured[-1][1]
+    assert (got["positions_int64"], got["total"], got["heads_q"], got["head_dim"]) == \
+        (1, 6, 8, 64)
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(x=torch.zeros(4, 64), w=torch.zeros(64), y=torch.zeros(4, 64), rows=5), ValueError,
+     "'x' has shape \\(4, 64\\), smaller than rows=5"),
+    (dict(x=torch.zeros(4, 64), w=torch.zeros(64, dtype=torch.float64)), TypeError, "'w'"),
+    (dict(x=torch.zeros(1, 64).expand(4, 64)), ValueError, "broadcast"),
+    (dict(x=torch.zeros(64, 4).t()), ValueError, "contiguous last dimension"),
+    (dict(x=torch.zeros(4, 64), scale=1.0), TypeError, "no field scale"),
+    (dict(rows=4), ValueError, "no tensor"),
+])
+def test_call_refuses_what_the_schema_cannot_pass(captured, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        scree.call("rmsnorm", **kw)
+    with pytest.raises(ValueError, match="unknown op 'rms'"):
+        scree.call("rms")

@@ -343,8 +343,9 @@ START_TEST(every_op_follows_the_rules) {
           for (int si = 0; si < 3; si++) {
             _Alignas(16) unsigned char shape[SCREE__ARGS_MAX];
             memset(shape, 0, sizeof shape);
-            for (int f = 0; f < op->nshape; f++)
-              memcpy(shape + op->shape[f].offset, &sizes[si], sizeof sizes[si]);
+            for (int f = 0; f < op->nargs; f++)
+              if (op->args[f].flags & SCREE__SHAPE)
+                memcpy(shape + op->args[f].offset, &sizes[si], sizeof sizes[si]);
             bucket b;
             bucket_at(ctx, op, &vars[vi], shape, &b);
             if (si == 0 && !with_sl) { /* every 7th config bad, for every bucket */

@@ -9,7 +9,9 @@ Every function runs on its tensors' CUDA device, on PyTorch's current
 stream, and allocates its outputs with PyTorch's allocator. Each op is also
 a torch.library custom op (torch.ops.scree.*) with a fake implementation,
 so torch.compile(fullgraph=True) keeps it in the graph. The ops are forward
-only (inference). docs/python.md has the details.
+only (inference). scree.call(op, **fields) calls any op entry of the
+library with its args struct's fields by name (a new op's, before it has a
+function here). docs/python.md has the details.
 
 Environment: SCREE_LIBRARY names the libscree.so to load (default: the one
 in this package); the C library's own variables (SCREE_MISS_POLICY,
@@ -20,6 +22,7 @@ import sys as _sys
 from ._lib import (ScreeArgumentError, ScreeError, device_info, runtime_info,
                    version as library_version)
 from ._context import counters, current_options, options
+from ._generic import call
 from ._ops import (add_rms_norm, cross_entropy, flash_attn_varlen_func, layer_norm,
                    ragged_softmax, rms_norm, rope, softmax, swiglu, varlen_attn)
 
@@ -28,7 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "varlen_attn", "flash_attn_varlen_func", "rms_norm", "layer_norm", "add_rms_norm",
     "softmax", "ragged_softmax", "rope", "swiglu", "cross_entropy",
-    "options", "current_options", "counters", "runtime_info", "device_info",
+    "call", "options", "current_options", "counters", "runtime_info", "device_info",
     "library_version", "ScreeError", "ScreeArgumentError", "register_transformers",
 ]
 

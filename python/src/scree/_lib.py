@@ -1,10 +1,12 @@
 """The C library through ctypes: loading it, its structs and its status codes.
 
-Nothing here imports torch. Each op's argument struct is described once, as
-a list of (field, struct-module code) pairs in the order of include/scree.h;
-from it come the packer the hot path uses (one precompiled struct.Struct,
-whose bytes are passed as the `const args *`) and the layout that the tests
-compare with the C compiler's offsetof and sizeof.
+Nothing here imports torch. Each op's argument struct is described by the
+op's schema in C (src/runtime/ops/<op>.c), which the build writes into the
+package as _structs.py (tools/gen_structs.c): its fields in the order of
+include/scree.h, with struct-module codes, roles and links. From it come
+the packer the hot path uses (one precompiled struct.Struct, whose bytes
+are passed as the `const args *`) and the layout that the tests compare
+with the C compiler's offsetof and sizeof.
 
 Why ctypes and a packed bytes object rather than a ctypes.Structure or a
 CPython extension: see docs/python.md ("Binding").
@@ -12,93 +14,64 @@ CPython extension: see docs/python.md ("Binding").
 import ctypes
 import ctypes.util
 import glob
+import importlib.util
 import os
 import struct
 import sys
 import threading
 
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_structs():
+    """The generated _structs module: the one built beside $SCREE_LIBRARY
+    (<build>/python/scree/_structs.py, so that a library and the description
+    of its structs go together), else the package's own (the wheel's)."""
+    env = os.environ.get("SCREE_LIBRARY")
+    paths = [os.path.join(os.path.dirname(os.path.abspath(env)), "python", "scree",
+                          "_structs.py")] if env else []
+    paths.append(os.path.join(_PKG_DIR, "_structs.py"))
+    for path in paths:
+        if os.path.exists(path):
+            spec = importlib.util.spec_from_file_location("scree._structs", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            return mod
+    raise ImportError(
+        f"scree: no _structs.py in {' or '.join(paths)}; it is written by scree's build "
+        "(install the package with `pip install ./python`, or build with scripts/build.sh "
+        "and set SCREE_LIBRARY to <build>/libscree.so)")
+
+
 # -- the argument structs, field for field (include/scree.h) -----------------
-# Q: scree_devptr (uint64_t), q: int64_t, i: int or an enum, f: float.
-# Enums are int-sized on every ABI scree builds for (x86-64, aarch64 Linux).
+# OPS[op]: "struct", "entry", "size" and "fields", each field a dict with
+# "name", "code" (Q: scree_devptr, q: int64_t, i: int or an enum, f: float),
+# "offset", "role" and its links (_structs.py's header says more). Enums are
+# int-sized on every ABI scree builds for (x86-64, aarch64 Linux). From it:
+# ARG_STRUCTS {struct: [(field, code), ...]}, ENTRIES {struct: entry} and
+# PACKERS {struct: struct.Struct}. Read on first use (module __getattr__),
+# with the library: `import scree` needs neither.
 
-ARG_STRUCTS = {
-    "scree_rmsnorm_args": [
-        ("x", "Q"), ("w", "Q"), ("y", "Q"),
-        ("rows", "q"), ("cols", "q"),
-        ("x_stride", "q"), ("y_stride", "q"),
-        ("x_dtype", "i"), ("w_dtype", "i"), ("y_dtype", "i"),
-        ("eps", "f")],
-    "scree_layernorm_args": [
-        ("x", "Q"), ("w", "Q"), ("b", "Q"), ("y", "Q"),
-        ("mean", "Q"), ("rstd", "Q"),
-        ("rows", "q"), ("cols", "q"),
-        ("x_stride", "q"), ("y_stride", "q"),
-        ("x_dtype", "i"), ("w_dtype", "i"), ("y_dtype", "i"),
-        ("eps", "f")],
-    "scree_add_rmsnorm_args": [
-        ("x", "Q"), ("residual", "Q"), ("w", "Q"), ("h", "Q"), ("y", "Q"),
-        ("rows", "q"), ("cols", "q"),
-        ("x_stride", "q"), ("residual_stride", "q"), ("h_stride", "q"), ("y_stride", "q"),
-        ("x_dtype", "i"), ("w_dtype", "i"), ("y_dtype", "i"),
-        ("eps", "f")],
-    "scree_softmax_args": [
-        ("x", "Q"), ("y", "Q"),
-        ("rows", "q"), ("cols", "q"),
-        ("x_stride", "q"), ("y_stride", "q"),
-        ("x_dtype", "i"), ("y_dtype", "i"),
-        ("scale", "f")],
-    "scree_ragged_softmax_args": [
-        ("x", "Q"), ("y", "Q"), ("cu_seqlens", "Q"),
-        ("batch", "q"), ("total", "q"), ("max_seqlen", "q"), ("cols", "q"),
-        ("x_stride", "q"), ("y_stride", "q"),
-        ("x_dtype", "i"), ("y_dtype", "i"),
-        ("scale", "f")],
-    "scree_rope_args": [
-        ("q", "Q"), ("k", "Q"),
-        ("positions", "Q"), ("cu_seqlens", "Q"), ("cos_sin", "Q"),
-        ("total", "q"), ("batch", "q"), ("max_position", "q"),
-        ("heads_q", "q"), ("heads_kv", "q"), ("head_dim", "q"), ("rotary_dim", "q"),
-        ("q_token_stride", "q"), ("q_head_stride", "q"),
-        ("k_token_stride", "q"), ("k_head_stride", "q"),
-        ("dtype", "i"), ("layout", "i"), ("positions_int64", "i"),
-        ("theta", "f")],
-    "scree_swiglu_args": [
-        ("gate", "Q"), ("up", "Q"), ("y", "Q"),
-        ("rows", "q"), ("cols", "q"),
-        ("gate_stride", "q"), ("up_stride", "q"), ("y_stride", "q"),
-        ("dtype", "i"), ("y_dtype", "i")],
-    "scree_cross_entropy_args": [
-        ("logits", "Q"), ("targets", "Q"), ("loss", "Q"), ("lse", "Q"),
-        ("rows", "q"), ("vocab", "q"), ("logits_stride", "q"),
-        ("ignore_index", "q"),
-        ("dtype", "i")],
-    "scree_attention_args": [
-        ("q", "Q"), ("k", "Q"), ("v", "Q"), ("out", "Q"),
-        ("lse", "Q"),
-        ("cu_seqlens_q", "Q"), ("cu_seqlens_k", "Q"),
-        ("batch", "q"), ("total_q", "q"), ("total_k", "q"),
-        ("max_seqlen_q", "q"), ("max_seqlen_k", "q"),
-        ("heads_q", "q"), ("heads_kv", "q"), ("head_dim", "q"),
-        ("q_token_stride", "q"), ("k_token_stride", "q"),
-        ("v_token_stride", "q"), ("out_token_stride", "q"),
-        ("q_head_stride", "q"), ("k_head_stride", "q"),
-        ("v_head_stride", "q"), ("out_head_stride", "q"),
-        ("dtype", "i"), ("causal", "i"), ("scale", "f"),
-        ("window_left", "q"), ("window_right", "q")],
-}
+_STRUCT_NAMES = ("OPS", "ARG_STRUCTS", "ENTRIES", "PACKERS")
 
-# The public entry of each struct.
-ENTRIES = {
-    "scree_rmsnorm_args": "scree_rmsnorm",
-    "scree_layernorm_args": "scree_layernorm",
-    "scree_add_rmsnorm_args": "scree_add_rmsnorm",
-    "scree_softmax_args": "scree_softmax",
-    "scree_ragged_softmax_args": "scree_ragged_softmax",
-    "scree_rope_args": "scree_rope",
-    "scree_swiglu_args": "scree_swiglu",
-    "scree_cross_entropy_args": "scree_cross_entropy",
-    "scree_attention_args": "scree_attention",
-}
+
+def _structs():
+    """This module's globals, with the struct names above set."""
+    g = globals()
+    if "PACKERS" not in g:
+        ops = _load_structs().OPS
+        arg_structs = {o["struct"]: [(f["name"], f["code"]) for f in o["fields"]]
+                       for o in ops.values()}
+        g.update(OPS=ops, ARG_STRUCTS=arg_structs,
+                 ENTRIES={o["struct"]: o["entry"] for o in ops.values()},
+                 PACKERS={n: struct.Struct(struct_format(fs)) for n, fs in arg_structs.items()})
+    return g
+
+
+def __getattr__(name):
+    if name not in _STRUCT_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _structs()[name]
 
 
 def struct_format(fields):
@@ -121,7 +94,6 @@ def struct_layout(fields):
     return offsets, struct.calcsize(struct_format(fields))
 
 
-PACKERS = {name: struct.Struct(struct_format(fields)) for name, fields in ARG_STRUCTS.items()}
 
 # -- the other structs, as ctypes Structures (used off the hot path) --------
 
@@ -197,7 +169,6 @@ class ScreeArgumentError(ScreeError, ValueError):
 
 # -- finding and loading the libraries --------------------------------------
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _NVRTC_NAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 
 
@@ -268,10 +239,12 @@ def _load():
             f"scree: cannot load libscree from {path} ({e}); install the package with "
             "`pip install ./python`, or set SCREE_LIBRARY to a built libscree.so") from None
     vp, cp, i = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    for entry in ENTRIES.values():
+    for entry in _structs()["ENTRIES"].values():
         f = getattr(L, entry)
         f.argtypes = (vp, cp, vp)  # ctx, the packed args (bytes), stream
         f.restype = i
+    L.scree_check_args.argtypes = (cp, cp, cp, ctypes.c_size_t)  # op, args, why, size
+    L.scree_check_args.restype = i
     L.scree_status_str.argtypes = (i,)
     L.scree_status_str.restype = cp
     L.scree_status_name.argtypes = (i,)
@@ -296,6 +269,15 @@ def _load():
     L.scree_get_counters.argtypes = (vp, ctypes.POINTER(Counters))
     L.scree_get_counters.restype = i
     return L
+
+
+def check_args(op, packed):
+    """(status, message) of scree_check_args: the checks of scree_<op> on
+    the packed args struct, without a device; its pointers only tested
+    against NULL, each distinct one standing for a buffer of its own."""
+    why = ctypes.create_string_buffer(512)
+    st = lib().scree_check_args(op.encode(), packed, why, len(why))
+    return st, why.value.decode(errors="replace")
 
 
 def status_name(status):

@@ -10,9 +10,12 @@ Two ways into each op:
   current stream. This is the path whose host time docs/python.md measures.
 - Everything else (torch.compile, export, fake or meta tensors, tensor
   subclasses, dispatch modes, inputs that require grad, CPU tensors) goes
-  through torch.ops.scree.<op>, whose fake implementation gives the output
-  shapes without running anything, and whose real one is the same
-  implementation. The ops are forward only: a backward through one raises.
+  through torch.ops.scree.<op>, whose real implementation is the same one
+  and whose fake implementation is that one again in check mode
+  (check=True): the same argument checks and output allocation, the C call
+  replaced by scree_check_args, which refuses what the device would (the
+  op's schema and own rules) without memory or a device. The ops are
+  forward only: a backward through one raises.
 """
 import math
 import re
@@ -26,7 +29,7 @@ from . import _context, _lib
 _Tensor = torch.Tensor
 _DTYPES = {torch.float32: _lib.DTYPE_FP32, torch.float16: _lib.DTYPE_FP16,
            torch.bfloat16: _lib.DTYPE_BF16}
-_P = _lib.PACKERS
+_PACK = {}  # op: the pack method of its struct, on first use
 
 try:
     _is_compiling = torch.compiler.is_compiling
@@ -69,13 +72,6 @@ def _on_cuda(op, name, t):
     if not t.is_cuda:
         raise ValueError(f"scree.{op}: argument '{name}' is on {t.device}; scree runs on CUDA "
                          "devices (torch.ops.scree has no kernel for this device)")
-
-
-def _dtypes(op, **tensors):
-    """The dtype check of the real implementations, for the fake ones."""
-    for name, t in tensors.items():
-        if t is not None:
-            _dtype_code(op, name, t)
 
 
 def _same_device(op, name, t, ref):
@@ -133,9 +129,56 @@ def _call(op, entry, packed, ctx, stream, names):
         _raise(op, st, ctx, names)
 
 
-def _raise(op, st, ctx, names):
+class _Unchecked(Exception):
+    """A field has no value to check at trace time (an unbacked SymInt)."""
+
+
+def _concrete(v):
+    """A field's value for a check at trace time: a SymInt or SymFloat as
+    the value it has in the traced example (its hint), read without
+    guarding on it, so that checking adds no guard to a dynamic-shape graph.
+    The check then holds for the example; each call of the compiled graph
+    is checked again by the op entry itself."""
+    if isinstance(v, (torch.SymInt, torch.SymFloat)):
+        h = getattr(v.node, "hint", None)
+        if h is None:
+            raise _Unchecked
+        return h
+    return v
+
+
+def _stand_in(t):
+    """A tensor's pointer in a check without memory: scree_check_args takes
+    each distinct nonzero value for a buffer of its own, and only tests
+    pointers against NULL."""
+    return id(t)
+
+
+def _run(op, c_op, fields, names, t, check):
+    """Packs fields into the struct of scree_<c_op> and calls it on t's
+    device and PyTorch's current stream there; with check, runs the same
+    checks without a device (scree_check_args: the fake implementations at
+    trace time, where the pointers are stand-ins)."""
+    pack = _PACK.get(c_op)
+    if pack is None:
+        pack = _PACK[c_op] = _lib.PACKERS[_lib.OPS[c_op]["struct"]].pack
+    if not check:
+        ctx, stream = _launch_state(t)
+        _call(op, getattr(_lib.lib(), "scree_" + c_op), pack(*fields), ctx, stream, names)
+        return
+    try:
+        packed = pack(*[_concrete(v) for v in fields])
+    except _Unchecked:
+        return
+    st, why = _lib.check_args(c_op, packed)
+    if st:
+        _raise(op, st, None, names, why)
+
+
+def _raise(op, st, ctx, names, detail=None):
     L = _lib.lib()
-    detail = L.scree_last_error(ctx).decode(errors="replace")
+    if detail is None:
+        detail = L.scree_last_error(ctx).decode(errors="replace")
     name = L.scree_status_name(st).decode()
     arg = None
     for w in _WORD.findall(detail):
@@ -160,8 +203,11 @@ _ones_lock = threading.Lock()
 _ones_cache = {}
 
 
-def _ones(device, dtype, n):
-    """A cached ones vector (the weight of an op called without one)."""
+def _ones(device, dtype, n, check=False):
+    """A cached ones vector (the weight of an op called without one); in a
+    check, an uncached stand-in."""
+    if check:
+        return torch.empty(n, dtype=dtype, device=device)
     key = (device, dtype, n)
     t = _ones_cache.get(key)
     if t is None:
@@ -190,9 +236,10 @@ _RMS_NAMES = {"x": "input", "w": "weight", "y": "output", "x_dtype": "input",
               "x_stride": "input", "eps": "eps"}
 
 
-def _rms_norm_impl(input, normalized_shape, weight, eps):
+def _rms_norm_impl(input, normalized_shape, weight, eps, check=False):
     op = "rms_norm"
-    _on_cuda(op, "input", input)
+    if not check:
+        _on_cuda(op, "input", input)
     # The common case (one normalized dimension, a contiguous 1-D weight)
     # takes no view or copy: this is the path the overhead figure measures.
     if len(normalized_shape) == 1 and input.dim() > 0 and \
@@ -203,7 +250,7 @@ def _rms_norm_impl(input, normalized_shape, weight, eps):
         cols = _norm_cols(op, input, normalized_shape, weight)
     dx = _dtype_code(op, "input", input)
     if weight is None:
-        w = _ones(input.device, input.dtype, cols)
+        w = _ones(input.device, input.dtype, cols, check)
     else:
         if weight.device != input.device:
             _same_device(op, "weight", weight, input)
@@ -217,11 +264,9 @@ def _rms_norm_impl(input, normalized_shape, weight, eps):
         y = torch.empty_like(input)
     else:
         y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    ctx, stream = _launch_state(input)
-    _call(op, _lib.lib().scree_rmsnorm,
-          _P["scree_rmsnorm_args"].pack(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0],
-                                        cols, xs, 0, dx, dw, dx, eps),
-          ctx, stream, _RMS_NAMES)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "rmsnorm", (ptr(x), ptr(w), ptr(y), x.shape[0], cols, xs, 0, dx, dw, dx, eps),
+         _RMS_NAMES, input, check)
     return y
 
 
@@ -233,9 +278,7 @@ def _rms_norm_op(input: torch.Tensor, normalized_shape: Sequence[int],
 
 @_rms_norm_op.register_fake
 def _(input, normalized_shape, weight, eps):
-    _norm_cols("rms_norm", input, normalized_shape, weight)
-    _dtypes("rms_norm", input=input, weight=weight)
-    return input.new_empty(input.shape)
+    return _rms_norm_impl(input, normalized_shape, weight, eps, check=True)
 
 
 _rms_entry = None
@@ -246,7 +289,7 @@ def _rms_norm_fast(input, normalized_shape, weight, eps):
     few hundred nanoseconds): plain contiguous CUDA tensors on one device,
     one normalized dimension, a weight, no autograd, no tracing. None when
     the call is not that; then the general path checks and reports."""
-    global _rms_entry
+    global _rms_entry, _PACK_RMS
     if (type(input) is not _Tensor or type(weight) is not _Tensor or _is_compiling()
             or _dispatch_stack_len()):
         return None
@@ -267,6 +310,7 @@ def _rms_norm_fast(input, normalized_shape, weight, eps):
     y = torch.empty_like(input)
     ctx = _context._contexts.get(dev) or _context.context(dev)
     if _rms_entry is None:
+        _PACK_RMS = _lib.PACKERS["scree_rmsnorm_args"].pack
         _rms_entry = _lib.lib().scree_rmsnorm
     st = _rms_entry(ctx, _PACK_RMS(input.data_ptr(), weight.data_ptr(), y.data_ptr(),
                                    input.numel() // n, n, 0, 0, dx, dw, dx,
@@ -277,7 +321,7 @@ def _rms_norm_fast(input, normalized_shape, weight, eps):
     return y
 
 
-_PACK_RMS = _P["scree_rmsnorm_args"].pack
+_PACK_RMS = None
 
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):
@@ -301,29 +345,28 @@ _LN_NAMES = {"x": "input", "w": "weight", "b": "bias", "y": "output", "x_dtype":
              "x_stride": "input", "eps": "eps"}
 
 
-def _layer_norm_impl(input, normalized_shape, weight, bias, eps):
+def _layer_norm_impl(input, normalized_shape, weight, bias, eps, check=False):
     op = "layer_norm"
-    _on_cuda(op, "input", input)
+    if not check:
+        _on_cuda(op, "input", input)
     cols = _norm_cols(op, input, normalized_shape, weight, bias)
     dx = _dtype_code(op, "input", input)
     if weight is None:
-        w = _ones(input.device, bias.dtype if bias is not None else input.dtype, cols)
+        w = _ones(input.device, bias.dtype if bias is not None else input.dtype, cols, check)
     else:
         _same_device(op, "weight", weight, input)
         w = weight.reshape(cols).contiguous()
     dw = _dtype_code(op, "weight", w)
+    ptr = _stand_in if check else _Tensor.data_ptr
     b = 0
     if bias is not None:
         _same_device(op, "bias", bias, input)
         bt = bias.reshape(cols).to(w.dtype).contiguous()
-        b = bt.data_ptr()
+        b = ptr(bt)
     x, xs = _rows(input, cols)
     y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    ctx, stream = _launch_state(input)
-    _call(op, _lib.lib().scree_layernorm,
-          _P["scree_layernorm_args"].pack(x.data_ptr(), w.data_ptr(), b, y.data_ptr(), 0, 0,
-                                          x.shape[0], cols, xs, 0, dx, dw, dx, eps),
-          ctx, stream, _LN_NAMES)
+    _run(op, "layernorm", (ptr(x), ptr(w), b, ptr(y), 0, 0, x.shape[0], cols, xs, 0, dx, dw,
+                           dx, eps), _LN_NAMES, input, check)
     return y
 
 
@@ -336,9 +379,7 @@ def _layer_norm_op(input: torch.Tensor, normalized_shape: Sequence[int],
 
 @_layer_norm_op.register_fake
 def _(input, normalized_shape, weight, bias, eps):
-    _norm_cols("layer_norm", input, normalized_shape, weight, bias)
-    _dtypes("layer_norm", input=input, weight=weight, bias=bias)
-    return input.new_empty(input.shape)
+    return _layer_norm_impl(input, normalized_shape, weight, bias, eps, check=True)
 
 
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -370,9 +411,10 @@ def _add_check(op, input, residual, weight):
                          "dimension of input")
 
 
-def _add_rms_norm_impl(input, residual, weight, eps):
+def _add_rms_norm_impl(input, residual, weight, eps, check=False):
     op = "add_rms_norm"
-    _on_cuda(op, "input", input)
+    if not check:
+        _on_cuda(op, "input", input)
     _add_check(op, input, residual, weight)
     _same_device(op, "residual", residual, input)
     _same_device(op, "weight", weight, input)
@@ -384,12 +426,9 @@ def _add_rms_norm_impl(input, residual, weight, eps):
     r, rs = _rows(residual, cols)
     y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     h = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    ctx, stream = _launch_state(input)
-    _call(op, _lib.lib().scree_add_rmsnorm,
-          _P["scree_add_rmsnorm_args"].pack(x.data_ptr(), r.data_ptr(), w.data_ptr(),
-                                            h.data_ptr(), y.data_ptr(), x.shape[0], cols,
-                                            xs, rs, 0, 0, dx, dw, dx, eps),
-          ctx, stream, _ADD_NAMES)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "add_rmsnorm", (ptr(x), ptr(r), ptr(w), ptr(h), ptr(y), x.shape[0], cols, xs, rs,
+                             0, 0, dx, dw, dx, eps), _ADD_NAMES, input, check)
     return y, h
 
 
@@ -401,9 +440,7 @@ def _add_rms_norm_op(input: torch.Tensor, residual: torch.Tensor, weight: torch.
 
 @_add_rms_norm_op.register_fake
 def _(input, residual, weight, eps):
-    _add_check("add_rms_norm", input, residual, weight)
-    _dtypes("add_rms_norm", input=input, weight=weight)
-    return input.new_empty(input.shape), input.new_empty(input.shape)
+    return _add_rms_norm_impl(input, residual, weight, eps, check=True)
 
 
 def add_rms_norm(input, residual, weight, eps=1e-6):
@@ -430,9 +467,10 @@ def _last_dim(op, input, dim):
                          f"the last dimension only (-1 or {nd - 1})")
 
 
-def _softmax_impl(input, dim, dtype, scale):
+def _softmax_impl(input, dim, dtype, scale, check=False):
     op = "softmax"
-    _on_cuda(op, "input", input)
+    if not check:
+        _on_cuda(op, "input", input)
     _last_dim(op, input, dim)
     cols = input.shape[-1]
     out_dtype = dtype if dtype is not None else input.dtype
@@ -440,11 +478,9 @@ def _softmax_impl(input, dim, dtype, scale):
     y = torch.empty(input.shape, dtype=out_dtype, device=input.device)
     dy = _dtype_code(op, "dtype", y)
     x, xs = _rows(input, cols)
-    ctx, stream = _launch_state(input)
-    _call(op, _lib.lib().scree_softmax,
-          _P["scree_softmax_args"].pack(x.data_ptr(), y.data_ptr(), x.shape[0], cols, xs, 0,
-                                        dx, dy, scale),
-          ctx, stream, _SM_NAMES)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "softmax", (ptr(x), ptr(y), x.shape[0], cols, xs, 0, dx, dy, scale), _SM_NAMES,
+         input, check)
     return y
 
 
@@ -456,11 +492,7 @@ def _softmax_op(input: torch.Tensor, dim: int, dtype: Optional[torch.dtype],
 
 @_softmax_op.register_fake
 def _(input, dim, dtype, scale):
-    _last_dim("softmax", input, dim)
-    _dtypes("softmax", input=input)
-    if dtype is not None and dtype not in _DTYPES:
-        raise TypeError(f"scree.softmax: argument 'dtype'={dtype}: float32, float16 or bfloat16")
-    return input.new_empty(input.shape, dtype=dtype if dtype is not None else input.dtype)
+    return _softmax_impl(input, dim, dtype, scale, check=True)
 
 
 def softmax(input, dim=-1, *, dtype=None, scale=1.0):
@@ -478,9 +510,10 @@ _RSM_NAMES = {"x": "input", "y": "output", "x_dtype": "input", "cu_seqlens": "cu
               "x_stride": "input", "scale": "scale", "batch": "cu_seqlens"}
 
 
-def _ragged_softmax_impl(input, cu_seqlens, max_seqlen, scale):
+def _ragged_softmax_impl(input, cu_seqlens, max_seqlen, scale, check=False):
     op = "ragged_softmax"
-    _on_cuda(op, "input", input)
+    if not check:
+        _on_cuda(op, "input", input)
     if input.dim() < 1:
         raise ValueError(f"scree.{op}: argument 'input' must be [total, ...]")
     cu = _int32(op, "cu_seqlens", cu_seqlens, input)
@@ -489,12 +522,9 @@ def _ragged_softmax_impl(input, cu_seqlens, max_seqlen, scale):
     dx = _dtype_code(op, "input", input)
     y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     x, xs = _rows(input, cols) if cols else (input, 0)
-    ctx, stream = _launch_state(input)
-    _call(op, _lib.lib().scree_ragged_softmax,
-          _P["scree_ragged_softmax_args"].pack(x.data_ptr(), y.data_ptr(), cu.data_ptr(),
-                                               cu.numel() - 1, total, max_seqlen, cols, xs, 0,
-                                               dx, dx, scale),
-          ctx, stream, _RSM_NAMES)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "ragged_softmax", (ptr(x), ptr(y), ptr(cu), cu.numel() - 1, total, max_seqlen, cols,
+                                xs, 0, dx, dx, scale), _RSM_NAMES, input, check)
     return y
 
 
@@ -506,11 +536,7 @@ def _ragged_softmax_op(input: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen
 
 @_ragged_softmax_op.register_fake
 def _(input, cu_seqlens, max_seqlen, scale):
-    _dtypes("ragged_softmax", input=input)
-    if input.dim() < 1 or cu_seqlens.dim() != 1:
-        raise ValueError("scree.ragged_softmax: arguments 'input' [total, ...] and "
-                         "'cu_seqlens' [batch + 1] expected")
-    return input.new_empty(input.shape)
+    return _ragged_softmax_impl(input, cu_seqlens, max_seqlen, scale, check=True)
 
 
 def ragged_softmax(input, cu_seqlens, max_seqlen, *, scale=1.0):
@@ -547,11 +573,14 @@ def _rope_check(op, q, k, cu_seqlens, positions):
                          "0 for each sequence) and 'positions'")
 
 
-def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
+def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
+               check=False):
     op = "rope"
-    _on_cuda(op, "q", q)
+    if not check:
+        _on_cuda(op, "q", q)
     _rope_check(op, q, k, cu_seqlens, positions)
     dt = _dtype_code(op, "q", q)
+    ptr = _stand_in if check else _Tensor.data_ptr
     cu = pos = 0
     batch = 0
     pos64 = 0
@@ -563,12 +592,12 @@ def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interlea
                             f"tensor, got {positions.dtype} {tuple(positions.shape)}")
         p = positions.contiguous()
         keep.append(p)
-        pos = p.data_ptr()
+        pos = ptr(p)
         pos64 = 1 if p.dtype == torch.int64 else 0
     else:
         c = _int32(op, "cu_seqlens", cu_seqlens, q)
         keep.append(c)
-        cu = c.data_ptr()
+        cu = ptr(c)
         batch = c.numel() - 1
     cs, max_pos = 0, 0
     if cos_sin is not None:
@@ -578,7 +607,7 @@ def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interlea
                             "[max_position, rotary_dim]")
         c2 = cos_sin.contiguous()
         keep.append(c2)
-        cs, max_pos = c2.data_ptr(), c2.shape[0]
+        cs, max_pos = ptr(c2), c2.shape[0]
     for name, t in (("q", q), ("k", k)):
         if t is not None and t.shape[2] > 1 and t.stride(2) != 1:
             raise ValueError(f"scree.{op}: argument '{name}' needs a contiguous last dimension "
@@ -586,14 +615,10 @@ def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interlea
     kp, kts, khs, hkv = 0, 0, 0, 0
     if k is not None:
         _same_device(op, "k", k, q)
-        kp, kts, khs, hkv = k.data_ptr(), k.stride(0), k.stride(1), k.shape[1]
-    ctx, stream = _launch_state(q)
-    _call(op, _lib.lib().scree_rope,
-          _P["scree_rope_args"].pack(q.data_ptr(), kp, pos, cu, cs, q.shape[0], batch, max_pos,
-                                     q.shape[1], hkv, q.shape[2], rotary_dim or 0,
-                                     q.stride(0), q.stride(1), kts, khs, dt,
-                                     1 if interleaved else 0, pos64, theta),
-          ctx, stream, _ROPE_NAMES)
+        kp, kts, khs, hkv = ptr(k), k.stride(0), k.stride(1), k.shape[1]
+    _run(op, "rope", (ptr(q), kp, pos, cu, cs, q.shape[0], batch, max_pos, q.shape[1], hkv,
+                      q.shape[2], rotary_dim or 0, q.stride(0), q.stride(1), kts, khs, dt,
+                      1 if interleaved else 0, pos64, theta), _ROPE_NAMES, q, check)
 
 
 @torch.library.custom_op("scree::rope_", mutates_args=("q", "k"))
@@ -605,8 +630,7 @@ def _rope_op(q: torch.Tensor, k: Optional[torch.Tensor], cu_seqlens: Optional[to
 
 @_rope_op.register_fake
 def _(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
-    _rope_check("rope", q, k, cu_seqlens, positions)
-    _dtypes("rope", q=q)
+    _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check=True)
 
 
 def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=None,
@@ -656,13 +680,15 @@ def _swiglu_shape(op, gate, up):
     return tuple(gate.shape)
 
 
-def _swiglu_impl(gate, up):
+def _swiglu_impl(gate, up, check=False):
     op = "swiglu"
-    _on_cuda(op, "gate", gate)
+    if not check:
+        _on_cuda(op, "gate", gate)
     shape = _swiglu_shape(op, gate, up)
     dt = _dtype_code(op, "gate", gate)
     cols = shape[-1]
     y = torch.empty(shape, dtype=gate.dtype, device=gate.device)
+    ptr = _stand_in if check else _Tensor.data_ptr
     if up is None:
         g, gs = _rows(gate, 2 * cols)
         up_p, us = 0, 0  # up is gate + cols, with gate's stride
@@ -670,12 +696,9 @@ def _swiglu_impl(gate, up):
         _same_device(op, "up", up, gate)
         g, gs = _rows(gate, cols)
         u, us = _rows(up, cols)
-        up_p = u.data_ptr()
-    ctx, stream = _launch_state(gate)
-    _call(op, _lib.lib().scree_swiglu,
-          _P["scree_swiglu_args"].pack(g.data_ptr(), up_p, y.data_ptr(), g.shape[0], cols,
-                                       gs, us, 0, dt, dt),
-          ctx, stream, _SWIGLU_NAMES)
+        up_p = ptr(u)
+    _run(op, "swiglu", (ptr(g), up_p, ptr(y), g.shape[0], cols, gs, us, 0, dt, dt),
+         _SWIGLU_NAMES, gate, check)
     return y
 
 
@@ -686,8 +709,7 @@ def _swiglu_op(gate: torch.Tensor, up: Optional[torch.Tensor]) -> torch.Tensor:
 
 @_swiglu_op.register_fake
 def _(gate, up):
-    _dtypes("swiglu", gate=gate)
-    return gate.new_empty(_swiglu_shape("swiglu", gate, up))
+    return _swiglu_impl(gate, up, check=True)
 
 
 def swiglu(gate, up=None):
@@ -717,9 +739,10 @@ def _ce_check(op, input, target):
                         "indices (int64) are needed")
 
 
-def _cross_entropy_impl(input, target, ignore_index):
+def _cross_entropy_impl(input, target, ignore_index, check=False):
     op = "cross_entropy"
-    _on_cuda(op, "input", input)
+    if not check:
+        _on_cuda(op, "input", input)
     _ce_check(op, input, target)
     _same_device(op, "target", target, input)
     dt = _dtype_code(op, "input", input)
@@ -727,12 +750,9 @@ def _cross_entropy_impl(input, target, ignore_index):
     x, xs = _rows(input, input.shape[1])
     loss = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
     lse = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
-    ctx, stream = _launch_state(input)
-    _call(op, _lib.lib().scree_cross_entropy,
-          _P["scree_cross_entropy_args"].pack(x.data_ptr(), t.data_ptr(), loss.data_ptr(),
-                                              lse.data_ptr(), x.shape[0], input.shape[1], xs,
-                                              ignore_index, dt),
-          ctx, stream, _CE_NAMES)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "cross_entropy", (ptr(x), ptr(t), ptr(loss), ptr(lse), x.shape[0], input.shape[1],
+                               xs, ignore_index, dt), _CE_NAMES, input, check)
     return loss, lse
 
 
@@ -744,10 +764,7 @@ def _cross_entropy_op(input: torch.Tensor, target: torch.Tensor,
 
 @_cross_entropy_op.register_fake
 def _(input, target, ignore_index):
-    _ce_check("cross_entropy", input, target)
-    _dtypes("cross_entropy", input=input)
-    n = input.shape[0]
-    return input.new_empty((n,), dtype=torch.float32), input.new_empty((n,), dtype=torch.float32)
+    return _cross_entropy_impl(input, target, ignore_index, check=True)
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
@@ -814,9 +831,10 @@ def _last_contiguous(t):
 
 
 def _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
-                      window_left, window_right, return_lse):
+                      window_left, window_right, return_lse, check=False):
     op = "varlen_attn"
-    _on_cuda(op, "query", query)
+    if not check:
+        _on_cuda(op, "query", query)
     _attn_check(op, query, key, value, cu_seq_q, cu_seq_k)
     for name, t in (("key", key), ("value", value)):
         _same_device(op, name, t, query)
@@ -834,16 +852,13 @@ def _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causa
     # passed as causal, scree runs its causal kernel.
     if window_right == 0:
         causal = True
-    ctx, stream = _launch_state(q)
-    _call(op, _lib.lib().scree_attention,
-          _P["scree_attention_args"].pack(
-              q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-              lse.data_ptr() if return_lse else 0, cq.data_ptr(), ck.data_ptr(),
-              cq.numel() - 1, tq, k.shape[0], max_q, max_k, hq, k.shape[1], d,
-              q.stride(0), k.stride(0), v.stride(0), 0, q.stride(1), k.stride(1), v.stride(1), 0,
-              dt, 1 if causal else 0, 0.0 if scale is None else scale,
-              window_left, -1 if causal else window_right),
-          ctx, stream, _ATTN_NAMES)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "attention",
+         (ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse) if return_lse else 0, ptr(cq), ptr(ck),
+          cq.numel() - 1, tq, k.shape[0], max_q, max_k, hq, k.shape[1], d,
+          q.stride(0), k.stride(0), v.stride(0), 0, q.stride(1), k.stride(1), v.stride(1), 0,
+          dt, 1 if causal else 0, 0.0 if scale is None else scale,
+          window_left, -1 if causal else window_right), _ATTN_NAMES, q, check)
     return out, lse
 
 
@@ -859,14 +874,8 @@ def _varlen_attn_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 @_varlen_attn_op.register_fake
 def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window_left,
       window_right, return_lse):
-    _attn_check("varlen_attn", query, key, value, cu_seq_q, cu_seq_k)
-    _dtypes("varlen_attn", query=query)
-    out = query.new_empty(query.shape)
-    if return_lse:
-        lse = query.new_empty((query.shape[1], query.shape[0]), dtype=torch.float32)
-    else:
-        lse = query.new_empty((0,), dtype=torch.float32)
-    return out, lse
+    return _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
+                             window_left, window_right, return_lse, check=True)
 
 
 def _as_int(n):

@@ -29,8 +29,9 @@ static int missing_fields(const scree__op *op, const char *text, char *missing, 
   int n = 0;
   size_t used = 0;
   missing[0] = 0;
-  for (int f = 0; f < op->nshape; f++) {
-    const char *name = op->shape[f].name;
+  for (int f = 0; f < op->nargs; f++) {
+    if (!(op->args[f].flags & SCREE__SHAPE)) continue;
+    const char *name = op->args[f].name;
     const size_t len = strlen(name);
     int given = 0;
     for (const char *p = text; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
@@ -53,12 +54,12 @@ static void shape_variant(const scree__op *op, const void *args, scree_dtype dt,
       var->v[i] = dt;
       continue;
     }
-    for (int f = 0; f < op->nshape; f++)
-      if (!strcmp(op->shape[f].name, op->vfields[i].name)) {
-        int64_t v;
-        memcpy(&v, (const char *)args + op->shape[f].offset, sizeof v);
-        var->v[i] = v > INT32_MAX || v < INT32_MIN ? INT32_MIN : (int)v;
-      }
+    const scree__arg *f = scree__shape_field(op, op->vfields[i].name);
+    if (f) {
+      int64_t v;
+      memcpy(&v, (const char *)args + f->offset, sizeof v);
+      var->v[i] = v > INT32_MAX || v < INT32_MIN ? INT32_MIN : (int)v;
+    }
   }
 }
 
@@ -86,9 +87,10 @@ static int check_call(const scree__op *op, const void *shape, const scree__varia
   }
   _Alignas(16) unsigned char args[SCREE__ARGS_MAX];
   memcpy(args, p->args, op->args_size);
-  for (int f = 0; f < op->nshape; f++)
-    memcpy(args + op->shape[f].offset, (const char *)shape + op->shape[f].offset,
-           sizeof(int64_t));
+  for (int f = 0; f < op->nargs; f++)
+    if (op->args[f].flags & SCREE__SHAPE)
+      memcpy(args + op->args[f].offset, (const char *)shape + op->args[f].offset,
+             sizeof(int64_t));
   for (int b = 0; b < p->nbufs; b++) {
     const scree_devptr addr = (scree_devptr)(b + 1) << 56;
     memcpy(args + p->bufs[b].arg_offset, &addr, sizeof addr);
@@ -103,7 +105,7 @@ static int check_call(const scree__op *op, const void *shape, const scree__varia
   scree__variant got;
   memset(&got, 0, sizeof got);
   int skip = 0, rc = 0;
-  const scree_status st = op->validate(ctx, args, NULL, &got, &skip);
+  const scree_status st = scree__args_check(ctx, op, args, NULL, &got, &skip);
   if (st) {
     set_why(why, why_size, "%s", scree_last_error(ctx));
     rc = -1;
@@ -144,9 +146,10 @@ int scree__admin_task_of_shape(const char *op_name, const char *shape, const cha
     char all[512];
     size_t used = 0;
     all[0] = 0;
-    for (int f = 0; f < op->nshape && used < sizeof all; f++)
-      used += (size_t)snprintf(all + used, sizeof all - used, "%s%s", f ? ", " : "",
-                               op->shape[f].name);
+    for (int f = 0; f < op->nargs && used < sizeof all; f++)
+      if (op->args[f].flags & SCREE__SHAPE)
+        used += (size_t)snprintf(all + used, sizeof all - used, "%s%s", used ? ", " : "",
+                                 op->args[f].name);
     set_why(why, why_size, "%s shape %s: missing %s (a shape gives every field of %s: %s; 0 "
             "where the op reads 0 as not set)", op->name, shape, missing, op->name, all);
     return -1;

@@ -5,7 +5,7 @@
 
 #include "tuner/tuner.h"
 
-/* A public op call: argument checks (the op's validate), the plan lookup,
+/* A public op call: argument checks (scree__args_check), the plan lookup,
  * the launch. */
 scree_status scree__call(scree_context *ctx, const scree__op *op, const void *args,
                          void *stream);

@@ -1,11 +1,11 @@
 /* dispatch.c - a call from its public entry to the launch.
  *
- * scree_<op>() checks its arguments (the op's validate hook), then looks up
- * the plan for (op, variant, bucket, alignment class) in the in-memory plan
- * table and launches. Only the first call of a plan consults the cache
- * stack (user, then shipped, then the shipped tuned configs) and, on a
- * miss, follows the miss policy: the default config (recording the miss),
- * tuning now, or an error. */
+ * scree_<op>() checks its arguments (its schema's checks and the op's own,
+ * scree__args_check), then looks up the plan for (op, variant, bucket,
+ * alignment class) in the in-memory plan table and launches. Only the
+ * first call of a plan consults the cache stack (user, then shipped, then
+ * the shipped tuned configs) and, on a miss, follows the miss policy: the
+ * default config (recording the miss), tuning now, or an error. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +54,7 @@ static void plan_key(const scree__op *op, const scree__variant *var, const void 
   key->op = op;
   key->var = *var;
   scree__bucket_of(op, var, args, &key->b);
-  key->aclass = op->adapt_class ? op->adapt_class(var, args) : 0;
+  key->aclass = scree__adapt_class(op, var, args);
 }
 
 /* Whether a cache stack entry gives this call its config (in cfg): it
@@ -225,7 +225,7 @@ scree_status scree__call(scree_context *ctx, const scree__op *op, const void *ar
   scree__variant var;
   memset(&var, 0, sizeof var);
   int skip = 0;
-  const scree_status st = op->validate(ctx, args, (CUstream)stream, &var, &skip);
+  const scree_status st = scree__args_check(ctx, op, args, (CUstream)stream, &var, &skip);
   if (st || skip) return st;
   return dispatch(ctx, op, &var, args, stream);
 }

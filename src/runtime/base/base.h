@@ -147,18 +147,24 @@ uint64_t scree__fresh_seed(void);
 uint64_t scree__rand(uint64_t *s);
 /* Normal(0, 1) from *s. */
 double scree__rand_normal(uint64_t *s);
+/* A length log-uniform in [hi / 8, hi], rounded, in [1, hi]: the sequence
+ * lengths of a realistic generated batch (one draw from *s). */
+int64_t scree__rand_len(uint64_t *s, int64_t hi);
 
 /* ---- dtype.c ------------------------------------------------------------- */
 
 /* Element types of internal buffers: the public dtypes plus int32 (the
- * cu_seqlens of varlen ops). */
+ * cu_seqlens of varlen ops) and int64 (cross-entropy's targets). */
 #define SCREE__DTYPE_I32 16
+#define SCREE__DTYPE_I64 17
 size_t scree__elem_size(int dtype);
+/* "fp16", ..., "int32", "int64"; "unknown" for another code. */
+const char *scree__elem_name(int dtype);
 float scree__half_to_float(uint16_t h);
 uint16_t scree__float_to_half(float f);
 float scree__bf16_to_float(uint16_t h);
 uint16_t scree__float_to_bf16(float f);
-/* Element i of a buffer of `dtype` (a public dtype or SCREE__DTYPE_I32), as
+/* Element i of a buffer of `dtype` (a public dtype, SCREE__DTYPE_I32 or _I64), as
  * double; and the store back (rounding to nearest even). */
 double scree__load_elem(const void *p, int dtype, size_t i);
 void scree__store_elem(void *p, int dtype, size_t i, double v);
@@ -209,6 +215,12 @@ void scree__log(scree_context *ctx, scree_log_level lvl, const char *fmt, ...)
 /* Makes the primary context current; returns 1 if it pushed one. */
 int scree__ctx_enter(scree_context *ctx);
 void scree__ctx_leave(scree_context *ctx, int pushed);
+/* Copies bytes of device memory at src to the host once the work queued on
+ * stream is done (making the primary context current): the device-side
+ * arguments an op checks when the context validates them. SCREE_OK, or
+ * the driver's error recorded as "validate: reading <what>: ...". */
+scree_status scree__read_device(scree_context *ctx, CUstream stream, void *dst, CUdeviceptr src,
+                                size_t bytes, const char *what);
 /* Maps a driver error to a status and records "what: CUDA_ERROR_X (text)". */
 scree_status scree__cu_fail(scree_context *ctx, CUresult r, scree_status st,
                             const char *what);

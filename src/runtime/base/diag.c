@@ -56,6 +56,18 @@ scree_status scree__cu_fail(scree_context *ctx, CUresult r, scree_status st,
                      scree__cu_error_name(ctx->cu, r), text ? text : "");
 }
 
+scree_status scree__read_device(scree_context *ctx, CUstream stream, void *dst, CUdeviceptr src,
+                                size_t bytes, const char *what) {
+  const int pushed = scree__ctx_enter(ctx);
+  CUresult r = ctx->cu->StreamSynchronize(stream);
+  if (!r) r = ctx->cu->MemcpyDtoH(dst, src, bytes);
+  scree__ctx_leave(ctx, pushed);
+  if (!r) return SCREE_OK;
+  char w[96];
+  snprintf(w, sizeof w, "validate: reading %s", what);
+  return scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, w);
+}
+
 void scree__log(scree_context *ctx, scree_log_level lvl, const char *fmt, ...) {
   if (!ctx || lvl > ctx->log_level || lvl == SCREE_LOG_OFF) return;
   char buf[4096];

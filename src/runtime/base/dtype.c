@@ -58,12 +58,21 @@ uint16_t scree__float_to_bf16(float f) {
 }
 
 size_t scree__elem_size(int dtype) {
-  return dtype == SCREE__DTYPE_I32 ? 4 : scree_dtype_size((scree_dtype)dtype);
+  return dtype == SCREE__DTYPE_I32   ? 4
+         : dtype == SCREE__DTYPE_I64 ? 8
+                                     : scree_dtype_size((scree_dtype)dtype);
+}
+
+const char *scree__elem_name(int dtype) {
+  return dtype == SCREE__DTYPE_I32   ? "int32"
+         : dtype == SCREE__DTYPE_I64 ? "int64"
+                                     : scree_dtype_name((scree_dtype)dtype);
 }
 
 double scree__load_elem(const void *p, int dtype, size_t i) {
   switch (dtype) {
     case SCREE__DTYPE_I32: return ((const int32_t *)p)[i];
+    case SCREE__DTYPE_I64: return (double)((const int64_t *)p)[i];
     case SCREE_DTYPE_FP32: return ((const float *)p)[i];
     case SCREE_DTYPE_FP16: return scree__half_to_float(((const uint16_t *)p)[i]);
     case SCREE_DTYPE_BF16: return scree__bf16_to_float(((const uint16_t *)p)[i]);
@@ -74,6 +83,7 @@ double scree__load_elem(const void *p, int dtype, size_t i) {
 void scree__store_elem(void *p, int dtype, size_t i, double v) {
   switch (dtype) {
     case SCREE__DTYPE_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case SCREE__DTYPE_I64: ((int64_t *)p)[i] = (int64_t)v; break;
     case SCREE_DTYPE_FP32: ((float *)p)[i] = (float)v; break;
     case SCREE_DTYPE_FP16: ((uint16_t *)p)[i] = scree__float_to_half((float)v); break;
     case SCREE_DTYPE_BF16: ((uint16_t *)p)[i] = scree__float_to_bf16((float)v); break;

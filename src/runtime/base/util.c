@@ -244,6 +244,12 @@ uint64_t scree__rand(uint64_t *s) {
   return *s;
 }
 
+int64_t scree__rand_len(uint64_t *s, int64_t hi) {
+  const double u = (double)(scree__rand(s) >> 11) / 9007199254740992.0;
+  const int64_t v = (int64_t)(exp(log((double)hi / 8) + u * log(8.0)) + 0.5);
+  return v < 1 ? 1 : v > hi ? hi : v;
+}
+
 double scree__rand_normal(uint64_t *s) {
   const double u0 = ((double)(scree__rand(s) >> 11) + 0.5) / 9007199254740992.0;
   const double u1 = ((double)(scree__rand(s) >> 11) + 0.5) / 9007199254740992.0;

@@ -1,8 +1,9 @@
-/* attention.c - varlen attention forward, the host side: config space and
- * constraints, argument checks, the launch (tile schedule and main kernel),
- * buckets, and the problems it is tuned and checked on. The kernel is
- * kernels/attention.cu; the CPU reference ops/attention_ref.c;
- * docs/kernels/attention.md describes the algorithm and the choices. */
+/* attention.c - varlen attention forward, the host side: its arguments,
+ * config space and constraints, the launch (tile schedule and main kernel),
+ * buckets, the problems it is tuned and checked on, the CPU reference and
+ * the benchmark entries. The kernels are kernels/attention.cu and
+ * kernels/attention_hopper.cu; docs/kernels/attention.md describes the
+ * algorithm and the choices. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -10,6 +11,49 @@
 #include <string.h>
 
 #include "ops/op.h"
+
+#define SCREE__ARGS_T scree_attention_args
+/* A [tokens, heads, head_dim] tensor t of the dtype, with its two strides. */
+#define TENSOR(t, tokens, heads)                                                           \
+  .dtype = SCREE__AT(dtype), .align = 16,                                                  \
+  .dims = {SCREE__AT(tokens), SCREE__AT(heads), SCREE__AT(head_dim)},                      \
+  .strides = {SCREE__AT(t##_token_stride), SCREE__AT(t##_head_stride)},                    \
+  .flags = SCREE__ANY_ORDER, .stride_multiple = 8
+
+/* The arguments (include/scree.h), field by field. q, k, v and out are
+ * [tokens, heads, head_dim] with token and head strides in either order,
+ * positive multiples of 8 elements, on 16-byte boundaries (the kernels copy
+ * 16 bytes at a time); out and lse have their own memory. The counts bound
+ * int32 cu_seqlens. */
+static const scree__arg schema[] = {
+    SCREE__IN(q, TENSOR(q, total_q, heads_q)),
+    SCREE__IN(k, TENSOR(k, total_k, heads_kv)),
+    SCREE__IN(v, TENSOR(v, total_k, heads_kv)),
+    SCREE__OUT(out, TENSOR(out, total_q, heads_q)),
+    SCREE__OUT(lse, .elem = SCREE__E_F32, .dims = {SCREE__AT(heads_q), SCREE__AT(total_q)},
+               .flags = SCREE__OPTIONAL),
+    SCREE__IN(cu_seqlens_q, .elem = SCREE__E_I32, .dims = {SCREE__AT(batch)},
+              .flags = SCREE__PLUS_ONE),
+    SCREE__IN(cu_seqlens_k, .elem = SCREE__E_I32, .dims = {SCREE__AT(batch)},
+              .flags = SCREE__PLUS_ONE),
+    SCREE__DIM(batch, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(total_q, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(total_k, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(max_seqlen_q, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(max_seqlen_k, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(heads_q, SCREE__RANGE(1, 65535), .flags = SCREE__SHAPE),
+    SCREE__DIM(heads_kv, SCREE__MIN(1), .flags = SCREE__SHAPE),
+    SCREE__DIM(head_dim, .flags = SCREE__SHAPE), /* one of a variant field's values */
+    SCREE__STRIDE(q_token_stride), SCREE__STRIDE(k_token_stride),
+    SCREE__STRIDE(v_token_stride), SCREE__STRIDE(out_token_stride),
+    SCREE__STRIDE(q_head_stride), SCREE__STRIDE(k_head_stride),
+    SCREE__STRIDE(v_head_stride), SCREE__STRIDE(out_head_stride),
+    SCREE__DTYPE(dtype),
+    SCREE__INT(causal),
+    SCREE__FLOAT(scale, .flags = SCREE__FINITE), /* 0 means 1 / sqrt(head_dim) */
+    SCREE__INT(window_left, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
+    SCREE__INT(window_right, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
+};
 
 enum { F_BM, F_BN, F_WARPS, F_STAGES, F_QREG, F_SCHED };
 enum { V_DTYPE, V_D, V_CAUSAL, V_WINDOW };
@@ -24,10 +68,11 @@ static const scree__field fields[] = {
     {"sched", "SCREE_SCHED", 3, {0, 1, 2}},
 };
 static const scree__vfield vfields[] = {
-    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 2, {SCREE_DTYPE_FP16, SCREE_DTYPE_BF16}},
-    {"head_dim", "SCREE_HEAD_DIM", 0, 128, 5, {32, 64, 96, 128, 256}},
-    {"causal", "SCREE_CAUSAL", 0, 0, 2, {0, 1}},
-    {"window", "SCREE_WINDOW", 0, 0, 2, {0, 1}},
+    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 2, {SCREE_DTYPE_FP16, SCREE_DTYPE_BF16},
+     SCREE__AT(dtype)},
+    {"head_dim", "SCREE_HEAD_DIM", 0, 128, 5, {32, 64, 96, 128, 256}, SCREE__AT(head_dim)},
+    {"causal", "SCREE_CAUSAL", 0, 0, 2, {0, 1}, 0}, /* validate_buffers fills these */
+    {"window", "SCREE_WINDOW", 0, 0, 2, {0, 1}, 0},
 };
 
 /* Schedules (docs/kernels/attention.md): 0 one CTA per (q-tile, head,
@@ -100,13 +145,7 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
                    rows, bn, d, regs);
     return 0;
   }
-  const size_t bytes = smem(c, var);
-  if (bytes > (size_t)t->smem_optin) {
-    scree__set_why(why, n, "needs %zu bytes of shared memory; sm_%d allows %d", bytes, t->sm,
-                   t->smem_optin);
-    return 0;
-  }
-  return 1;
+  return scree__check_smem(smem(c, var), t, why, n);
 }
 
 /* Defaults measured on an H100 (docs/kernels/attention.md): on sm_90 with
@@ -188,14 +227,24 @@ static strides strides_of(const scree_attention_args *a) {
   return s;
 }
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /* Upper bound of the (sequence, q-tile) pairs: what the schedule list and
  * the grid are sized for. */
 static int64_t tile_cap(const scree_attention_args *a, int bm) {
-  const int64_t by_len = a->batch * cdiv(a->max_seqlen_q, bm);
-  const int64_t by_tokens = cdiv(a->total_q, bm) + a->batch;
+  const int64_t by_len = a->batch * scree__cdiv(a->max_seqlen_q, bm);
+  const int64_t by_tokens = scree__cdiv(a->total_q, bm) + a->batch;
   return by_len < by_tokens ? by_len : by_tokens;
+}
+
+/* The kernels' scalars: the softmax scale in the log2 domain (0 means
+ * 1 / sqrt(head_dim)), and the window's sides as int, -1 unbounded (or
+ * compiled out). */
+static void launch_scalars(const scree_attention_args *a, const scree__variant *var,
+                           float *scale_log2, int *wl, int *wr) {
+  const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
+  *scale_log2 = (float)((double)scale * 1.4426950408889634);
+  *wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
+  *wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
+  if (!var->v[V_WINDOW]) *wl = *wr = -1;
 }
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
@@ -208,17 +257,15 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   long long qt = s.qt, qh = s.qh, kt = s.kt, kh = s.kh, vt = s.vt, vh = s.vh, ot = s.ot,
             oh = s.oh, total_q = a->total_q;
   int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
-  const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
-  float scale_log2 = (float)((double)scale * 1.4426950408889634);
-  int wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
-  int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
-  if (!var->v[V_WINDOW]) wl = wr = -1;
+  float scale_log2;
+  int wl, wr;
+  launch_scalars(a, var, &scale_log2, &wl, &wr);
   const int64_t cap = tile_cap(a, bm);
   if (sched != SCHED_GRID && cap * heads_q > 0x7fffffff)
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
                        "%lld query tiles x %d heads exceed a grid of 2^31 CTAs",
                        (long long)cap, heads_q);
-  int max_qtiles = (int)(sched == SCHED_GRID ? cdiv(a->max_seqlen_q, bm) : cap);
+  int max_qtiles = (int)(sched == SCHED_GRID ? scree__cdiv(a->max_seqlen_q, bm) : cap);
   uint64_t sched_ptr = 0;
   const unsigned block = (unsigned)(32 * c->v[F_WARPS]);
   const unsigned bytes = (unsigned)smem(c, var);
@@ -255,7 +302,6 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 }
 
 /* ---- the Hopper implementation (kernels/attention_hopper.cu) -------------- */
-
 
 static const scree__field hfields[H_NFIELDS] = {
     {"bn", "SCREE_BN", 2, {64, 128}},
@@ -310,12 +356,7 @@ static int hcheck(const scree__config *c, const scree__variant *var, const scree
                    "%d a consumer of %d warpgroups has", bn, d, acc, regs - 48, cwg);
     return 0;
   }
-  const size_t bytes = hsmem(c, var);
-  if (bytes > (size_t)t->smem_optin) {
-    scree__set_why(why, n, "needs %zu bytes of shared memory; sm_%d allows %d", bytes, t->sm,
-                   t->smem_optin);
-    return 0;
-  }
+  if (!scree__check_smem(hsmem(c, var), t, why, n)) return 0;
   if (!t->tensor_maps) {
     scree__set_why(why, n, "the driver has no cuTensorMapEncodeTiled (tensor maps)");
     return 0;
@@ -381,11 +422,9 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   uint64_t o = a->out, lse = a->lse, cu_q = a->cu_seqlens_q, cu_k = a->cu_seqlens_k;
   long long ot = s.ot, oh = s.oh, total_q = a->total_q;
   int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
-  const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
-  float scale_log2 = (float)((double)scale * 1.4426950408889634);
-  int wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
-  int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
-  if (!var->v[V_WINDOW]) wl = wr = -1;
+  float scale_log2;
+  int wl, wr;
+  launch_scalars(a, var, &scale_log2, &wl, &wr);
   CUdeviceptr ws;
   st = scree__workspace(ctx, stream, (size_t)(2 + 2 * cap) * sizeof(int), &ws);
   if (st) return st;
@@ -407,61 +446,39 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   return SCREE_OK;
 }
 
-/* ---- argument checks ------------------------------------------------------- */
+/* ---- the op's own argument rules ---------------------------------------- */
 
-/* Checks one [tokens, heads, head_dim] tensor's strides: positive multiples
- * of 8 elements, and no two elements at one address. Fills its byte range. */
-static scree_status check_tensor(scree_context *ctx, const char *name, scree_devptr p,
-                                 int64_t tokens, int64_t heads, int64_t d, int64_t ts,
-                                 int64_t hs, uint64_t *lo, uint64_t *hi) {
-  const scree_status pst = scree__arg_ptr(ctx, name, p, 16); /* 16-byte copies */
-  if (pst) return pst;
-  if (ts <= 0 || hs <= 0 || ts % 8 || hs % 8)
-    return scree__fail(ctx, SCREE_ERROR_MISALIGNED,
-                       "%s strides (token %lld, head %lld elements) must be positive multiples "
-                       "of 8",
-                       name, (long long)ts, (long long)hs);
-  /* Dimensions sorted by stride: each stride must clear the extent of the
-   * one below it (extents of 1 do not count). */
-  int64_t st[3] = {1, hs, ts}, ex[3] = {d, heads, tokens};
-  if (st[1] > st[2]) {
-    int64_t t = st[1];
-    st[1] = st[2], st[2] = t;
-    t = ex[1], ex[1] = ex[2], ex[2] = t;
-  }
-  int64_t reach = d; /* elements covered by the dimensions so far */
-  for (int i = 1; i < 3; i++) {
-    if (ex[i] <= 1) continue;
-    if (st[i] < reach)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                         "%s strides (token %lld, head %lld) overlap: two elements of %s share "
-                         "an address",
-                         name, (long long)ts, (long long)hs, name);
-    reach = st[i] * (ex[i] - 1) + reach;
-  }
-  const __int128 last = ((__int128)(tokens > 0 ? tokens - 1 : 0) * ts +
-                         (__int128)(heads - 1) * hs + d) * 2;
-  if (last > (__int128)(UINT64_MAX - p))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s extends past the address space",
-                       name);
-  *lo = p;
-  *hi = p + (uint64_t)last;
+/* GQA, and counts that agree: tokens need a sequence and a length. */
+static scree_status validate(scree_context *ctx, const void *args) {
+  const scree_attention_args *a = args;
+  if (a->heads_q % a->heads_kv)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "heads_q=%lld is not a multiple of heads_kv=%lld", (long long)a->heads_q,
+                       (long long)a->heads_kv);
+  if (a->total_q > 0 && a->max_seqlen_q == 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "max_seqlen_q is 0 but total_q=%lld tokens are present",
+                       (long long)a->total_q);
+  if (a->total_k > 0 && a->max_seqlen_k == 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "max_seqlen_k is 0 but total_k=%lld tokens are present",
+                       (long long)a->total_k);
+  if (a->batch == 0 && (a->total_q || a->total_k))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "batch is 0 but total_q=%lld, total_k=%lld", (long long)a->total_q,
+                       (long long)a->total_k);
   return SCREE_OK;
 }
 
-/* SCREE_VALIDATE: the cu_seqlens, copied to the host and checked. */
+/* Validation on: the cu_seqlens, copied to the host and checked. */
 static scree_status check_seqlens(scree_context *ctx, const scree_attention_args *a,
                                   CUstream stream) {
   const size_t n = (size_t)a->batch + 1;
   int32_t *h = malloc(2 * n * sizeof *h);
   if (!h) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: cu_seqlens copy");
-  const int pushed = scree__ctx_enter(ctx);
-  CUresult r = ctx->cu->StreamSynchronize(stream);
-  if (!r) r = ctx->cu->MemcpyDtoH(h, a->cu_seqlens_q, n * sizeof *h);
-  if (!r) r = ctx->cu->MemcpyDtoH(h + n, a->cu_seqlens_k, n * sizeof *h);
-  scree__ctx_leave(ctx, pushed);
-  scree_status st = SCREE_OK;
-  if (r) st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "validate: reading cu_seqlens");
+  const size_t bytes = n * sizeof *h;
+  scree_status st = scree__read_device(ctx, stream, h, a->cu_seqlens_q, bytes, "cu_seqlens_q");
+  if (!st) st = scree__read_device(ctx, stream, h + n, a->cu_seqlens_k, bytes, "cu_seqlens_k");
   const char *names[2] = {"cu_seqlens_q", "cu_seqlens_k"};
   const int64_t totals[2] = {a->total_q, a->total_k}, maxes[2] = {a->max_seqlen_q, a->max_seqlen_k};
   for (int t = 0; t < 2 && !st; t++) {
@@ -486,95 +503,12 @@ static scree_status check_seqlens(scree_context *ctx, const scree_attention_args
   return st;
 }
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
+/* The device-side cu_seqlens with validation on; the variant's flags. */
+static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
+                                     scree__variant *var) {
   const scree_attention_args *a = args;
-  if (a->dtype != SCREE_DTYPE_FP16 && a->dtype != SCREE_DTYPE_BF16)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED, "dtype=%d (%s) is not fp16 or bf16",
-                       (int)a->dtype, scree_dtype_name(a->dtype));
-  if (a->head_dim > 0x7fffffff || !is_head_dim((int)a->head_dim))
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "head_dim=%lld is not supported (32, 64, 96, 128 or 256)",
-                       (long long)a->head_dim);
-  if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q > 65535)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "heads_q=%lld and heads_kv=%lld must be in [1, 65535]",
-                       (long long)a->heads_q, (long long)a->heads_kv);
-  if (a->heads_q % a->heads_kv)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "heads_q=%lld is not a multiple of heads_kv=%lld", (long long)a->heads_q,
-                       (long long)a->heads_kv);
-  const int64_t lim = 0x7fffffff; /* cu_seqlens are int32 */
-  const struct {
-    const char *name;
-    int64_t v;
-  } counts[] = {{"batch", a->batch},           {"total_q", a->total_q},
-                {"total_k", a->total_k},       {"max_seqlen_q", a->max_seqlen_q},
-                {"max_seqlen_k", a->max_seqlen_k}};
-  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-    if (counts[i].v < 0 || counts[i].v > lim)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld must be in [0, 2^31)",
-                         counts[i].name, (long long)counts[i].v);
-  if (a->total_q > 0 && a->max_seqlen_q == 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "max_seqlen_q is 0 but total_q=%lld tokens are present",
-                       (long long)a->total_q);
-  if (a->total_k > 0 && a->max_seqlen_k == 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "max_seqlen_k is 0 but total_k=%lld tokens are present",
-                       (long long)a->total_k);
-  if (a->batch == 0 && (a->total_q || a->total_k))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "batch is 0 but total_q=%lld, total_k=%lld", (long long)a->total_q,
-                       (long long)a->total_k);
-  if (a->window_left < -1 || a->window_right < -1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "window_left=%lld, window_right=%lld: -1 (unbounded) or >= 0",
-                       (long long)a->window_left, (long long)a->window_right);
-  if (!isfinite(a->scale))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "scale=%g is not finite",
-                       (double)a->scale);
-  if (a->batch == 0 || a->total_q == 0) { /* no query rows: nothing to write */
-    *skip = 1;
-    return SCREE_OK;
-  }
-  if (!a->cu_seqlens_q || !a->cu_seqlens_k)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens_%s is NULL",
-                       a->cu_seqlens_q ? "k" : "q");
-  if (a->cu_seqlens_q % 4 || a->cu_seqlens_k % 4)
-    return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "cu_seqlens must be 4-byte aligned (int32)");
-  const strides s = strides_of(a);
-  uint64_t ql, qhh, kl, khh, vl, vhh, ol, ohh;
   scree_status st;
-  if ((st = check_tensor(ctx, "q", a->q, a->total_q, a->heads_q, a->head_dim, s.qt, s.qh, &ql, &qhh)) ||
-      (st = check_tensor(ctx, "out", a->out, a->total_q, a->heads_q, a->head_dim, s.ot, s.oh, &ol,
-                         &ohh)))
-    return st;
-  if (a->total_k > 0 &&
-      ((st = check_tensor(ctx, "k", a->k, a->total_k, a->heads_kv, a->head_dim, s.kt, s.kh, &kl,
-                          &khh)) ||
-       (st = check_tensor(ctx, "v", a->v, a->total_k, a->heads_kv, a->head_dim, s.vt, s.vh, &vl,
-                          &vhh))))
-    return st;
-  if (a->total_k == 0) kl = khh = vl = vhh = 0;
-  if (scree__overlaps(ol, ohh, ql, qhh) || scree__overlaps(ol, ohh, kl, khh) || scree__overlaps(ol, ohh, vl, vhh))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "out=0x%llx overlaps q, k or v: the output must have its own memory",
-                       (unsigned long long)a->out);
-  if (a->lse) {
-    if (a->lse % 4)
-      return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "lse=0x%llx is not 4-byte aligned",
-                         (unsigned long long)a->lse);
-    const uint64_t ll = a->lse, lh = a->lse + (uint64_t)(a->heads_q * a->total_q) * 4;
-    if (scree__overlaps(ll, lh, ol, ohh) || scree__overlaps(ll, lh, ql, qhh) || scree__overlaps(ll, lh, kl, khh) ||
-        scree__overlaps(ll, lh, vl, vhh))
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "lse=0x%llx overlaps q, k, v or out",
-                         (unsigned long long)a->lse);
-  }
   if (ctx->validate && ctx->cu && (st = check_seqlens(ctx, a, stream))) return st;
-  memset(var, 0, sizeof *var);
-  var->v[V_DTYPE] = a->dtype;
-  var->v[V_D] = (int)a->head_dim;
   var->v[V_CAUSAL] = a->causal != 0;
   /* The window is compiled in only when it bounds something that causal
    * masking does not already (with causal, the right bound is 0 anyway). */
@@ -589,7 +523,7 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
  * grid grows with heads and tokens). head_dim, dtype, causal and window are
  * the variant. */
 static const scree__bdim dims[] = {
-    {"group", 0}, {"heads_kv", 0}, {"max_q", 1}, {"max_k", 1}, {"total_q", 1}};
+    {"group", 0, 0}, {"heads_kv", 0, 0}, {"max_q", 1, 0}, {"max_k", 1, 0}, {"total_q", 1, 0}};
 
 static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   (void)var;
@@ -600,19 +534,6 @@ static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   d[3] = a->max_seqlen_k;
   d[4] = a->total_q;
 }
-
-static const scree__sfield shape[] = {
-    {"batch", offsetof(scree_attention_args, batch)},
-    {"total_q", offsetof(scree_attention_args, total_q)},
-    {"total_k", offsetof(scree_attention_args, total_k)},
-    {"max_seqlen_q", offsetof(scree_attention_args, max_seqlen_q)},
-    {"max_seqlen_k", offsetof(scree_attention_args, max_seqlen_k)},
-    {"heads_q", offsetof(scree_attention_args, heads_q)},
-    {"heads_kv", offsetof(scree_attention_args, heads_kv)},
-    {"head_dim", offsetof(scree_attention_args, head_dim)},
-    {"window_left", offsetof(scree_attention_args, window_left)},
-    {"window_right", offsetof(scree_attention_args, window_right)},
-};
 
 /* Caps on the problems the tuner builds (docs/kernels/attention.md): a
  * tuning run of about 2 TFLOP at most (a few ms), sequences of at most 16k
@@ -652,13 +573,7 @@ static int gen_tune_lens(const scree_attention_args *a, uint64_t seed, int64_t *
   int n = 0;
   uint64_t s = seed | 1;
   while (n < cap && total < target) {
-    int64_t l = mq;
-    if (n > 0) {
-      const double u = (double)(scree__rand(&s) >> 11) / 9007199254740992.0;
-      l = (int64_t)(exp(log((double)mq / 8) + u * log(8.0)) + 0.5);
-      if (l < 1) l = 1;
-      if (l > mq) l = mq;
-    }
+    int64_t l = n > 0 ? scree__rand_len(&s, mq) : mq;
     if (total + l > target && n > 0) l = target - total;
     int64_t k = (int64_t)((double)l * kr + 0.5);
     if (k > a->max_seqlen_k) k = a->max_seqlen_k;
@@ -806,52 +721,338 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
   return 0;
 }
 
-SCREE__REFERENCE(attention); /* ops/attention_ref.c */
+/* ---- the CPU reference ----------------------------------------------------
+ * Varlen attention forward in double accumulation: the truth the kernels
+ * are tested against.
+ *
+ * q, k, v, out: host copies laid out as the device buffers (the args' strides
+ * apply, 0 meaning the packed default); cu_q, cu_k: host copies of the
+ * cu_seqlens (batch + 1 entries). Writes every token row of out (all heads) and,
+ * if lse is not NULL, lse[h * total_q + t] (natural log; -inf for a row with no key).
+ * The pointer fields of `a` are ignored.
+ *
+ * The hook (op.h's SCREE__REFERENCE) takes the problem's buffers in the
+ * order of problem (above): q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse.
+ *
+ * Semantics (scree.h): per sequence b with Lq queries and Lk keys, query row
+ * i sits at key position p = i + Lk - Lq (bottom-right alignment) and sees
+ * the keys j in [p - window_left, p + min(window_right, 0 if causal)] of
+ * [0, Lk) (a negative window side is unbounded); query head h reads kv head
+ * h / (heads_q / heads_kv). A row with no visible key gets zeros and -inf.
+ *
+ * How: the work is split into items of (sequence, kv head, block of up to
+ * REF_ROWS query rows). An item converts the keys its rows can see (the
+ * union of the rows' intervals, which only move right as i grows) to double
+ * once, K in panels of KB keys, then for each query head of the group and
+ * each row computes scores only for the panels that hold the row's visible
+ * interval, and the softmax and P.V over that interval alone. Each score is
+ * q[c] * k[c] summed in order c = 0, 1, ... and each output element
+ * p_j * v[j][c] summed in order j, as plain loops would; explicit two-wide
+ * vectors compute several of them side by side. Items run on
+ * scree__parallel_for when the batch is big enough to pay for threads
+ * (about 20 GFLOP/s on two cores). If scratch memory cannot be allocated,
+ * the rows are written as NaN so that any comparison fails loudly.
+ */
+/* Query rows per work item: enough that converting the item's keys is a
+ * small part of its cost, few enough that a long sequence splits over the
+ * threads. */
+#define REF_ROWS 128
+/* Below this many multiply-adds the batch runs on the calling thread. */
+#define REF_SERIAL_WORK (1 << 22)
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "attention.cu",
-    .entries = {"scree_attention_fwd", "scree_attention_schedule"},
-    .min_sm = 80,
-    .nfields = 6,
-    .fields = fields,
-    .check = check,
-    .smem = smem,
-    .threads = threads,
-    .adapt = adapt,
-    .launch = launch,
-}, {
-    .name = "hopper",
-    .source = "attention_hopper.cu",
-    .entries = {"scree_attention_hopper", "scree_attention_schedule"},
-    .min_sm = 90,
-    .max_sm = 90,
-    .arch_specific = 1,
-    .nfields = H_NFIELDS,
-    .fields = hfields,
-    .check = hcheck,
-    .smem = hsmem,
-    .threads = hthreads,
-    .launch = hlaunch,
-}};
+typedef struct ref_item {
+  int64_t b, g;      /* sequence, kv head */
+  int64_t r0, r1;    /* query rows [r0, r1) of the sequence */
+  int64_t klo, khi;  /* keys any of these rows can see (klo > khi: none) */
+  double cost;
+} ref_item;
 
-const scree__op scree__op_attention = {
-    .name = "attention",
-    .args_size = sizeof(scree_attention_args),
-    .nimpls = 2,
-    .impls = impls,
-    .nvfields = 4,
-    .vfields = vfields,
-    .causal_vfield = V_CAUSAL,
-    .ndims = 5,
-    .dims = dims,
-    .nshape = 10,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
-    .reference = scree__ref_attention,
+typedef struct ref_job {
+  const scree_attention_args *a;
+  const void *q, *k, *v;
+  const int32_t *cu_q, *cu_k;
+  void *out;
+  float *lse;
+  strides s;
+  int64_t d, group;
+  double scale;
+  ref_item *items;
+} ref_job;
+
+/* The visible keys of query row i, unclamped: [*lo, *hi]; lo may be below 0
+ * and hi past lk - 1 (INT64 bounds for unbounded sides). */
+static void row_bounds(const scree_attention_args *a, int64_t i, int64_t lq,
+                       int64_t lk, int64_t *lo, int64_t *hi) {
+  /* Lengths are int32, so windows past 2^40 are as good as unbounded and
+   * clamping them keeps p -/+ window from overflowing. */
+  const int64_t big = (int64_t)1 << 40;
+  const int64_t p = i + lk - lq;
+  int64_t left = a->window_left, right = a->window_right;
+  if (a->causal) right = 0; /* min(right, 0), with -1 (unbounded) as +inf */
+  if (left > big) left = big;
+  if (right > big) right = big;
+  *lo = left >= 0 ? p - left : INT64_MIN;
+  *hi = right >= 0 ? p + right : INT64_MAX;
+}
+
+static void clamp_bounds(int64_t lk, int64_t *lo, int64_t *hi) {
+  if (*lo < 0) *lo = 0;
+  if (*hi > lk - 1) *hi = lk - 1;
+}
+
+/* Writes rows [r0, r1) of the item's sequence, query head h, with `val`
+ * and their lse with `lse_val` (zeros and -inf for rows that see no key,
+ * NaN on failure). */
+static void fill_rows(const ref_job *j, const ref_item *it, int64_t r0,
+                      int64_t r1, int64_t h, double val, float lse_val) {
+  const scree_attention_args *a = j->a;
+  const int64_t q0 = j->cu_q[it->b];
+  for (int64_t i = r0; i < r1; i++) {
+    const int64_t t = q0 + i;
+    for (int64_t c = 0; c < j->d; c++)
+      scree__store_elem(j->out, a->dtype, (size_t)(t * j->s.ot + h * j->s.oh + c), val);
+    if (j->lse) j->lse[h * a->total_q + t] = lse_val;
+  }
+}
+
+/* Two doubles: GCC and Clang vector extensions, SSE2 or NEON registers
+ * (or pairs of scalars elsewhere). Every score and output element still
+ * sums its terms one by one in the order of the plain loops: the vectors
+ * only compute several of them side by side. */
+typedef double v2d __attribute__((vector_size(16)));
+static inline v2d ld2(const double *p) {
+  v2d v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+static inline void st2(double *p, v2d v) { memcpy(p, &v, sizeof v); }
+
+/* Keys per panel of the packed K: kp[(blk * d + c) * KB + lane] holds
+ * element c of key blk * KB + lane, so the score loop reads KB keys'
+ * element c from one contiguous run. */
+#define KB 16
+
+/* s[0 .. KB * (b1 - b0)) = q . key for the keys of panels [b0, b1). */
+static void scores(const double *kp, const double *q, int64_t d, int64_t b0,
+                   int64_t b1, double *s) {
+  for (int64_t blk = b0; blk < b1; blk++) {
+    v2d a0 = {0, 0}, a1 = {0, 0}, a2 = {0, 0}, a3 = {0, 0};
+    v2d a4 = {0, 0}, a5 = {0, 0}, a6 = {0, 0}, a7 = {0, 0};
+    const double *p = kp + blk * d * KB;
+    for (int64_t c = 0; c < d; c++, p += KB) {
+      const v2d qc = {q[c], q[c]};
+      a0 += qc * ld2(p);
+      a1 += qc * ld2(p + 2);
+      a2 += qc * ld2(p + 4);
+      a3 += qc * ld2(p + 6);
+      a4 += qc * ld2(p + 8);
+      a5 += qc * ld2(p + 10);
+      a6 += qc * ld2(p + 12);
+      a7 += qc * ld2(p + 14);
+    }
+    double *o = s + (blk - b0) * KB;
+    st2(o, a0), st2(o + 2, a1), st2(o + 4, a2), st2(o + 6, a3);
+    st2(o + 8, a4), st2(o + 10, a5), st2(o + 12, a6), st2(o + 14, a7);
+  }
+}
+
+/* acc[0 .. d) += e[jj] * vr[jj][0 .. d) for jj = 0, 1, ... n - 1, in order. */
+static void weighted_sum(const double *e, const double *vr, int64_t n, int64_t d,
+                         double *acc) {
+  int64_t jj = 0;
+  for (; jj + 4 <= n; jj += 4) {
+    const double *v0 = vr + jj * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
+    const v2d e0 = {e[jj], e[jj]}, e1 = {e[jj + 1], e[jj + 1]},
+              e2 = {e[jj + 2], e[jj + 2]}, e3 = {e[jj + 3], e[jj + 3]};
+    int64_t c = 0;
+    for (; c + 2 <= d; c += 2) {
+      v2d x = ld2(acc + c);
+      x += e0 * ld2(v0 + c);
+      x += e1 * ld2(v1 + c);
+      x += e2 * ld2(v2 + c);
+      x += e3 * ld2(v3 + c);
+      st2(acc + c, x);
+    }
+    for (; c < d; c++) {
+      double x = acc[c];
+      x += e[jj] * v0[c];
+      x += e[jj + 1] * v1[c];
+      x += e[jj + 2] * v2[c];
+      x += e[jj + 3] * v3[c];
+      acc[c] = x;
+    }
+  }
+  for (; jj < n; jj++)
+    for (int64_t c = 0; c < d; c++) acc[c] += e[jj] * vr[jj * d + c];
+}
+
+static void run_item(void *user, int idx) {
+  const ref_job *j = user;
+  const scree_attention_args *a = j->a;
+  const ref_item *it = &j->items[idx];
+  const int64_t d = j->d;
+  const int64_t q0 = j->cu_q[it->b], k0 = j->cu_k[it->b];
+  const int64_t lq = j->cu_q[it->b + 1] - q0, lk = j->cu_k[it->b + 1] - k0;
+  const int64_t h0 = it->g * j->group, h1 = h0 + j->group;
+
+  if (it->klo > it->khi) { /* no row of this item sees a key */
+    for (int64_t h = h0; h < h1; h++) fill_rows(j, it, it->r0, it->r1, h, 0.0, -INFINITY);
+    return;
+  }
+  /* The item's keys [klo, khi], as double: K in panels (zero past the
+   * last key), V as rows. */
+  const int64_t nk = it->khi - it->klo + 1, nblk = (nk + KB - 1) / KB;
+  double *kp = calloc((size_t)(nblk * KB * d), sizeof(double));
+  double *vv = malloc(sizeof(double) * (size_t)(nk * d));
+  double *s = malloc(sizeof(double) * (size_t)(nblk * KB));
+  double *acc = malloc(sizeof(double) * (size_t)d);
+  double *qr = malloc(sizeof(double) * (size_t)d);
+  if (!kp || !vv || !s || !acc || !qr) {
+    for (int64_t h = h0; h < h1; h++) fill_rows(j, it, it->r0, it->r1, h, NAN, NAN);
+    goto done;
+  }
+  for (int64_t jj = 0; jj < nk; jj++) {
+    const int64_t tk = k0 + it->klo + jj;
+    double *kd = kp + (jj / KB) * d * KB + jj % KB;
+    for (int64_t c = 0; c < d; c++) {
+      kd[c * KB] = scree__load_elem(j->k, a->dtype, (size_t)(tk * j->s.kt + it->g * j->s.kh + c));
+      vv[jj * d + c] =
+          scree__load_elem(j->v, a->dtype, (size_t)(tk * j->s.vt + it->g * j->s.vh + c));
+    }
+  }
+  for (int64_t h = h0; h < h1; h++) {
+    for (int64_t i = it->r0; i < it->r1; i++) {
+      const int64_t t = q0 + i;
+      int64_t lo, hi;
+      row_bounds(a, i, lq, lk, &lo, &hi);
+      clamp_bounds(lk, &lo, &hi);
+      if (lo > hi) {
+        fill_rows(j, it, i, i + 1, h, 0.0, -INFINITY);
+        continue;
+      }
+      /* Keys [off, off + n) of the item; scores for their whole panels. */
+      const int64_t n = hi - lo + 1, off = lo - it->klo;
+      for (int64_t c = 0; c < d; c++)
+        qr[c] = scree__load_elem(j->q, a->dtype, (size_t)(t * j->s.qt + h * j->s.qh + c));
+      scores(kp, qr, d, off / KB, (off + n - 1) / KB + 1, s);
+      double *sr = s + off % KB;
+      double m = -INFINITY;
+      for (int64_t jj = 0; jj < n; jj++) {
+        sr[jj] *= j->scale;
+        if (sr[jj] > m) m = sr[jj];
+      }
+      double sum = 0;
+      for (int64_t jj = 0; jj < n; jj++) sum += sr[jj] = exp(sr[jj] - m);
+      for (int64_t c = 0; c < d; c++) acc[c] = 0;
+      weighted_sum(sr, vv + off * d, n, d, acc);
+      for (int64_t c = 0; c < d; c++)
+        scree__store_elem(j->out, a->dtype, (size_t)(t * j->s.ot + h * j->s.oh + c), acc[c] / sum);
+      if (j->lse) j->lse[h * a->total_q + t] = (float)(m + log(sum));
+    }
+  }
+done:
+  free(kp), free(vv), free(s), free(acc), free(qr);
+}
+
+static int cmp_cost(const void *x, const void *y) {
+  const double a = ((const ref_item *)x)->cost, b = ((const ref_item *)y)->cost;
+  return a > b ? -1 : a < b;
+}
+
+static void ref_attention(const scree_attention_args *a, const void *q,
+                          const void *k, const void *v, const int32_t *cu_q,
+                          const int32_t *cu_k, void *out, float *lse) {
+  if (a->batch <= 0 || a->heads_q <= 0 || a->heads_kv <= 0 || a->head_dim <= 0) return;
+  ref_job j = {.a = a, .q = q, .k = k, .v = v, .cu_q = cu_q, .cu_k = cu_k,
+               .out = out, .lse = lse, .d = a->head_dim,
+               .group = a->heads_q / a->heads_kv};
+  if (j.group < 1) j.group = 1;
+  const int64_t d = a->head_dim;
+  j.s = strides_of(a);
+  j.scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)d);
+
+  /* Count, then build the work items. */
+  int64_t n = 0;
+  for (int64_t b = 0; b < a->batch; b++) {
+    const int64_t lq = (int64_t)cu_q[b + 1] - cu_q[b];
+    if (lq > 0) n += (lq + REF_ROWS - 1) / REF_ROWS;
+  }
+  n *= a->heads_kv;
+  if (n == 0) return;
+  /* More items than an int (2^31 blocks of rows) is far beyond what a CPU
+   * reference can compute; like a failed allocation it writes NaN. */
+  j.items = n <= INT32_MAX ? malloc(sizeof(ref_item) * (size_t)n) : NULL;
+  if (!j.items) {
+    /* NaN rows everywhere so that any comparison against this reference
+     * fails. */
+    for (int64_t t = 0; t < a->total_q; t++)
+      for (int64_t h = 0; h < a->heads_q; h++) {
+        for (int64_t c = 0; c < d; c++)
+          scree__store_elem(out, a->dtype, (size_t)(t * j.s.ot + h * j.s.oh + c), NAN);
+        if (lse) lse[h * a->total_q + t] = NAN;
+      }
+    return;
+  }
+  int64_t m = 0;
+  double work = 0;
+  for (int64_t b = 0; b < a->batch; b++) {
+    const int64_t lq = (int64_t)cu_q[b + 1] - cu_q[b];
+    const int64_t lk = (int64_t)cu_k[b + 1] - cu_k[b];
+    for (int64_t r0 = 0; r0 < lq; r0 += REF_ROWS) {
+      const int64_t r1 = r0 + REF_ROWS < lq ? r0 + REF_ROWS : lq;
+      int64_t klo, khi, lo1, hi1;
+      row_bounds(a, r0, lq, lk, &klo, &hi1);
+      row_bounds(a, r1 - 1, lq, lk, &lo1, &khi);
+      clamp_bounds(lk, &klo, &khi);
+      const double cost = (double)(r1 - r0) * (double)(khi >= klo ? khi - klo + 1 : 1) *
+                          (double)j.group * (double)d;
+      for (int64_t g = 0; g < a->heads_kv; g++)
+        j.items[m++] = (ref_item){.b = b, .g = g, .r0 = r0, .r1 = r1,
+                                  .klo = klo, .khi = khi, .cost = cost};
+      work += cost * (double)a->heads_kv;
+    }
+  }
+  if (work < REF_SERIAL_WORK) {
+    for (int64_t i = 0; i < m; i++) run_item(&j, (int)i);
+  } else {
+    qsort(j.items, (size_t)m, sizeof(ref_item), cmp_cost); /* longest first */
+    scree__parallel_for((int)m, 0, run_item, &j);
+  }
+  free(j.items);
+}
+
+SCREE__REFERENCE(attention) {
+  ref_attention(args, host[0], host[1], host[2], host[3], host[4], host[5], host[6]);
+}
+
+/* ---- benchmark entries ----------------------------------------------------
+ * The headline batch (bench/attention_configs.json has all six
+ * configurations; build/bench/bench_attention runs them), and a sliding
+ * window. */
+
+#define HEADLINE_LENS \
+  "lens=340,618,900,886,1136,501,2048,840,550,319,389,402,1025,771,468,888"
+static const char *const bench[] = {
+    "dtype=fp16,head_dim=64,causal=1,window=0 "
+    "heads_q=16,heads_kv=16,head_dim=64,window_left=-1,window_right=-1 " HEADLINE_LENS,
+    "dtype=fp16,head_dim=64,causal=0,window=0 "
+    "heads_q=16,heads_kv=16,head_dim=64,window_left=-1,window_right=-1 " HEADLINE_LENS,
+    "dtype=bf16,head_dim=128,causal=1,window=1 "
+    "heads_q=32,heads_kv=8,head_dim=128,window_left=1024,window_right=-1 "
+    "lens=4096,4096,2048,1024,1000,500",
+    NULL,
 };
+
+static const scree__impl impls[] = {
+    {SCREE__IMPL("generic", "attention.cu", 80, 0, "scree_attention_fwd",
+                 "scree_attention_schedule"),
+     .nfields = 6, .fields = fields, .check = check, .smem = smem, .threads = threads,
+     .adapt = adapt, .launch = launch},
+    {SCREE__IMPL("hopper", "attention_hopper.cu", 90, 90, "scree_attention_hopper",
+                 "scree_attention_schedule"),
+     .arch_specific = 1, .nfields = H_NFIELDS, .fields = hfields, .check = hcheck,
+     .smem = hsmem, .threads = hthreads, .launch = hlaunch},
+};
+
+SCREE__DEFINE_OP(attention, .validate = validate, .validate_buffers = validate_buffers,
+                 .bucket = bucket, .adapt_class = adapt_class);

@@ -250,24 +250,31 @@ void scree__variant_example(const scree__op *op, scree__variant *var) {
   for (int i = 0; i < op->nvfields; i++) var->v[i] = op->vfields[i].example;
 }
 
+int scree__check_smem(size_t bytes, const scree__target *t, char *why, size_t why_size) {
+  if (bytes <= (size_t)t->smem_optin) return 1;
+  set_why(why, why_size, "needs %zu bytes of shared memory; sm_%d allows %d", bytes, t->sm,
+          t->smem_optin);
+  return 0;
+}
+
 int scree__variant_causal(const scree__op *op, const scree__variant *var) {
-  return op->causal_vfield >= 0 ? var->v[op->causal_vfield] != 0 : 0;
+  for (int i = 0; i < op->nvfields; i++)
+    if (!strcmp(op->vfields[i].name, "causal")) return var->v[i] != 0;
+  return 0;
 }
 
 /* ---- buckets ------------------------------------------------------------------ */
 
-static int64_t pow2_ceil(int64_t v) {
-  if (v <= 1) return 1;
-  const int l = 64 - __builtin_clzll((uint64_t)(v - 1)); /* on the hot path */
-  return l > 62 ? (int64_t)1 << 62 : (int64_t)1 << l;
-}
-
 void scree__bucket_of(const scree__op *op, const scree__variant *var, const void *args,
                       scree__bucket *b) {
   memset(b, 0, sizeof *b);
-  op->bucket(var, args, b->v);
+  if (op->bucket)
+    op->bucket(var, args, b->v);
+  else
+    for (int i = 0; i < op->ndims; i++)
+      memcpy(&b->v[i], (const char *)args + op->dims[i].arg - 1, sizeof b->v[i]);
   for (int i = 0; i < op->ndims; i++)
-    if (op->dims[i].pow2) b->v[i] = pow2_ceil(b->v[i]);
+    if (op->dims[i].pow2) b->v[i] = scree__pow2_ceil(b->v[i]);
 }
 
 void scree__bucket_str(const scree__op *op, const scree__bucket *b, char *buf, size_t size) {
@@ -337,11 +344,12 @@ int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b, ch
 void scree__shape_str(const scree__op *op, const void *args, char *buf, size_t size) {
   size_t n = 0;
   buf[0] = 0;
-  for (int i = 0; i < op->nshape && n < size; i++) {
+  for (int i = 0; i < op->nargs && n < size; i++) {
+    const scree__arg *f = &op->args[i];
+    if (!(f->flags & SCREE__SHAPE)) continue;
     int64_t v;
-    memcpy(&v, (const char *)args + op->shape[i].offset, sizeof v);
-    n += (size_t)snprintf(buf + n, size - n, "%s%s=%lld", i ? "," : "", op->shape[i].name,
-                          (long long)v);
+    memcpy(&v, (const char *)args + f->offset, sizeof v);
+    n += (size_t)snprintf(buf + n, size - n, "%s%s=%lld", n ? "," : "", f->name, (long long)v);
   }
 }
 
@@ -356,40 +364,41 @@ int scree__shape_parse(const scree__op *op, const char *s, void *args, char *why
       return -1;
     }
     int f = -1;
-    for (int i = 0; i < op->nshape && i < 64; i++)
-      if (token_is(p, eq, op->shape[i].name)) f = i;
+    for (int i = 0; i < op->nargs && i < 64; i++)
+      if ((op->args[i].flags & SCREE__SHAPE) && token_is(p, eq, op->args[i].name)) f = i;
     if (f < 0) {
       char names[512];
       size_t n = 0;
       names[0] = 0;
-      for (int i = 0; i < op->nshape && n < sizeof names; i++)
-        n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "",
-                              op->shape[i].name);
+      for (int i = 0; i < op->nargs && n < sizeof names; i++)
+        if (op->args[i].flags & SCREE__SHAPE)
+          n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "",
+                                op->args[i].name);
       set_why(why, why_size, "%s shape \"%s\": no field \"%.*s\" (expected: %s)", op->name, s,
               (int)(eq - p), p, names);
       return -1;
     }
+    const scree__arg *field = &op->args[f];
     if (seen[f]++) {
-      set_why(why, why_size, "%s shape \"%s\": %s given twice", op->name, s, op->shape[f].name);
+      set_why(why, why_size, "%s shape \"%s\": %s given twice", op->name, s, field->name);
       return -1;
     }
     char *end;
     errno = 0;
     const long long v = strtoll(eq + 1, &end, 10);
     if (end == eq + 1 || (errno && errno != ERANGE) || (*end && *end != ',')) {
-      set_why(why, why_size, "%s shape \"%s\": %s needs an integer", op->name, s,
-              op->shape[f].name);
+      set_why(why, why_size, "%s shape \"%s\": %s needs an integer", op->name, s, field->name);
       return -1;
     }
     /* Past 2^40 (as prewarm's --rows-max) no shape is real, and the ops'
      * problem hooks multiply fields (heads_q * head_dim overflowed). */
     if (errno == ERANGE || v > SHAPE_MAX || v < -SHAPE_MAX) {
       set_why(why, why_size, "%s shape \"%s\": %s=%.*s is out of range (-2^40 to 2^40)",
-              op->name, s, op->shape[f].name, (int)(end - eq - 1), eq + 1);
+              op->name, s, field->name, (int)(end - eq - 1), eq + 1);
       return -1;
     }
     const int64_t v64 = v;
-    memcpy((char *)args + op->shape[f].offset, &v64, sizeof v64);
+    memcpy((char *)args + field->offset, &v64, sizeof v64);
     p = *end ? end + 1 : end;
   }
   return 0;
@@ -442,7 +451,76 @@ scree__buf *scree__problem_buf(scree__problem *p, const char *name, scree__buf_k
   b->dtype = dtype;
   b->count = count;
   b->arg_offset = arg_offset;
-  if ((kind == SCREE__BUF_OUT || kind == SCREE__BUF_INOUT) && dtype != SCREE__DTYPE_I32)
+  if ((kind == SCREE__BUF_OUT || kind == SCREE__BUF_INOUT) && dtype != SCREE__DTYPE_I32 &&
+      dtype != SCREE__DTYPE_I64)
     scree__tolerance((scree_dtype)dtype, &b->rtol, &b->atol);
   return b;
+}
+
+int scree__problem_bufs(scree__problem *p, const scree__arg *schema, int nargs, char *why,
+                        size_t why_size) {
+  p->bytes = 0;
+  for (int i = 0; i < nargs; i++) {
+    const scree__arg *t = &schema[i];
+    if (t->role != SCREE__ROLE_IN && t->role != SCREE__ROLE_OUT && t->role != SCREE__ROLE_INOUT) continue;
+    scree_devptr marked;
+    memcpy(&marked, p->args + t->offset, sizeof marked);
+    if ((t->flags & SCREE__OPTIONAL) && !marked) continue;
+    scree__geom g;
+    scree__tensor_geom(p->args, t, &g);
+    /* Elements from the first to past the last: the extent of the
+     * outermost dimension times its stride (dense tensors: the product). */
+    int64_t count = 0, touched = 1;
+    for (int k = 0; k < g.rank; k++) {
+      const int64_t c = g.ext[k] * g.stride[k];
+      if (c > count) count = c;
+      touched *= g.ext[k];
+    }
+    const int elem = scree__tensor_elem(p->args, t);
+    const int integer = elem == SCREE__DTYPE_I32 || elem == SCREE__DTYPE_I64;
+    const scree__buf_kind kind = integer                 ? SCREE__BUF_HOST_IN
+                                 : t->role == SCREE__ROLE_IN  ? SCREE__BUF_IN
+                                 : t->role == SCREE__ROLE_OUT ? SCREE__BUF_OUT
+                                                         : SCREE__BUF_INOUT;
+    if (!scree__problem_buf(p, t->name, kind, elem, (size_t)count, t->offset)) {
+      set_why(why, why_size, "more than %d buffers", SCREE__MAX_BUFS);
+      return -1;
+    }
+    p->bytes += (double)touched * (double)scree__elem_size(elem);
+  }
+  return 0;
+}
+
+int scree__problem_shape(const void *args, const scree__arg *schema, int nargs, char *why,
+                         size_t why_size) {
+  for (int i = 0; i < nargs; i++) {
+    const scree__arg *f = &schema[i];
+    if (!(f->flags & SCREE__SHAPE) || f->role != SCREE__ROLE_DIM) continue;
+    int64_t v;
+    memcpy(&v, (const char *)args + f->offset, sizeof v);
+    if ((f->min || f->max) && (v < f->min || v > f->max)) {
+      scree__range_text(f, v, why, why_size);
+      return -1;
+    }
+    if ((f->flags & SCREE__EMPTY) && v < 1) {
+      set_why(why, why_size, "%s=%lld: a problem needs %s >= 1", f->name, (long long)v, f->name);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void scree__variant_dtypes(const scree__vfield *vfields, int nvfields, const scree__variant *var,
+                           void *args) {
+  for (int i = 0; i < nvfields; i++)
+    if (vfields[i].is_dtype && vfields[i].arg) {
+      const int32_t v = var->v[i]; /* a scree_dtype field */
+      memcpy((char *)args + vfields[i].arg - 1, &v, sizeof v);
+    }
+}
+
+scree__buf *scree__problem_find(scree__problem *p, const char *name) {
+  for (int b = 0; b < p->nbufs; b++)
+    if (!strcmp(p->bufs[b].name, name)) return &p->bufs[b];
+  return NULL;
 }

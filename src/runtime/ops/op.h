@@ -24,6 +24,7 @@
 #define SCREE__MAX_ENTRIES 4
 #define SCREE__MAX_BUFS 12
 #define SCREE__ARGS_MAX 512
+#define SCREE__MAX_ARGS 48 /* entries of a schema */
 
 /* One point of an op's config space: the implementation (index into
  * op->impls) and its field values in the implementation's order. */
@@ -54,7 +55,8 @@ typedef struct scree__field {
 /* A variant field: name, macro, whether the value is a dtype code (printed
  * "fp16") or an integer, an example value that any config of the op can be
  * checked and compiled with (safelist "*" lines, the compile test), and the
- * values the op supports. */
+ * values the op supports. A field named "causal" is the op's causal flag,
+ * which the cache key stores in a column of its own. */
 typedef struct scree__vfield {
   const char *name;
   const char *macro;
@@ -62,21 +64,152 @@ typedef struct scree__vfield {
   int example;
   int nvalues;   /* the supported values (tests compile every variant) */
   int values[8];
+  /* Optional: the args field that gives this variant field its value
+   * (SCREE__AT), which must then be one of `values` (else
+   * SCREE_ERROR_UNSUPPORTED); the generic checks fill the variant from it.
+   * A dtype field of the args is always given this way. */
+  uint16_t arg;
 } scree__vfield;
 
 /* A bucket dimension: exact ("cols=4096") or rounded up to a power of two
- * ("rows<=16384"). */
+ * ("rows<=16384"); arg, a link to the int64 args field it is (SCREE__AT),
+ * when the op has no bucket hook. */
 typedef struct scree__bdim {
   const char *name;
   int pow2;
+  uint16_t arg;
 } scree__bdim;
 
-/* An int64 field of the op's args struct that is part of a call's shape
- * (printed and parsed as "name=value"). */
-typedef struct scree__sfield {
-  const char *name;
-  size_t offset;
-} scree__sfield;
+/* ---- argument schemas ---------------------------------------------------------
+ * Each op declares the fields of its args struct once, as a table of
+ * scree__arg in the struct's order (in ops/<op>.c). From the table come the
+ * argument checks every op shares (ops/args_check.h: NULL, alignment, strides,
+ * sizes, byte ranges, overlaps, dtypes, scalar ranges, with messages that
+ * name the argument), the shape text (the SCREE__SHAPE fields), the bucket
+ * (scree__bdim.arg), the vector width a call allows (scree__vec_log2), a
+ * problem's buffer list (scree__problem_bufs), scree_check_args and the
+ * Python binding's structs (tools/gen_structs.c). The op's validate hooks
+ * keep only its own rules.
+ *
+ * The op file names its args struct SCREE__ARGS_T, then writes each entry
+ * with the macro of its role, the member, and more initializers:
+ *
+ *   #define SCREE__ARGS_T scree_rmsnorm_args
+ *   SCREE__IN(x, .dtype = SCREE__AT(x_dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)})
+ *
+ * SCREE__AT(m) links to member m (its offset plus one, so that 0 means
+ * none); the macro records the member's name, offset, size and C type. */
+typedef enum scree__role {
+  SCREE__ROLE_IN = 1, /* a device buffer the kernel reads */
+  SCREE__ROLE_OUT,    /* ... writes */
+  SCREE__ROLE_INOUT,  /* ... reads and writes in place */
+  SCREE__ROLE_DIM,    /* an int64 size */
+  SCREE__ROLE_STRIDE, /* an int64 stride of a tensor's dimension, in elements (0: dense) */
+  SCREE__ROLE_DTYPE,  /* a scree_dtype; a variant field's value (scree__vfield.arg) */
+  SCREE__ROLE_INT,    /* another integer scalar */
+  SCREE__ROLE_FLOAT,  /* a float scalar */
+} scree__role;
+
+/* C types of fields, from the member's declared type. */
+enum { SCREE__C_PTR = 1, SCREE__C_I64, SCREE__C_I32, SCREE__C_F32 };
+
+/* Element types of tensors without a dtype field. */
+enum { SCREE__E_F32 = 1, SCREE__E_I32, SCREE__E_I64 };
+
+/* Flags of an entry.
+ * - SCREE__SHAPE (DIM, STRIDE, INT, int64 only): part of the call's shape
+ *   text ("rows=16000,cols=4096"), in the table's order.
+ * - SCREE__EMPTY (DIM): a call where this is 0 has nothing to do; it
+ *   returns SCREE_OK before any pointer is looked at (an empty call may
+ *   pass NULLs).
+ * - SCREE__LIMIT (DIM, INT): above max is a limit of what scree serves
+ *   (SCREE_ERROR_UNSUPPORTED), not an invalid value.
+ * - SCREE__FINITE, SCREE__NONNEG (FLOAT): must be finite; must be >= 0.
+ * - SCREE__OPTIONAL (tensor): may be NULL (absent).
+ * - SCREE__PLUS_ONE (tensor): its outermost extent is its dim plus one
+ *   (offsets: cu_seqlens[batch + 1]).
+ * - SCREE__ANY_ORDER (tensor of rank 2 or 3): its strides may come in any
+ *   order (a head-major [T, H, D] tensor), checked when it is present, so
+ *   that no two of its elements share an address (dimensions of extent 1
+ *   do not count). Without it, each stride must cover the dimensions inside
+ *   it, checked with the sizes, whatever the extents.
+ * - SCREE__OWN_RANGE (tensor): the op's validate_buffers checks its strides,
+ *   extent and overlaps; the generic checks, its pointer only.
+ * - SCREE__OWN_POINTER (tensor): the op checks its pointer too (whether it
+ *   is needed, its alignment). Implies SCREE__OWN_RANGE.
+ * - SCREE__VECTOR (tensor): the kernel reads or writes it in vectors, so
+ *   its pointer and strides bound the vector width a call allows
+ *   (scree__vec_log2).
+ * - SCREE__CHECK_ONLY (optional tensor): held by check problems only (a
+ *   timed problem is the common form of the call: LayerNorm's without
+ *   statistics); other optional tensors are held by every problem
+ *   (scree__rowwise_problem). */
+enum {
+  SCREE__SHAPE = 1 << 0,      SCREE__EMPTY = 1 << 1,      SCREE__LIMIT = 1 << 2,
+  SCREE__FINITE = 1 << 3,     SCREE__NONNEG = 1 << 4,     SCREE__OPTIONAL = 1 << 5,
+  SCREE__PLUS_ONE = 1 << 6,   SCREE__ANY_ORDER = 1 << 7,  SCREE__OWN_RANGE = 1 << 8,
+  SCREE__OWN_POINTER = 1 << 9, SCREE__VECTOR = 1 << 10,   SCREE__CHECK_ONLY = 1 << 11,
+};
+
+typedef struct scree__arg {
+  const char *name;   /* the member's name */
+  uint16_t offset;    /* offsetof */
+  uint8_t size;       /* sizeof */
+  uint8_t ctype;      /* SCREE__C_*: from the member's type */
+  uint8_t role;       /* scree__role */
+  uint16_t flags;
+  /* DIM, STRIDE, INT: the valid range, checked with the sizes (both 0: not
+   * checked). Below min is SCREE_ERROR_INVALID_ARGUMENT; above max too,
+   * unless SCREE__LIMIT. See SCREE__MIN and SCREE__RANGE. */
+  int64_t min, max;
+  /* Appended to the range's message: "(0 means 10000)". */
+  const char *hint;
+  /* INT, FLOAT: the value a problem gives the field when its shape leaves
+   * it 0 (RMSNorm's eps: 1e-6). */
+  double example;
+  /* Tensors. The element type: the link to its DTYPE field, or elem; with
+   * elem SCREE__E_I32 and a link to an INT field in wide, int64 when that
+   * field is nonzero (RoPE's positions_int64). */
+  uint16_t dtype;
+  uint8_t elem;
+  uint16_t wide;
+  /* The pointer's alignment in bytes (0: the element size). */
+  uint8_t align;
+  /* Links to its extents, outermost first (1 to 3 of them), and to the
+   * strides of all but the innermost (0: dense; the innermost is
+   * contiguous). */
+  uint16_t dims[3];
+  uint16_t strides[2];
+  /* Tensors it may be exactly (in place: the same pointer, element size
+   * and strides); any other overlap of a written tensor is refused. */
+  uint16_t alias[2];
+  /* ANY_ORDER tensors: strides must be positive multiples of this many
+   * elements (SCREE_ERROR_MISALIGNED). */
+  uint8_t stride_multiple;
+} scree__arg;
+
+#define SCREE__CTYPE_(T, m)                                                              \
+  _Generic(((T *)0)->m, uint64_t: SCREE__C_PTR, int64_t: SCREE__C_I64, float: SCREE__C_F32, \
+           default: SCREE__C_I32)
+/* An entry of member m of SCREE__ARGS_T with a role and more initializers
+ * (ints and enums are I32; the registry check refuses a size that does not
+ * match). */
+#define SCREE__ENTRY_(m, r, ...)                                                         \
+  {.name = #m, .offset = offsetof(SCREE__ARGS_T, m), .size = sizeof(((SCREE__ARGS_T *)0)->m), \
+   .ctype = SCREE__CTYPE_(SCREE__ARGS_T, m), .role = r, __VA_ARGS__}
+#define SCREE__IN(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_IN, __VA_ARGS__)
+#define SCREE__OUT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_OUT, __VA_ARGS__)
+#define SCREE__INOUT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_INOUT, __VA_ARGS__)
+#define SCREE__DIM(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_DIM, __VA_ARGS__)
+#define SCREE__STRIDE(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_STRIDE, __VA_ARGS__)
+#define SCREE__DTYPE(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_DTYPE, __VA_ARGS__)
+#define SCREE__INT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_INT, __VA_ARGS__)
+#define SCREE__FLOAT(m, ...) SCREE__ENTRY_(m, SCREE__ROLE_FLOAT, __VA_ARGS__)
+/* A link to member m of SCREE__ARGS_T. */
+#define SCREE__AT(m) ((uint16_t)(offsetof(SCREE__ARGS_T, m) + 1))
+/* Ranges: at least lo; from lo to hi. */
+#define SCREE__MIN(lo) .min = (lo), .max = INT64_MAX
+#define SCREE__RANGE(lo, hi) .min = (lo), .max = (hi)
 
 /* What a config is checked against: the architecture and its limits. */
 typedef struct scree__target {
@@ -173,20 +306,35 @@ struct scree__op {
   const scree__impl *impls;
   int nvfields;
   const scree__vfield *vfields;
-  int causal_vfield;      /* index of the causal flag in vfields, or -1 */
   int ndims;
   const scree__bdim *dims;
-  int nshape;
-  const scree__sfield *shape;
+  int nargs;
+  const scree__arg *args; /* the schema: every field of the args struct, in order */
+  /* The checks of a call (scree__args_check) and its vector width
+   * (scree__vec_log2), compiled from the schema for this op by
+   * SCREE__DEFINE_OP (ops/args_check.h). */
+  scree_status (*check_args)(scree_context *ctx, const void *args, CUstream stream,
+                             scree__variant *var, int *skip);
+  int (*vec_log2)(const scree__variant *var, const void *args);
 
-  /* The public entry's checks: on bad input returns the status with a
-   * message naming the argument (scree__fail) and launches nothing. Fills
-   * the call's variant; *skip = 1 for a valid call with nothing to do. May
-   * read device memory when ctx->validate is set. */
-  scree_status (*validate)(scree_context *ctx, const void *args, CUstream stream,
-                           scree__variant *var, int *skip);
-  /* The raw bucket dimensions of a call, in `dims` order (the generic code
-   * rounds them). On the hot path: no division, no loop over the batch. */
+  /* The public entry's checks (scree__args_check) are the schema's, and
+   * these two optional hooks for the op's own rules. Each returns the
+   * status with a message naming the argument (scree__fail).
+   * validate: rules on sizes and scalars (GQA divisibility, rotary_dim),
+   * after the schema's checks of sizes, scalars, dtypes and row strides and
+   * before the empty-call test: it must not look at pointers, which an
+   * empty call may leave NULL. */
+  scree_status (*validate)(scree_context *ctx, const void *args);
+  /* validate_buffers: rules on buffers (those the schema marks
+   * SCREE__OWN_RANGE or SCREE__OWN_POINTER, aliasing the schema cannot
+   * express), after the schema's pointer, range and overlap checks, on a
+   * call with work to do. May read device memory when ctx->validate is
+   * set. Fills the variant fields that no vfield's arg fills. */
+  scree_status (*validate_buffers)(scree_context *ctx, const void *args, CUstream stream,
+                                   scree__variant *var);
+  /* Optional: the raw bucket dimensions of a call, in `dims` order (the
+   * generic code rounds them). On the hot path: no division, no loop over
+   * the batch. Without it, each dimension is the args field its arg names. */
   void (*bucket)(const scree__variant *var, const void *args, int64_t *dims);
   /* Optional: a small integer naming what impl->adapt changes for this
    * call; part of the in-memory plan key. */
@@ -212,7 +360,53 @@ struct scree__op {
   /* The CPU reference on host copies in buffer order; writes the OUT
    * buffers. */
   void (*reference)(const void *args, void *const *host);
+  /* The benchmark entries (bench/bench_ops.c), NULL-terminated:
+   * "<variant> <shape> [lens=L,L,...]", in the op's variant and shape
+   * fields; lens fixes a varlen op's sequence lengths. */
+  const char *const *bench;
 };
+
+/* The start of an implementation's initializer: its name, kernel source,
+ * architectures (0: no upper bound) and entries. */
+#define SCREE__IMPL(nm, src, lo, hi, ...) \
+  .name = nm, .source = src, .min_sm = lo, .max_sm = hi, .entries = {__VA_ARGS__}
+/* Small integer steps of the ops' hooks and the bucket: the smallest power
+ * of two >= v (at most 2^62; no loop, the bucket rounds on every call), v
+ * clamped to [lo, hi], and a / b rounded up (b > 0). */
+static inline int64_t scree__pow2_ceil(int64_t v) {
+  if (v <= 1) return 1;
+  const int l = 64 - __builtin_clzll((uint64_t)(v - 1));
+  return l > 62 ? (int64_t)1 << 62 : (int64_t)1 << l;
+}
+static inline int scree__clampi(int64_t v, int lo, int hi) {
+  return v < lo ? lo : v > hi ? hi : (int)v;
+}
+static inline int64_t scree__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* The number of entries of a static table. */
+#define SCREE__COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* Defines the descriptor scree__op_<op> from the tables and required hooks
+ * the op file names schema, vfields, dims, impls and bench; default_config,
+ * representative, problem, and the reference scree__ref_<op>. The optional
+ * hooks follow, each as ".hook = name". It also compiles the op's argument
+ * checks and vector width from its tables (ops/args_check.h). */
+#define SCREE__DEFINE_OP(op, ...)                                                         \
+  extern const scree__op scree__op_##op;                                                  \
+  static scree_status scree__check_##op(scree_context *ctx, const void *args,             \
+                                        CUstream stream, scree__variant *var, int *skip) { \
+    return scree__args_check_in(ctx, &scree__op_##op, schema, SCREE__COUNT(schema),       \
+                                vfields, SCREE__COUNT(vfields), args, stream, var, skip); \
+  }                                                                                       \
+  static int scree__vec_##op(const scree__variant *var, const void *args) {              \
+    return scree__vec_log2_in(schema, SCREE__COUNT(schema), vfields, SCREE__COUNT(vfields), \
+                              var, args);                                                 \
+  }                                                                                       \
+  const scree__op scree__op_##op = {                                                      \
+      .name = #op, .args_size = sizeof(scree_##op##_args), .nargs = SCREE__COUNT(schema),  \
+      .args = schema, .check_args = scree__check_##op, .vec_log2 = scree__vec_##op,        \
+      .nimpls = SCREE__COUNT(impls), .impls = impls, .nvfields = SCREE__COUNT(vfields),    \
+      .vfields = vfields, .ndims = SCREE__COUNT(dims), .dims = dims,                      \
+      .default_config = default_config, .representative = representative,                \
+      .problem = problem, .reference = scree__ref_##op, .bench = bench, __VA_ARGS__}
 
 /* ---- registry.c ------------------------------------------------------------ */
 extern const scree__op *const scree__ops[]; /* NULL-terminated */
@@ -243,7 +437,8 @@ int scree__variant_parse(const scree__op *op, const char *s,
                          scree__variant *var, char *why, size_t why_size);
 /* Every variant field at its example value. */
 void scree__variant_example(const scree__op *op, scree__variant *var);
-/* The causal flag of a variant (0 for ops without one). */
+/* The causal flag of a variant: its field named "causal" (0 for ops without
+ * one). */
 int scree__variant_causal(const scree__op *op, const scree__variant *var);
 /* The call's bucket (the hot path: one hook call and a rounding loop). */
 void scree__bucket_of(const scree__op *op, const scree__variant *var,
@@ -253,13 +448,17 @@ void scree__bucket_str(const scree__op *op, const scree__bucket *b, char *buf,
                        size_t size);
 int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b,
                         char *why, size_t why_size);
-/* "rows=16000,cols=4096": the shape fields of args; and the parser, which
- * fills them into a zeroed args struct (fields not given stay 0) and
- * refuses values past 2^40 either way. */
+/* "rows=16000,cols=4096": the shape fields of args (the schema's
+ * SCREE__SHAPE fields, in its order); and the parser, which fills them into
+ * a zeroed args struct (fields not given stay 0) and refuses values past
+ * 2^40 either way. */
 void scree__shape_str(const scree__op *op, const void *args, char *buf,
                       size_t size);
 int scree__shape_parse(const scree__op *op, const char *s, void *args,
                        char *why, size_t why_size);
+/* 1 if a kernel's dynamic shared memory fits the target, else 0 with
+ * "needs <bytes> bytes of shared memory; sm_XX allows <limit>". */
+int scree__check_smem(size_t bytes, const scree__target *t, char *why, size_t why_size);
 /* The target of this context's device, or of an arch name ("sm_90":
  * the arch's shared-memory opt-in limit from a table). */
 void scree__target_of(const scree_context *ctx, scree__target *t);
@@ -270,9 +469,87 @@ void scree__problem_free(scree__problem *p);
 scree__buf *scree__problem_buf(scree__problem *p, const char *name,
                                scree__buf_kind kind, int dtype, size_t count,
                                size_t arg_offset);
+/* Appends a buffer for every tensor of an op's schema that the problem's
+ * args hold (a required one always; an optional one when the problem has
+ * set its pointer field nonzero), in the schema's order: sized by its
+ * extents and strides in p->args, IN, OUT or INOUT as its role, except
+ * integer tensors, which are HOST_IN (the problem hook then writes their
+ * bytes, b->host). Sets p->bytes to every tensor read or written once. 0,
+ * or -1 with the reason when they do not fit. */
+int scree__problem_bufs(scree__problem *p, const scree__arg *schema, int nargs, char *why,
+                        size_t why_size);
+/* The problem's buffer called name, or NULL. */
+scree__buf *scree__problem_find(scree__problem *p, const char *name);
+/* Vets a shape for a problem that is the shape as given: every SCREE__SHAPE
+ * size in its range, and at least 1 where it is SCREE__EMPTY. 0, or -1 with
+ * the reason. */
+int scree__problem_shape(const void *args, const scree__arg *schema, int nargs, char *why,
+                         size_t why_size);
+/* Writes each dtype variant field into the args field it comes from (its
+ * arg): the dtypes a representative or a problem takes from the variant. */
+void scree__variant_dtypes(const scree__vfield *vfields, int nvfields, const scree__variant *var,
+                           void *args);
 
-/* ---- args.c: argument checks every op's validate shares --------------------- */
-/* NULL and alignment: SCREE_ERROR_INVALID_ARGUMENT "<name> is NULL", or
+/* ---- the checks derived from the schema (args_check.h, args.c) --------------- */
+/* Every check of a public call before its plan lookup (op->check_args,
+ * compiled for the op from its tables by SCREE__DEFINE_OP), in this order: the
+ * variant fields given by args fields (one of their values), then sizes and
+ * scalars against their ranges, the strides of tensors without
+ * SCREE__ANY_ORDER, op->validate; then the empty-call test (*skip = 1 and
+ * SCREE_OK when a SCREE__EMPTY size is 0); then each tensor in turn: its
+ * pointer (NULL unless optional, alignment), its strides if
+ * SCREE__ANY_ORDER, its byte range (past the end of the address space);
+ * then overlaps (a written tensor apart from every other one, or exactly
+ * one it may alias), and
+ * op->validate_buffers. Fills the variant (zeroed by the caller). A tensor
+ * with no elements is not looked at. The hot path: no allocation, no
+ * formatting unless a check fails. */
+scree_status scree__args_check(scree_context *ctx, const scree__op *op, const void *args,
+                               CUstream stream, scree__variant *var, int *skip);
+/* "" if op's schema describes its args struct consistently, else what is
+ * wrong (scree__op_missing reports it). */
+const char *scree__schema_missing(const scree__op *op);
+/* The widest vector access, as log2 of elements (at most 3, 8 elements),
+ * that the pointers and strides of the call's SCREE__VECTOR tensors allow,
+ * each element the size of the variant's dtype for it. Trailing zero bits
+ * only: no division on the hot path. */
+int scree__vec_log2(const scree__op *op, const scree__variant *var, const void *args);
+/* The plan-key class of what adapt does to a call: op->adapt_class, else
+ * scree__vec_log2. */
+int scree__adapt_class(const scree__op *op, const scree__variant *var, const void *args);
+/* The steps of those: start with l = 3 and fold in each pointer (with its
+ * element size) and each stride (in elements). A zero pointer or stride
+ * allows all. */
+static inline int scree__vlog2_ptr(int l, uint64_t p, size_t esize) {
+  if (!p) return l;
+  const int t = __builtin_ctzll(p) - (esize == 4 ? 2 : esize == 2 ? 1 : 0);
+  return t < l ? (t < 0 ? 0 : t) : l;
+}
+static inline int scree__vlog2_stride(int l, int64_t s) {
+  if (!s) return l;
+  const int t = __builtin_ctzll((uint64_t)s);
+  return t < l ? t : l;
+}
+/* The message of a value outside an entry's range ("cols=0 must be at least
+ * 1") in buf, and its status. */
+scree_status scree__range_text(const scree__arg *f, int64_t v, char *buf, size_t n);
+/* The entry a link names, or NULL. */
+const scree__arg *scree__arg_at(const scree__op *op, unsigned link);
+/* The SCREE__SHAPE entry called name, or NULL. */
+const scree__arg *scree__shape_field(const scree__op *op, const char *name);
+/* A tensor's element type in args: a scree_dtype, SCREE__DTYPE_I32 or _I64. */
+int scree__tensor_elem(const void *args, const scree__arg *t);
+/* A tensor's extents in args (SCREE__PLUS_ONE applied) and effective
+ * strides in elements (0 given: dense), outermost first; 0 if it has no
+ * elements. */
+typedef struct scree__geom {
+  int rank;
+  int64_t ext[3], stride[3];
+} scree__geom;
+int scree__tensor_geom(const void *args, const scree__arg *t, scree__geom *g);
+
+/* The small checks the ops' own rules use.
+ * NULL and alignment: SCREE_ERROR_INVALID_ARGUMENT "<name> is NULL", or
  * SCREE_ERROR_MISALIGNED "<name>=0x.. is not aligned to <align> bytes". */
 scree_status scree__arg_ptr(scree_context *ctx, const char *name, scree_devptr p, size_t align);
 /* The [lo, hi) bytes a strided [rows, cols] tensor of esize-byte elements
@@ -293,8 +570,11 @@ int scree__parse_shapes(const char *json, long (*shapes)[2], int cap, scree_dtyp
 
 /* ---- references -------------------------------------------------------------
  * An op's CPU reference (double accumulation) is its `reference` hook, in
- * ops/<op>_ref.c: args and host copies of the buffers in the problem's
- * order. The op file and the tests declare it with this macro. */
+ * its op file (ops/<op>.c): args and host copies of the buffers in the
+ * problem's order. The op file and the tests declare it with this macro. */
 #define SCREE__REFERENCE(name) void scree__ref_##name(const void *args, void *const *host)
+
+/* The checks compiled for each op (SCREE__DEFINE_OP). */
+#include "ops/args_check.h"
 
 #endif

@@ -1,22 +1,42 @@
 /* ragged_softmax.c - softmax along the tokens of each sequence of a packed
- * batch (per column), the host side: config space and constraints,
- * defaults, argument checks (cu_seqlens read on the host only with
- * validation on), the launch, buckets and problems. The kernel is
- * kernels/ragged_softmax.cu (its header describes the thread mapping and
- * the passes); the CPU reference ops/ragged_softmax_ref.c. */
+ * batch (per column), the host side: its arguments (cu_seqlens read on the
+ * host only with validation on), config space and constraints, defaults,
+ * the launch, buckets, problems, the CPU reference and the benchmark
+ * entries. The kernel is kernels/ragged_softmax.cu (its header describes
+ * the thread mapping and the passes). */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/rowwise.h"
 
+#define SCREE__ARGS_T scree_ragged_softmax_args
+
+/* The arguments (include/scree.h), field by field. y may be x exactly (in
+ * place); cu_seqlens is read while y is written. The counts bound int32
+ * cu_seqlens. */
+static const scree__arg schema[] = {
+    SCREE__IN(x, .dtype = SCREE__AT(x_dtype), .dims = {SCREE__AT(total), SCREE__AT(cols)},
+              .strides = {SCREE__AT(x_stride)}, .flags = SCREE__VECTOR),
+    SCREE__OUT(y, .dtype = SCREE__AT(y_dtype), .dims = {SCREE__AT(total), SCREE__AT(cols)},
+               .strides = {SCREE__AT(y_stride)}, .alias = {SCREE__AT(x)}, .flags = SCREE__VECTOR),
+    SCREE__IN(cu_seqlens, .elem = SCREE__E_I32, .dims = {SCREE__AT(batch)},
+              .flags = SCREE__PLUS_ONE),
+    SCREE__DIM(batch, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(total, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(max_seqlen, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(cols, SCREE__RANGE(1, 65536), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__STRIDE(x_stride), SCREE__STRIDE(y_stride),
+    SCREE__DTYPE(x_dtype), SCREE__DTYPE(y_dtype),
+    SCREE__FLOAT(scale, .flags = SCREE__FINITE), /* 0 means 1 */
+};
+
 enum { V_X, V_Y };
 
 static const scree__vfield vfields[] = {
-    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+    {"x", "SCREE_X_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(x_dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(y_dtype)},
 };
 
 /* The launch shape is rowwise.h's four fields, read along the other axis
@@ -26,8 +46,8 @@ static const scree__vfield vfields[] = {
  * once). The same constraints hold, and rowwise.cuh asserts them. */
 static int check(const scree__config *c, const scree__variant *var,
                  const scree__target *t, char *why, size_t n) {
-  (void)t; /* static shared memory only (at most 32 KiB), under every arch's limit */
-  if (!scree__rowwise_check_dtypes(var, 2, why, n) || !scree__rowwise_check(c, why, n)) return 0;
+  /* static shared memory only (at most 32 KiB), under every arch's limit */
+  if (!scree__rowwise_config_check(c, var, t, why, n)) return 0;
   /* 1024 threads leave 64 registers per thread; past 16 cached elements
    * ptxas spills (sm_90, fp16 and fp32). */
   if (c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS] == 1024 &&
@@ -37,16 +57,6 @@ static int check(const scree__config *c, const scree__variant *var,
   }
   return 1;
 }
-
-static int pow2_ceil(int64_t v) {
-  int p = 1;
-  while (p < v && p < (1 << 30)) p <<= 1;
-  return p;
-}
-
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* CTAs below which the default narrows its column block: about two per SM
  * of a large GPU. */
@@ -67,12 +77,12 @@ static void generic_default(const scree__variant *var, const scree_ragged_softma
   const int es = (int)scree_dtype_size((scree_dtype)var->v[V_X]);
   memset(out, 0, sizeof *out);
   int vec = es == 4 ? 4 : 8;
-  const int rows = clampi(pow2_ceil(maxlen), 1, 16);
-  const int lanes = pow2_ceil(cdiv(cols, vec));
-  int tpr = clampi(lanes, 8, 16);
+  const int rows = scree__clampi(scree__pow2_ceil(maxlen), 1, 16);
+  const int lanes = scree__pow2_ceil(scree__cdiv(cols, vec));
+  int tpr = scree__clampi(lanes, 8, 16);
   while (tpr * rows < 128 && tpr < lanes) tpr *= 2;
   if (tpr * rows < 32) tpr = 32 / rows;
-  while (batch * cdiv(cols, (int64_t)tpr * vec) < ENOUGH_CTAS) {
+  while (batch * scree__cdiv(cols, (int64_t)tpr * vec) < ENOUGH_CTAS) {
     if (tpr > 8 && tpr / 2 * rows >= 32)
       tpr /= 2;
     else if (vec > 1 && vec / 2 * es * tpr >= 32)
@@ -83,7 +93,7 @@ static void generic_default(const scree__variant *var, const scree_ragged_softma
   out->v[SCREE__RW_TPR] = tpr;
   out->v[SCREE__RW_ROWS] = rows;
   out->v[SCREE__RW_VEC] = vec;
-  out->v[SCREE__RW_CACHE] = clampi(pow2_ceil(cdiv(maxlen, rows)), 1, clampi(64 / vec, 1, 16));
+  out->v[SCREE__RW_CACHE] = scree__clampi(scree__pow2_ceil(scree__cdiv(maxlen, rows)), 1, scree__clampi(64 / vec, 1, 16));
 }
 
 /* ---- the shared-memory implementation (kernels/ragged_softmax_smem.cu) --- */
@@ -179,7 +189,7 @@ static void smem_default(const scree__variant *var, const scree_ragged_softmax_a
   out->v[S_TPR] = 2;
   out->v[S_ROWS] = 64;
   out->v[S_VEC] = 16 / es;
-  out->v[S_STOK] = clampi(pow2_ceil(maxlen), 256, 4096);
+  out->v[S_STOK] = scree__clampi(scree__pow2_ceil(maxlen), 256, 4096);
   out->v[S_SPLIT] = 1;
 }
 
@@ -261,33 +271,19 @@ static void default_config(const scree__target *t, const scree__variant *var,
     generic_default(var, a, out);
 }
 
-/* log2 of the widest vector (in elements, at most 8) that both pointers
- * and both row strides allow (trailing zero bits: no division). */
-static int vec_log2(const scree__variant *var, const scree_ragged_softmax_args *a) {
-  int l = 3;
-  l = scree__vlog2_ptr(l, a->x, scree_dtype_size((scree_dtype)var->v[V_X]));
-  l = scree__vlog2_ptr(l, a->y, scree_dtype_size((scree_dtype)var->v[V_Y]));
-  l = scree__vlog2_stride(l, a->x_stride ? a->x_stride : a->cols);
-  return scree__vlog2_stride(l, a->y_stride ? a->y_stride : a->cols);
-}
-
 /* Narrows VEC to what the call's alignment allows. Here VEC is the width
  * of a lane's column strip and CACHE counts tokens, so the other fields
  * stay: the CTA's column block narrows (more CTAs) and each thread keeps
  * the same tokens in fewer registers. */
 static void adapt(scree__config *c, const scree__variant *var, const void *args) {
-  const int widest = 1 << vec_log2(var, args);
+  const int widest = 1 << scree__vec_log2(&scree__op_ragged_softmax, var, args);
   while (c->v[SCREE__RW_VEC] > widest) c->v[SCREE__RW_VEC] /= 2;
 }
 /* The same for the shared-memory implementation (a narrower strip, the
  * same tokens). */
 static void smem_adapt(scree__config *c, const scree__variant *var, const void *args) {
-  const int widest = 1 << vec_log2(var, args);
+  const int widest = 1 << scree__vec_log2(&scree__op_ragged_softmax, var, args);
   while (c->v[S_VEC] > widest) c->v[S_VEC] /= 2;
-}
-
-static int adapt_class(const scree__variant *var, const void *args) {
-  return vec_log2(var, args);
 }
 
 /* What every implementation's kernel takes after x, y and cu_seqlens: the
@@ -352,7 +348,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
   call_params p = params_of(a);
   void *params[] = {&x, &y, &cu, &p.cols, &p.xs, &p.ys, &p.scale_log2};
-  return launch_grid(ctx, k->fn[0], (unsigned)a->batch, (unsigned)cdiv(a->cols, span), 1,
+  return launch_grid(ctx, k->fn[0], (unsigned)a->batch, (unsigned)scree__cdiv(a->cols, span), 1,
                      (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 0, stream, params, 1,
                      NULL, "ragged_softmax");
 }
@@ -370,7 +366,7 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   const int tpr = c->v[S_TPR], rows = c->v[S_ROWS], stok = c->v[S_STOK], split = c->v[S_SPLIT];
   const int span = tpr * c->v[S_VEC];
   /* Each CTA of a sequence's SPLIT takes about 1 / SPLIT of its tokens. */
-  const int64_t want = a->max_seqlen > 0 ? cdiv(cdiv(a->max_seqlen, split), rows) * rows : stok;
+  const int64_t want = a->max_seqlen > 0 ? scree__cdiv(scree__cdiv(a->max_seqlen, split), rows) * rows : stok;
   int stage = want < stok ? (int)want : stok;
   const unsigned smem = (unsigned)((size_t)stage * smem_token_bytes(c, var));
   uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
@@ -378,9 +374,9 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   int batch = (int)a->batch;
   void *params[] = {&x, &y, &cu, &p.cols, &p.xs, &p.ys, &p.scale_log2, &stage, &batch};
   /* Column blocks fastest: the CTAs that run together read whole rows. */
-  const unsigned gx = (unsigned)(cdiv(a->cols, span) * split);
+  const unsigned gx = (unsigned)(scree__cdiv(a->cols, span) * split);
   const unsigned gy = (unsigned)(a->batch < 65535 ? a->batch : 65535);
-  const unsigned gz = (unsigned)cdiv(a->batch, gy);
+  const unsigned gz = (unsigned)scree__cdiv(a->batch, gy);
   return launch_grid(ctx, k->fn[0], gx, gy, gz, (unsigned)(tpr * rows), smem, stream, params,
                      split, "split", "ragged_softmax_smem");
 }
@@ -459,7 +455,7 @@ static int cluster_check(const scree__config *c, const scree__variant *var,
 }
 
 static void cluster_adapt(scree__config *c, const scree__variant *var, const void *args) {
-  const int widest = 1 << vec_log2(var, args);
+  const int widest = 1 << scree__vec_log2(&scree__op_ragged_softmax, var, args);
   while (c->v[C_VEC] > widest) c->v[C_VEC] /= 2;
 }
 
@@ -472,9 +468,9 @@ static void cluster_adapt(scree__config *c, const scree__variant *var, const voi
 static int cluster_worth_timing(const scree__config *c, const scree__variant *var,
                                 const void *args) {
   const scree_ragged_softmax_args *a = args;
-  const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
+  const int64_t longest = scree__pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
   const int64_t stok = c->v[C_STOK], csize = c->v[C_CSIZE];
-  if ((int64_t)c->v[C_TPR] * c->v[C_VEC] > 2 * (int64_t)pow2_ceil(a->cols)) return 0;
+  if ((int64_t)c->v[C_TPR] * c->v[C_VEC] > 2 * (int64_t)scree__pow2_ceil(a->cols)) return 0;
   if (!cluster_stages_nearly(a->max_seqlen, csize, stok)) return 0;
   if (csize > 1 && csize / (cluster_narrow(c, var) ? 4 : 2) * stok >= longest) return 0;
   if (csize == 1 && stok > 64 && stok / 2 >= longest) return 0;
@@ -494,7 +490,7 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
   const scree_ragged_softmax_args *a = args;
   if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
   const int csize = c->v[C_CSIZE], stok = c->v[C_STOK];
-  int nstrips = (int)cdiv(a->cols, (int64_t)c->v[C_TPR] * c->v[C_VEC]);
+  int nstrips = (int)scree__cdiv(a->cols, (int64_t)c->v[C_TPR] * c->v[C_VEC]);
   int batch = (int)a->batch;
   const int64_t items = (int64_t)nstrips * (a->batch + 2 * a->total / stok) / csize + a->batch;
   if (items > 0x7fffffff) /* the plan counts items in int */
@@ -530,15 +526,9 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
 /* Bucket: cols exact; the total tokens and the longest sequence rounded up
  * to powers of two (the grid grows with the batch and the columns, the
  * passes a CTA makes with its sequence's length). */
-static const scree__bdim dims[] = {{"cols", 0}, {"total", 1}, {"max_seqlen", 1}};
-
-static void bucket(const scree__variant *var, const void *args, int64_t *d) {
-  (void)var;
-  const scree_ragged_softmax_args *a = args;
-  d[0] = a->cols;
-  d[1] = a->total;
-  d[2] = a->max_seqlen;
-}
+static const scree__bdim dims[] = {{"cols", 0, SCREE__AT(cols)},
+                                   {"total", 1, SCREE__AT(total)},
+                                   {"max_seqlen", 1, SCREE__AT(max_seqlen)}};
 
 /* Tuned on the bucket's largest token count and longest sequence, capped
  * at 256 MiB of x (past that time per byte no longer changes). The batch
@@ -549,8 +539,7 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
   scree_ragged_softmax_args *a = args;
   memset(a, 0, sizeof *a);
   a->cols = b->v[0];
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   const int64_t es = (int64_t)scree_dtype_size(a->x_dtype);
   const int64_t cap = ((int64_t)256 << 20) / (a->cols > 0 ? a->cols * es : 1);
   a->total = b->v[1] < cap ? b->v[1] : cap > 0 ? cap : 1;
@@ -563,9 +552,9 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
 static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
   (void)var;
   const scree_ragged_softmax_args *a = args;
-  const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
+  const int64_t longest = scree__pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
   const int rows = c->v[SCREE__RW_ROWS], cache = c->v[SCREE__RW_CACHE];
-  if ((int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] > 2 * (int64_t)pow2_ceil(a->cols))
+  if ((int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] > 2 * (int64_t)scree__pow2_ceil(a->cols))
     return 0;
   if (rows > longest) return 0;
   if (cache > 1 && (int64_t)rows * (cache / 2) >= longest) return 0;
@@ -582,9 +571,9 @@ static int smem_worth_timing(const scree__config *c, const scree__variant *var,
   (void)var;
   const scree_ragged_softmax_args *a = args;
   const int rows = c->v[S_ROWS], stok = c->v[S_STOK], split = c->v[S_SPLIT];
-  const int64_t longest = pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
-  const int64_t per_cta = pow2_ceil(cdiv(longest, split)); /* tokens of one CTA */
-  if ((int64_t)c->v[S_TPR] * c->v[S_VEC] > 2 * (int64_t)pow2_ceil(a->cols)) return 0;
+  const int64_t longest = scree__pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
+  const int64_t per_cta = scree__pow2_ceil(scree__cdiv(longest, split)); /* tokens of one CTA */
+  if ((int64_t)c->v[S_TPR] * c->v[S_VEC] > 2 * (int64_t)scree__pow2_ceil(a->cols)) return 0;
   if ((int64_t)rows * split > longest) return 0; /* CTAs or groups with nothing to do */
   if (stok / 2 >= per_cta && stok / 2 >= rows) return 0;
   return 1;
@@ -604,13 +593,7 @@ static int gen_tune_lens(int64_t total, int64_t longest, uint64_t seed, int64_t 
   int n = 0;
   uint64_t s = seed | 1;
   while (n < cap && sum < total) {
-    int64_t v = longest;
-    if (n > 0) {
-      const double u = (double)(scree__rand(&s) >> 11) / 9007199254740992.0;
-      v = (int64_t)(exp(log((double)longest / 8) + u * log(8.0)) + 0.5);
-      if (v < 1) v = 1;
-      if (v > longest) v = longest;
-    }
+    int64_t v = n > 0 ? scree__rand_len(&s, longest) : longest;
     if (v > total - sum) v = total - sum;
     l[n++] = v;
     sum += v;
@@ -650,8 +633,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     scree__set_why(why, why_size, "cols=%lld: need 1 <= cols <= 65536", (long long)a->cols);
     return -1;
   }
-  a->x_dtype = (scree_dtype)var->v[V_X];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   /* Packed rows: every element of y is an output the reference writes. */
   a->x_stride = a->y_stride = 0;
   int64_t *l = malloc(MAX_SEQS * sizeof *l);
@@ -743,95 +725,97 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
-SCREE__REFERENCE(ragged_softmax); /* ops/ragged_softmax_ref.c */
+/* ---- the CPU reference (double accumulation) ---------------------------- */
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "ragged_softmax.cu",
-    .entries = {"scree_ragged_softmax"},
-    .min_sm = 80,
-    .nfields = SCREE__RW_NFIELDS,
-    .fields = scree__rowwise_fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}, {
-    .name = "smem",
-    .source = "ragged_softmax_smem.cu",
-    .entries = {"scree_ragged_softmax_smem"},
-    .min_sm = 80,
-    .nfields = S_NFIELDS,
-    .fields = smem_fields,
-    .check = smem_check,
-    .smem = smem_bytes,
-    .threads = smem_threads,
-    .adapt = smem_adapt,
-    .worth_timing = smem_worth_timing,
-    .launch = smem_launch,
-}, {
-    /* sm_90 only; measured on the H100 (docs/kernels/rowwise.md). */
-    .name = "cluster",
-    .source = "ragged_softmax_cluster.cu",
-    .entries = {"scree_ragged_softmax_cluster", "scree_ragged_softmax_cluster_plan"},
-    .min_sm = 90,
-    .max_sm = 90,
-    .nfields = C_NFIELDS,
-    .fields = cluster_fields,
-    .check = cluster_check,
-    .smem = cluster_smem,
-    .threads = cluster_threads,
-    .adapt = cluster_adapt,
-    .worth_timing = cluster_worth_timing,
-    .launch = cluster_launch,
-}};
+/* host: x, cu_seqlens, y in the problem's buffer order (problem, above);
+ * x and y laid out with the args' strides (0 meaning cols), cu_seqlens
+ * batch + 1 int32 entries. For each sequence and column: m = max of s * x
+ * over the sequence's tokens, then y = exp(s * x - m) / sum exp(s * x - m),
+ * with s the scale (0 means 1). Walks each sequence row by row (three
+ * passes) with per-column maxima and sums, so memory is read in order. If
+ * scratch memory cannot be had, y is written as NaN so that any comparison
+ * fails loudly. */
+SCREE__REFERENCE(ragged_softmax) {
+  const scree_ragged_softmax_args *a = args;
+  const void *x = host[0];
+  const int32_t *cu = host[1];
+  void *y = host[2];
+  const int64_t cols = a->cols;
+  const int64_t xs = a->x_stride ? a->x_stride : cols;
+  const int64_t ys = a->y_stride ? a->y_stride : cols;
+  const double s = a->scale != 0.f ? (double)a->scale : 1.0;
+  double *m = malloc(2 * (size_t)cols * sizeof *m);
+  double *sum = m ? m + cols : NULL;
+  for (int64_t b = 0; b < a->batch; b++) {
+    const int64_t t0 = cu[b], t1 = cu[b + 1];
+    if (!m) {
+      for (int64_t t = t0; t < t1; t++)
+        for (int64_t c = 0; c < cols; c++)
+          scree__store_elem(y, a->y_dtype, (size_t)(t * ys + c), NAN);
+      continue;
+    }
+    for (int64_t c = 0; c < cols; c++) m[c] = -INFINITY, sum[c] = 0;
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t c = 0; c < cols; c++) {
+        const double v = s * scree__load_elem(x, a->x_dtype, (size_t)(t * xs + c));
+        if (v > m[c]) m[c] = v;
+      }
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t c = 0; c < cols; c++)
+        sum[c] += exp(s * scree__load_elem(x, a->x_dtype, (size_t)(t * xs + c)) - m[c]);
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t c = 0; c < cols; c++)
+        scree__store_elem(y, a->y_dtype, (size_t)(t * ys + c),
+                          exp(s * scree__load_elem(x, a->x_dtype, (size_t)(t * xs + c)) - m[c]) /
+                              sum[c]);
+  }
+  free(m);
+}
 
-static const scree__sfield shape[] = {
-    {"batch", offsetof(scree_ragged_softmax_args, batch)},
-    {"total", offsetof(scree_ragged_softmax_args, total)},
-    {"max_seqlen", offsetof(scree_ragged_softmax_args, max_seqlen)},
-    {"cols", offsetof(scree_ragged_softmax_args, cols)},
+/* ---- benchmark entries: the shapes of bench/rowwise_shapes.json as total
+ * x cols, each a packed batch of uneven sequences summing exactly to the
+ * total (16384 tokens as 16 sequences of 337..1821, 4096 as 8, 65536 as
+ * 64, 8 as 3 + 5) ------------------------------------------------------------ */
+
+#define LENS_16384 "lens=440,1821,1541,560,903,824,1233,1620,406,356,1778,796,1536,337,817,1416"
+static const char *const bench[] = {
+    "x=fp16,y=fp16 total=16384,cols=4096 " LENS_16384,
+    "x=bf16,y=bf16 total=16384,cols=4096 " LENS_16384,
+    "x=fp16,y=fp16 total=4096,cols=8192 lens=891,877,149,158,700,574,503,244",
+    "x=fp16,y=fp16 total=65536,cols=1024 "
+    "lens=457,840,594,946,988,324,292,1506,476,453,2064,725,1503,734,1015,384,1006,1601,805,"
+    "1243,1082,323,1286,922,518,302,1593,728,1189,1635,1178,1778,623,1399,688,1830,1635,344,"
+    "372,437,1943,676,989,517,779,612,571,910,909,1719,1104,1806,1563,2044,1081,392,1576,"
+    "1939,1721,882,1176,432,1488,889",
+    "x=fp16,y=fp16 total=8,cols=4096 lens=3,5",
+    "x=fp16,y=fp16 total=16384,cols=128 " LENS_16384,
+    NULL,
 };
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip);
+/* ---- the op's own argument rules ---------------------------------------- */
 
-const scree__op scree__op_ragged_softmax = {
-    .name = "ragged_softmax",
-    .args_size = sizeof(scree_ragged_softmax_args),
-    .nimpls = 3,
-    .impls = impls,
-    .nvfields = 2,
-    .vfields = vfields,
-    .causal_vfield = -1,
-    .ndims = 3,
-    .dims = dims,
-    .nshape = 4,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
-    .shape_inputs = shape_inputs,
-    .reference = scree__ref_ragged_softmax,
-};
-
-/* ---- the public entry point -------------------------------------------- */
+/* The counts agree: tokens need a sequence and a length. */
+static scree_status validate(scree_context *ctx, const void *args) {
+  const scree_ragged_softmax_args *a = args;
+  if (a->total > 0 && a->max_seqlen == 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "max_seqlen is 0 but total=%lld tokens are present", (long long)a->total);
+  if (a->batch == 0 && a->total > 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "batch is 0 but total=%lld",
+                       (long long)a->total);
+  return SCREE_OK;
+}
 
 /* Validation on: cu_seqlens copied to the host and checked. */
-static scree_status check_seqlens(scree_context *ctx, const scree_ragged_softmax_args *a,
-                                  CUstream stream) {
+static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
+                                     scree__variant *var) {
+  (void)var;
+  const scree_ragged_softmax_args *a = args;
+  if (!ctx->validate || !ctx->cu) return SCREE_OK;
   const size_t n = (size_t)a->batch + 1;
   int32_t *h = malloc(n * sizeof *h);
   if (!h) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: cu_seqlens copy");
-  const int pushed = scree__ctx_enter(ctx);
-  CUresult r = ctx->cu->StreamSynchronize(stream);
-  if (!r) r = ctx->cu->MemcpyDtoH(h, a->cu_seqlens, n * sizeof *h);
-  scree__ctx_leave(ctx, pushed);
-  scree_status st = SCREE_OK;
-  if (r) st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "validate: reading cu_seqlens");
+  scree_status st = scree__read_device(ctx, stream, h, a->cu_seqlens, n * sizeof *h, "cu_seqlens");
   if (!st && h[0] != 0)
     st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens[0]=%d must be 0", h[0]);
   for (size_t b = 0; b + 1 < n && !st; b++) {
@@ -852,71 +836,19 @@ static scree_status check_seqlens(scree_context *ctx, const scree_ragged_softmax
   return st;
 }
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
-  const scree_ragged_softmax_args *a = args;
-  if (scree__arg_float_dtype(ctx, "x_dtype", a->x_dtype) ||
-      scree__arg_float_dtype(ctx, "y_dtype", a->y_dtype))
-    return SCREE_ERROR_UNSUPPORTED;
-  if (a->cols < 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cols=%lld must be at least 1",
-                       (long long)a->cols);
-  if (a->cols > 65536)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "cols=%lld exceeds the supported maximum 65536", (long long)a->cols);
-  const struct {
-    const char *name;
-    int64_t v;
-  } counts[] = {{"batch", a->batch}, {"total", a->total}, {"max_seqlen", a->max_seqlen}};
-  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-    if (counts[i].v < 0 || counts[i].v > 0x7fffffff) /* cu_seqlens are int32 */
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld must be in [0, 2^31)",
-                         counts[i].name, (long long)counts[i].v);
-  if (a->total > 0 && a->max_seqlen == 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "max_seqlen is 0 but total=%lld tokens are present", (long long)a->total);
-  if (a->batch == 0 && a->total > 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "batch is 0 but total=%lld",
-                       (long long)a->total);
-  if (!isfinite(a->scale))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "scale=%g is not finite",
-                       (double)a->scale);
-  const int64_t xs = scree__arg_stride(ctx, "x_stride", a->x_stride, a->cols);
-  if (xs < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  const int64_t ys = scree__arg_stride(ctx, "y_stride", a->y_stride, a->cols);
-  if (ys < 0) return SCREE_ERROR_INVALID_ARGUMENT;
-  if (a->batch == 0 || a->total == 0) { /* every sequence empty: nothing to write */
-    *skip = 1;
-    return SCREE_OK;
-  }
-  scree_status st;
-  if ((st = scree__arg_elem_ptr(ctx, "x", a->x, a->x_dtype)) ||
-      (st = scree__arg_elem_ptr(ctx, "y", a->y, a->y_dtype)) ||
-      (st = scree__arg_ptr(ctx, "cu_seqlens", a->cu_seqlens, 4)))
-    return st;
-  uint64_t xlo, xhi, ylo, yhi, clo, chi;
-  if (!scree__byte_range(a->x, a->total, a->cols, xs, scree_dtype_size(a->x_dtype), &xlo, &xhi) ||
-      !scree__byte_range(a->y, a->total, a->cols, ys, scree_dtype_size(a->y_dtype), &ylo, &yhi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "total=%lld x stride overflows the address space", (long long)a->total);
-  if (!scree__byte_range(a->cu_seqlens, 1, a->batch + 1, 1, 4, &clo, &chi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "cu_seqlens (batch=%lld) extends past the address space",
-                       (long long)a->batch);
-  if (a->y == a->x) {
-    if (scree_dtype_size(a->x_dtype) != scree_dtype_size(a->y_dtype) || xs != ys)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                         "y == x (in place) needs equal element sizes and strides");
-  } else if (scree__overlaps(ylo, yhi, xlo, xhi)) {
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "y=0x%llx partially overlaps x=0x%llx",
-                       (unsigned long long)a->y, (unsigned long long)a->x);
-  }
-  if (scree__overlaps(ylo, yhi, clo, chi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "y=0x%llx overlaps cu_seqlens=0x%llx",
-                       (unsigned long long)a->y, (unsigned long long)a->cu_seqlens);
-  if (ctx->validate && ctx->cu && (st = check_seqlens(ctx, a, stream))) return st;
-  memset(var, 0, sizeof *var);
-  var->v[V_X] = a->x_dtype;
-  var->v[V_Y] = a->y_dtype;
-  return SCREE_OK;
-}
+static const scree__impl impls[] = {
+    {SCREE__ROWWISE_IMPL(check, "ragged_softmax.cu", "scree_ragged_softmax")},
+    {SCREE__IMPL("smem", "ragged_softmax_smem.cu", 80, 0, "scree_ragged_softmax_smem"),
+     .nfields = S_NFIELDS, .fields = smem_fields, .check = smem_check, .smem = smem_bytes,
+     .threads = smem_threads, .adapt = smem_adapt, .worth_timing = smem_worth_timing,
+     .launch = smem_launch},
+    /* sm_90 only; measured on the H100 (docs/kernels/rowwise.md). */
+    {SCREE__IMPL("cluster", "ragged_softmax_cluster.cu", 90, 90, "scree_ragged_softmax_cluster",
+                 "scree_ragged_softmax_cluster_plan"),
+     .nfields = C_NFIELDS, .fields = cluster_fields, .check = cluster_check,
+     .smem = cluster_smem, .threads = cluster_threads, .adapt = cluster_adapt,
+     .worth_timing = cluster_worth_timing, .launch = cluster_launch},
+};
+
+SCREE__DEFINE_OP(ragged_softmax, .validate = validate, .validate_buffers = validate_buffers,
+                 .shape_inputs = shape_inputs);

@@ -1,4 +1,5 @@
-/* registry.c - the list of ops (from registry.h) and its lookups. */
+/* registry.c - the list of ops (from registry.h) and its lookups, and the
+ * completeness check of a descriptor. */
 #include "ops/registry.h"
 
 #include <string.h>
@@ -24,15 +25,19 @@ const char *scree__op_missing(const scree__op *op) {
   NEED(op->nimpls >= 1 && op->nimpls <= SCREE__MAX_IMPLS && op->impls, "impls");
   NEED(op->nvfields >= 0 && op->nvfields <= SCREE__MAX_VARIANT, "vfields");
   NEED(op->nvfields == 0 || op->vfields, "vfields");
-  NEED(op->causal_vfield >= -1 && op->causal_vfield < op->nvfields, "causal_vfield");
   NEED(op->ndims >= 1 && op->ndims <= SCREE__MAX_DIMS && op->dims, "dims");
-  NEED(op->nshape >= 1 && op->shape, "shape");
-  NEED(op->validate, "validate");
-  NEED(op->bucket, "bucket");
+  const char *schema = scree__schema_missing(op);
+  NEED(!*schema, schema);
+  for (int i = 0; i < op->ndims; i++) {
+    const scree__arg *f = scree__arg_at(op, op->dims[i].arg);
+    NEED(op->bucket || (f && f->ctype == SCREE__C_I64),
+         "bucket (or every dims[].arg, a link to an int64 field)");
+  }
   NEED(op->default_config, "default_config");
   NEED(op->representative, "representative");
   NEED(op->problem, "problem");
   NEED(op->reference, "reference");
+  NEED(op->bench && op->bench[0], "bench (at least one benchmark entry)");
   for (int i = 0; i < op->nimpls; i++) {
     const scree__impl *im = &op->impls[i];
     NEED(im->name && *im->name, "impls[].name");
@@ -44,7 +49,10 @@ const char *scree__op_missing(const scree__op *op) {
     NEED(im->min_sm >= 0 && (im->max_sm == 0 || im->max_sm >= im->min_sm), "impls[].min_sm/max_sm");
     /* A plan stores the adapted config: calls it would adapt differently
      * must not share it, so adapt needs the op's adapt_class. */
-    NEED(!im->adapt || op->adapt_class, "adapt_class (an implementation adapts configs)");
+    int vector = 0;
+    for (int k = 0; k < op->nargs; k++) vector |= (op->args[k].flags & SCREE__VECTOR) != 0;
+    NEED(!im->adapt || op->adapt_class || vector,
+         "adapt_class (an implementation adapts configs)");
   }
   for (int i = 0; i < op->nvfields; i++) {
     const scree__vfield *f = &op->vfields[i];

@@ -1,7 +1,7 @@
-/* rope.c - rotary position embedding, the host side: config space and
- * constraints, argument checks (strided and packed q/k, positions,
- * cu_seqlens, cos/sin table), the launch, buckets and problems. The kernel
- * is kernels/rope.cu; the CPU reference ops/rope_ref.c. */
+/* rope.c - rotary position embedding, the host side: its arguments
+ * (strided and packed q/k, positions, cu_seqlens, cos/sin table), config
+ * space and constraints, the launch, buckets, problems, the CPU reference
+ * and the benchmark entries. The kernel is kernels/rope.cu. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -9,6 +9,49 @@
 #include <string.h>
 
 #include "ops/rowwise.h"
+
+#define MAX_HEAD_DIM 1024
+#define MAX_HEADS 65535
+#define DEFAULT_THETA 10000.0f
+
+#define SCREE__ARGS_T scree_rope_args
+
+/* The arguments (include/scree.h), field by field. q and k are rotated in
+ * place and may share a buffer as disjoint ranges or interleaved (packed
+ * qkv); the op checks their strides, the parts of them that are touched
+ * (the first rotary_dim of each head) and what the kernel reads beside
+ * them itself (validate_buffers), as it checks cu_seqlens, which is needed
+ * only without positions. */
+static const scree__arg schema[] = {
+    SCREE__INOUT(q, .dtype = SCREE__AT(dtype),
+                 .dims = {SCREE__AT(total), SCREE__AT(heads_q), SCREE__AT(head_dim)},
+                 .strides = {SCREE__AT(q_token_stride), SCREE__AT(q_head_stride)},
+                 .flags = SCREE__ANY_ORDER | SCREE__OWN_RANGE),
+    SCREE__INOUT(k, .dtype = SCREE__AT(dtype),
+                 .dims = {SCREE__AT(total), SCREE__AT(heads_kv), SCREE__AT(head_dim)},
+                 .strides = {SCREE__AT(k_token_stride), SCREE__AT(k_head_stride)},
+                 .flags = SCREE__OPTIONAL | SCREE__ANY_ORDER | SCREE__OWN_RANGE),
+    SCREE__IN(positions, .elem = SCREE__E_I32, .wide = SCREE__AT(positions_int64),
+              .dims = {SCREE__AT(total)}, .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE),
+    SCREE__IN(cu_seqlens, .elem = SCREE__E_I32, .dims = {SCREE__AT(batch)},
+              .flags = SCREE__PLUS_ONE | SCREE__OWN_POINTER),
+    SCREE__IN(cos_sin, .elem = SCREE__E_F32,
+              .dims = {SCREE__AT(max_position), SCREE__AT(rotary_dim)},
+              .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE),
+    SCREE__DIM(total, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(batch, .flags = SCREE__SHAPE),
+    SCREE__DIM(max_position, .flags = SCREE__SHAPE),
+    SCREE__DIM(heads_q, SCREE__RANGE(1, MAX_HEADS), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__DIM(heads_kv, .flags = SCREE__SHAPE),
+    SCREE__DIM(head_dim, SCREE__RANGE(2, MAX_HEAD_DIM), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__DIM(rotary_dim, .flags = SCREE__SHAPE),
+    SCREE__STRIDE(q_token_stride, SCREE__MIN(0)), SCREE__STRIDE(q_head_stride, SCREE__MIN(0)),
+    SCREE__STRIDE(k_token_stride, SCREE__MIN(0)), SCREE__STRIDE(k_head_stride, SCREE__MIN(0)),
+    SCREE__DTYPE(dtype),
+    SCREE__INT(layout, SCREE__RANGE(0, 1), .hint = "(SCREE_ROPE_NEOX or SCREE_ROPE_GPTJ)"),
+    SCREE__INT(positions_int64, SCREE__RANGE(0, 1)),
+    SCREE__FLOAT(theta, .flags = SCREE__FINITE | SCREE__NONNEG, .hint = "(0 means 10000)"),
+};
 
 enum { F_LANES, F_GROUPS, F_VEC, F_CACHE, F_SPLIT, F_N };
 enum { V_DTYPE, V_LAYOUT, V_TABLE, V_POS };
@@ -22,15 +65,12 @@ static const scree__field fields[F_N] = {
     {"split", "SCREE_SPLIT", 4, {1, 2, 4, 8}},
 };
 static const scree__vfield vfields[] = {
-    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"layout", "SCREE_LAYOUT", 0, SCREE_ROPE_NEOX, 2, {SCREE_ROPE_NEOX, SCREE_ROPE_GPTJ}},
-    {"table", "SCREE_TABLE", 0, 0, 2, {0, 1}},
-    {"pos", "SCREE_POS", 0, POS_CU, 3, {POS_CU, POS_I32, POS_I64}},
+    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(dtype)},
+    /* validate_buffers fills these */
+    {"layout", "SCREE_LAYOUT", 0, SCREE_ROPE_NEOX, 2, {SCREE_ROPE_NEOX, SCREE_ROPE_GPTJ}, 0},
+    {"table", "SCREE_TABLE", 0, 0, 2, {0, 1}, 0},
+    {"pos", "SCREE_POS", 0, POS_CU, 3, {POS_CU, POS_I32, POS_I64}, 0},
 };
-
-#define MAX_HEAD_DIM 1024
-#define MAX_HEADS 65535
-#define DEFAULT_THETA 10000.0f
 
 static int is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
@@ -138,14 +178,6 @@ static int vec_log2(const scree__variant *var, const scree_rope_args *a) {
   return scree__vlog2_stride(l, var->v[V_LAYOUT] == SCREE_ROPE_NEOX ? rd / 2 : rd);
 }
 
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-static int64_t pow2_ceil(int64_t v) {
-  int64_t p = 1;
-  while (p < v && p < ((int64_t)1 << 40)) p <<= 1;
-  return p;
-}
-
 /* Narrows vec to what the call allows; cache doubles with it while the
  * registers allow, so as many bytes stay in flight. */
 static void narrow(scree__config *c, const scree__variant *var, int widest_log2) {
@@ -170,18 +202,18 @@ static void default_config(const scree__target *t, const scree__variant *var, co
   const int vec = 16 / es;
   const int pb = pairs_per_block(vec, var->v[V_LAYOUT]);
   const int64_t half = a ? rotary_of(a) / 2 : 64;
-  const int lanes = clampi((int)pow2_ceil((half + pb - 1) / pb), 4, 64);
+  const int lanes = scree__clampi((int)scree__pow2_ceil((half + pb - 1) / pb), 4, 64);
   int cache = 128 / (2 * pb * es);
-  cache = clampi(cache, 1, 64 / (2 * pb));
+  cache = scree__clampi(cache, 1, 64 / (2 * pb));
   int split = 1;
   if (a) {
-    const int64_t tokens = pow2_ceil(a->total);
+    const int64_t tokens = scree__pow2_ceil(a->total);
     split = tokens >= 4096 ? 1 : tokens >= 1024 ? 2 : tokens >= 256 ? 4 : 8;
     const int64_t heads = a->heads_q + (a->heads_kv > 0 ? a->heads_kv : 0);
     while (split > 1 && split > heads) split /= 2;
   }
   out->v[F_LANES] = lanes;
-  out->v[F_GROUPS] = clampi(128 / lanes, 1, 32);
+  out->v[F_GROUPS] = scree__clampi(128 / lanes, 1, 32);
   out->v[F_VEC] = vec;
   out->v[F_CACHE] = cache;
   out->v[F_SPLIT] = split;
@@ -211,9 +243,9 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
   const int64_t heads = a->heads_q + (a->heads_kv > 0 ? a->heads_kv : 0);
   const int64_t per_item = (heads + c->v[F_SPLIT] - 1) / c->v[F_SPLIT];
   return c->v[F_VEC] == widest &&
-         (c->v[F_LANES] == 4 || (int64_t)c->v[F_LANES] * pb <= pow2_ceil(half)) &&
+         (c->v[F_LANES] == 4 || (int64_t)c->v[F_LANES] * pb <= scree__pow2_ceil(half)) &&
          (c->v[F_SPLIT] == 1 || c->v[F_SPLIT] <= heads) &&
-         c->v[F_CACHE] <= pow2_ceil(per_item);
+         c->v[F_CACHE] <= scree__pow2_ceil(per_item);
 }
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
@@ -240,7 +272,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   return SCREE_OK;
 }
 
-/* ---- argument checks ------------------------------------------------------- */
+/* ---- the op's own argument rules ---------------------------------------- */
 
 /* floor(x / p) and ceil(x / p) for p > 0. */
 static int64_t floor_div(int64_t x, int64_t p) {
@@ -343,14 +375,10 @@ static scree_status check_device_args(scree_context *ctx, const scree_rope_args 
   if (!h)
     return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: %s copy",
                        a->positions ? "positions" : "cu_seqlens");
-  const int pushed = scree__ctx_enter(ctx);
-  CUresult r = ctx->cu->StreamSynchronize(stream);
-  if (!r) r = ctx->cu->MemcpyDtoH(h, a->positions ? a->positions : a->cu_seqlens, (size_t)n * esz);
-  scree__ctx_leave(ctx, pushed);
-  scree_status st = SCREE_OK;
-  if (r) {
-    st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "validate: reading positions or cu_seqlens");
-  } else if (a->positions) {
+  scree_status st =
+      scree__read_device(ctx, stream, h, a->positions ? a->positions : a->cu_seqlens,
+                         (size_t)n * esz, a->positions ? "positions" : "cu_seqlens");
+  if (!st && a->positions) {
     for (int64_t t = 0; t < n && a->cos_sin && !st; t++) {
       const int64_t p = esz == 8 ? ((const int64_t *)h)[t] : ((const int32_t *)h)[t];
       if (p < 0 || p >= a->max_position)
@@ -358,7 +386,7 @@ static scree_status check_device_args(scree_context *ctx, const scree_rope_args 
                          "positions[%lld]=%lld is outside [0, max_position=%lld) of cos_sin",
                          (long long)t, (long long)p, (long long)a->max_position);
     }
-  } else {
+  } else if (!st) {
     const int32_t *c = h;
     if (c[0] != 0)
       st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cu_seqlens[0]=%d must be 0", c[0]);
@@ -383,42 +411,26 @@ static scree_status check_device_args(scree_context *ctx, const scree_rope_args 
   return st;
 }
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
+/* Sizes the schema cannot state: head_dim even, rotary_dim (0 means
+ * head_dim), heads_kv when k is given, batch when positions come from
+ * cu_seqlens, max_position with a table. */
+static scree_status validate(scree_context *ctx, const void *args) {
   const scree_rope_args *a = args;
-  if (scree__arg_float_dtype(ctx, "dtype", a->dtype)) return SCREE_ERROR_UNSUPPORTED;
-  if (a->layout != SCREE_ROPE_NEOX && a->layout != SCREE_ROPE_GPTJ)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "layout=%d is not SCREE_ROPE_NEOX (0) or SCREE_ROPE_GPTJ (1)",
-                       (int)a->layout);
-  if (a->positions_int64 != 0 && a->positions_int64 != 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "positions_int64=%d must be 0 or 1",
-                       a->positions_int64);
-  if (a->head_dim < 2 || a->head_dim % 2)
+  if (a->head_dim % 2)
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "head_dim=%lld must be even and >= 2",
                        (long long)a->head_dim);
-  if (a->head_dim > MAX_HEAD_DIM)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "head_dim=%lld exceeds the supported maximum %d", (long long)a->head_dim,
-                       MAX_HEAD_DIM);
   const int64_t rd = rotary_of(a);
   if (rd < 2 || rd % 2 || rd > a->head_dim)
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "rotary_dim=%lld must be even and in [2, head_dim=%lld] (0 means head_dim)",
                        (long long)a->rotary_dim, (long long)a->head_dim);
-  if (a->heads_q < 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "heads_q=%lld must be at least 1",
-                       (long long)a->heads_q);
   if (a->k && a->heads_kv < 1)
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "heads_kv=%lld must be at least 1 (k is given)", (long long)a->heads_kv);
-  if (a->heads_q > MAX_HEADS || (a->k && a->heads_kv > MAX_HEADS))
+  if (a->k && a->heads_kv > MAX_HEADS)
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "heads_q=%lld, heads_kv=%lld: at most %d heads each",
-                       (long long)a->heads_q, (long long)a->heads_kv, MAX_HEADS);
-  if (a->total < 0 || a->total > 0x7fffffff)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "total=%lld must be in [0, 2^31)",
-                       (long long)a->total);
+                       "heads_kv=%lld exceeds the supported maximum %d", (long long)a->heads_kv,
+                       MAX_HEADS);
   if (!a->positions) {
     if (a->batch < 0 || a->batch > 0x7ffffffe)
       return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
@@ -430,43 +442,28 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
                          "positions come from cu_seqlens)",
                          (long long)a->total);
   }
-  if (!(a->theta >= 0.f) || isinf(a->theta))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "theta=%g must be finite and > 0 (0 means 10000)", (double)a->theta);
   if (a->cos_sin && (a->max_position < 1 || a->max_position > ((int64_t)1 << 40)))
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "max_position=%lld must be in [1, 2^40] with cos_sin",
                        (long long)a->max_position);
-  const strides s = strides_of(a);
-  const struct {
-    const char *name;
-    int64_t given;
-  } given[] = {{"q_token_stride", a->q_token_stride},
-               {"q_head_stride", a->q_head_stride},
-               {"k_token_stride", a->k_token_stride},
-               {"k_head_stride", a->k_head_stride}};
-  for (int i = 0; i < 4; i++)
-    if (given[i].given < 0)
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld is negative", given[i].name,
-                         (long long)given[i].given);
-  if (a->total == 0) { /* nothing to rotate, nothing launched */
-    *skip = 1;
-    return SCREE_OK;
-  }
+  return SCREE_OK;
+}
+
+/* The positions' source, q and k (strides, the parts of them rotated, and
+ * how they may share memory), what the kernel reads beside them, and the
+ * device-side arguments with validation on; the variant. */
+static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
+                                     scree__variant *var) {
+  const scree_rope_args *a = args;
   scree_status st;
-  if ((st = scree__arg_elem_ptr(ctx, "q", a->q, a->dtype)) ||
-      (a->k && (st = scree__arg_elem_ptr(ctx, "k", a->k, a->dtype))))
-    return st;
-  if (a->positions) {
-    if ((st = scree__arg_ptr(ctx, "positions", a->positions, a->positions_int64 ? 8 : 4)))
-      return st;
-  } else if (!a->cu_seqlens) {
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "positions and cu_seqlens are both NULL: one gives the positions");
-  } else if ((st = scree__arg_ptr(ctx, "cu_seqlens", a->cu_seqlens, 4))) {
-    return st;
+  if (!a->positions) {
+    if (!a->cu_seqlens)
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                         "positions and cu_seqlens are both NULL: one gives the positions");
+    if ((st = scree__arg_ptr(ctx, "cu_seqlens", a->cu_seqlens, 4))) return st;
   }
-  if (a->cos_sin && (st = scree__arg_ptr(ctx, "cos_sin", a->cos_sin, 4))) return st;
+  const strides s = strides_of(a);
+  const int64_t rd = rotary_of(a);
   const size_t es = scree_dtype_size(a->dtype);
   uint64_t ql, qh, kl = 0, kh = 0;
   if ((st = check_tensor(ctx, "q", a->q, a->total, a->heads_q, a->head_dim, rd, s.qt, s.qh, es,
@@ -504,8 +501,6 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
                          reads[i].name, (unsigned long long)reads[i].p);
   }
   if (ctx->validate && ctx->cu && (st = check_device_args(ctx, a, stream))) return st;
-  memset(var, 0, sizeof *var);
-  var->v[V_DTYPE] = a->dtype;
   var->v[V_LAYOUT] = a->layout;
   var->v[V_TABLE] = a->cos_sin != 0;
   var->v[V_POS] = !a->positions ? POS_CU : a->positions_int64 ? POS_I64 : POS_I32;
@@ -519,8 +514,8 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
  * q-only call by), negative as 0: a q-only call that passes heads_kv 0
  * gets the q-only bucket. dtype, layout, table and the positions' source
  * are the variant. */
-static const scree__bdim dims[] = {
-    {"total", 1}, {"heads_q", 0}, {"heads_kv", 0}, {"head_dim", 0}, {"rotary_dim", 0}};
+static const scree__bdim dims[] = {{"total", 1, 0},    {"heads_q", 0, 0},    {"heads_kv", 0, 0},
+                                   {"head_dim", 0, 0}, {"rotary_dim", 0, 0}};
 
 static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   (void)var;
@@ -531,16 +526,6 @@ static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   d[3] = a->head_dim;
   d[4] = rotary_of(a);
 }
-
-static const scree__sfield shape[] = {
-    {"total", offsetof(scree_rope_args, total)},
-    {"batch", offsetof(scree_rope_args, batch)},
-    {"max_position", offsetof(scree_rope_args, max_position)},
-    {"heads_q", offsetof(scree_rope_args, heads_q)},
-    {"heads_kv", offsetof(scree_rope_args, heads_kv)},
-    {"head_dim", offsetof(scree_rope_args, head_dim)},
-    {"rotary_dim", offsetof(scree_rope_args, rotary_dim)},
-};
 
 /* Tuned on the bucket's largest token count, capped at 256 MiB of q and k. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
@@ -639,9 +624,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
       uint64_t r = seed | 1;
       int64_t sum = 0;
       while (sum < target && n < MAX_SEQS) {
-        const double u = (double)(scree__rand(&r) >> 11) / 9007199254740992.0;
-        int64_t l = (int64_t)(exp(log((double)L / 8) + u * log(8.0)) + 0.5);
-        if (l < 1) l = 1;
+        int64_t l = scree__rand_len(&r, L);
         if (l > target - sum) l = target - sum;
         len[n++] = l;
         sum += l;
@@ -792,38 +775,92 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
   return 0;
 }
 
-SCREE__REFERENCE(rope); /* ops/rope_ref.c */
+/* ---- the CPU reference (double arithmetic on the fp32 angle) ------------ */
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "rope.cu",
-    .entries = {"scree_rope"},
-    .min_sm = 80,
-    .nfields = F_N,
-    .fields = fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}};
+/* host: q, k (when args->k is set), positions (when args->positions is
+ * set) or cu_seqlens, cos_sin (when args->cos_sin is set): the problem's
+ * buffer order (problem, above); q and k are rotated in place. Only which
+ * pointers are nonzero is read from args, as the public entry reads them.
+ *
+ * The angle is modelled as the kernel and HuggingFace compute it in fp32:
+ * inv_freq = 1 / theta^(2i / rotary_dim) rounded to float, then the float
+ * product float(p) * inv_freq; its cos and sin are taken in double. */
+SCREE__REFERENCE(rope) {
+  const scree_rope_args *a = args;
+  int n = 0;
+  void *q = host[n++];
+  void *k = a->k ? host[n++] : NULL;
+  const void *positions = a->positions ? host[n++] : NULL;
+  const int32_t *cu = a->positions ? NULL : host[n++];
+  const float *cos_sin = a->cos_sin ? host[n++] : NULL;
+  const int64_t d = a->head_dim, rd = a->rotary_dim ? a->rotary_dim : d, half = rd / 2;
+  const float theta = a->theta != 0.f ? a->theta : 10000.0f;
+  const int64_t qh = a->q_head_stride ? a->q_head_stride : d;
+  const int64_t qt = a->q_token_stride ? a->q_token_stride : a->heads_q * d;
+  const int64_t kh = a->k_head_stride ? a->k_head_stride : d;
+  const int64_t kt = a->k_token_stride ? a->k_token_stride : a->heads_kv * d;
+  float *inv = malloc((size_t)(half > 0 ? half : 1) * sizeof *inv);
+  if (!inv) return;
+  for (int64_t i = 0; i < half; i++) {
+    const float e = (float)(2 * i) / (float)rd;
+    inv[i] = 1.0f / (float)pow((double)theta, (double)e);
+  }
+  int64_t seq = 0;
+  for (int64_t t = 0; t < a->total; t++) {
+    int64_t p;
+    if (positions) {
+      p = a->positions_int64 ? ((const int64_t *)positions)[t] : ((const int32_t *)positions)[t];
+    } else {
+      while (seq < a->batch && cu[seq + 1] <= t) seq++; /* past empty sequences too */
+      p = t - cu[seq];
+    }
+    for (int64_t i = 0; i < half; i++) {
+      double c, s;
+      if (cos_sin) {
+        c = cos_sin[p * rd + i];
+        s = cos_sin[p * rd + half + i];
+      } else {
+        const float ang = (float)p * inv[i];
+        c = cos((double)ang);
+        s = sin((double)ang);
+      }
+      const int64_t i1 = a->layout == SCREE_ROPE_NEOX ? i : 2 * i;
+      const int64_t i2 = a->layout == SCREE_ROPE_NEOX ? i + half : 2 * i + 1;
+      for (int64_t h = 0; h < a->heads_q + (k ? a->heads_kv : 0); h++) {
+        void *x = h < a->heads_q ? q : k;
+        const int64_t row = h < a->heads_q ? t * qt + h * qh : t * kt + (h - a->heads_q) * kh;
+        const double x1 = scree__load_elem(x, a->dtype, (size_t)(row + i1));
+        const double x2 = scree__load_elem(x, a->dtype, (size_t)(row + i2));
+        scree__store_elem(x, a->dtype, (size_t)(row + i1), x1 * c - x2 * s);
+        scree__store_elem(x, a->dtype, (size_t)(row + i2), x2 * c + x1 * s);
+      }
+    }
+  }
+  free(inv);
+}
 
-const scree__op scree__op_rope = {
-    .name = "rope",
-    .args_size = sizeof(scree_rope_args),
-    .nimpls = 1,
-    .impls = impls,
-    .nvfields = 4,
-    .vfields = vfields,
-    .causal_vfield = -1,
-    .ndims = 5,
-    .dims = dims,
-    .nshape = 7,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
-    .reference = scree__ref_rope,
+/* ---- benchmark entries ----------------------------------------------------
+ * LLaMA-3-8B prefill (32 q and 8 kv heads of 128, NeoX, positions from
+ * cu_seqlens) on a batch of 20 sequences, 16384 tokens; GPT-J-6B (16 heads
+ * of 256, rotary 64, interleaved) with a cos/sin table and int64
+ * positions, sequences of 2048; and LLaMA-3-8B on 65536 tokens (lengths
+ * 512..4096). */
+
+#define LENS_20 \
+  "lens=2048,1536,1200,1024,980,900,886,840,771,700,618,550,501,468,402,389,340,319,1136,776"
+static const char *const bench[] = {
+    "dtype=fp16,layout=0,table=0,pos=0 total=16384,heads_q=32,heads_kv=8,head_dim=128 " LENS_20,
+    "dtype=bf16,layout=0,table=0,pos=0 total=16384,heads_q=32,heads_kv=8,head_dim=128 " LENS_20,
+    "dtype=fp16,layout=1,table=1,pos=2 total=16384,max_position=2048,heads_q=16,heads_kv=16,"
+    "head_dim=256,rotary_dim=64",
+    "dtype=fp16,layout=0,table=0,pos=0 total=65536,heads_q=32,heads_kv=8,head_dim=128",
+    NULL,
 };
+
+static const scree__impl impls[] = {
+    {SCREE__IMPL("generic", "rope.cu", 80, 0, "scree_rope"), .nfields = F_N, .fields = fields,
+     .check = check, .adapt = adapt, .worth_timing = worth_timing, .launch = launch},
+};
+
+SCREE__DEFINE_OP(rope, .validate = validate, .validate_buffers = validate_buffers,
+                 .bucket = bucket, .adapt_class = adapt_class);

@@ -1,4 +1,5 @@
 /* rowwise.c - the row-wise ops' shared host side (ops/rowwise.h). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,22 +53,14 @@ int scree__rowwise_check_dtypes(const scree__variant *var, int n, char *why, siz
   return 1;
 }
 
-static int pow2_ceil(int64_t v) {
-  int p = 1;
-  while (p < v && p < (1 << 30)) p <<= 1;
-  return p;
-}
-
-static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
 void scree__rowwise_default(int64_t cols, int esize, scree__config *out) {
   memset(out, 0, sizeof *out);
   const int vec = esize == 4 ? 4 : 8;
   const int64_t nvec = cols / vec > 0 ? cols / vec : 1;
-  const int tpr = clampi(pow2_ceil((nvec + 3) / 4), 8, 1024);
-  const int cache = clampi(pow2_ceil((nvec + tpr - 1) / tpr), 1, 64 / vec);
+  const int tpr = scree__clampi(scree__pow2_ceil((nvec + 3) / 4), 8, 1024);
+  const int cache = scree__clampi(scree__pow2_ceil((nvec + tpr - 1) / tpr), 1, 64 / vec);
   out->v[SCREE__RW_TPR] = tpr;
-  out->v[SCREE__RW_ROWS] = clampi(128 / tpr, 1, 16);
+  out->v[SCREE__RW_ROWS] = scree__clampi(128 / tpr, 1, 16);
   out->v[SCREE__RW_VEC] = vec;
   out->v[SCREE__RW_CACHE] = cache > 16 ? 16 : cache;
 }
@@ -75,7 +68,7 @@ void scree__rowwise_default(int64_t cols, int esize, scree__config *out) {
 int scree__rowwise_worth(const scree__config *c, int64_t cols) {
   const int64_t per_access = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC];
   const int64_t cover = per_access * c->v[SCREE__RW_CACHE];
-  return per_access <= 2 * (int64_t)pow2_ceil(cols) && 2 * cover >= cols;
+  return per_access <= 2 * (int64_t)scree__pow2_ceil(cols) && 2 * cover >= cols;
 }
 
 void scree__rowwise_adapt(scree__config *c, int widest_log2) {
@@ -105,27 +98,119 @@ scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scre
   return SCREE_OK;
 }
 
-scree_status scree__arg_float_dtype(scree_context *ctx, const char *name, scree_dtype d) {
-  if (d == SCREE_DTYPE_FP32 || d == SCREE_DTYPE_FP16 || d == SCREE_DTYPE_BF16) return SCREE_OK;
-  return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED, "%s=%d is not fp32, fp16 or bf16", name,
-                     (int)d);
+int scree__rowwise_config_check(const scree__config *c, const scree__variant *var,
+                                const scree__target *t, char *why, size_t n) {
+  (void)t;
+  /* Fields past the op's are 0, fp32's code. */
+  return scree__rowwise_check_dtypes(var, SCREE__MAX_VARIANT, why, n) &&
+         scree__rowwise_check(c, why, n);
 }
 
-scree_status scree__arg_elem_ptr(scree_context *ctx, const char *name, scree_devptr p,
-                                 scree_dtype d) {
-  const scree_status st = scree__arg_ptr(ctx, name, p, scree_dtype_size(d));
-  if (st == SCREE_ERROR_MISALIGNED)
-    return scree__fail(ctx, st, "%s=0x%llx is not aligned to %zu bytes (%s)", name,
-                       (unsigned long long)p, scree_dtype_size(d), scree_dtype_name(d));
-  return st;
+/* ---- shapes and problems of an op whose problem is its rows ---------------- */
+
+static int64_t get_i64(const void *args, unsigned link) {
+  int64_t v;
+  memcpy(&v, (const char *)args + link - 1, sizeof v);
+  return v;
 }
 
-int64_t scree__arg_stride(scree_context *ctx, const char *name, int64_t stride, int64_t cols) {
-  const int64_t s = stride ? stride : cols;
-  if (s < cols) {
-    scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=%lld is less than cols=%lld", name,
-                (long long)stride, (long long)cols);
-    return -1;
+static void put_i64(void *args, unsigned link, int64_t v) {
+  memcpy((char *)args + link - 1, &v, sizeof v);
+}
+
+/* Bytes of the inputs read per row: the IN tensors with a dtype whose
+ * outer extent is the rows field. */
+static int64_t row_bytes(const scree__op *op, const void *args) {
+  int64_t bytes = 0;
+  for (int i = 0; i < op->nargs; i++) {
+    const scree__arg *t = &op->args[i];
+    if (t->role != SCREE__ROLE_IN || !t->dtype || t->dims[0] != op->dims[0].arg) continue;
+    int64_t n = (int64_t)scree__elem_size(scree__tensor_elem(args, t));
+    for (int d = 1; d < 3 && t->dims[d]; d++) n *= get_i64(args, t->dims[d]);
+    bytes += n;
   }
-  return s;
+  return bytes > 0 ? bytes : 1;
+}
+
+/* At most 97 rows to check, and elems elements when given. */
+static int64_t check_rows(int64_t rows, int64_t cols, int64_t elems) {
+  if (rows > 97) rows = 97;
+  if (elems) {
+    const int64_t cap = elems / (cols > 0 ? cols : 1);
+    if (rows > cap) rows = cap > 0 ? cap : 1;
+  }
+  return rows;
+}
+
+/* The scalars a shape leaves 0 at their examples (RMSNorm's eps). */
+static void examples(const scree__op *op, void *args) {
+  for (int i = 0; i < op->nargs; i++) {
+    const scree__arg *f = &op->args[i];
+    if (f->example == 0) continue;
+    char *p = (char *)args + f->offset;
+    if (f->ctype == SCREE__C_F32) {
+      float v;
+      memcpy(&v, p, sizeof v);
+      if (v == 0.f) v = (float)f->example;
+      memcpy(p, &v, sizeof v);
+    } else if (f->ctype == SCREE__C_I64) {
+      int64_t v;
+      memcpy(&v, p, sizeof v);
+      if (v == 0) v = (int64_t)f->example;
+      memcpy(p, &v, sizeof v);
+    }
+  }
+}
+
+void scree__rowwise_representative(const scree__op *op, const scree__bucket *b,
+                                   const scree__variant *var, int check, int64_t elems,
+                                   void *args) {
+  memset(args, 0, op->args_size);
+  for (int d = 0; d < op->ndims; d++) put_i64(args, op->dims[d].arg, b->v[d]);
+  scree__variant_dtypes(op->vfields, op->nvfields, var, args);
+  int64_t rows = b->v[0];
+  const int64_t cap = ((int64_t)256 << 20) / row_bytes(op, args);
+  if (rows > cap) rows = cap > 0 ? cap : 1;
+  if (check) rows = check_rows(rows, b->v[1], elems);
+  put_i64(args, op->dims[0].arg, rows);
+  examples(op, args);
+}
+
+int scree__rowwise_problem(const scree__op *op, const void *shape, const scree__variant *var,
+                           int check, int64_t elems, scree__problem *p, char *why,
+                           size_t why_size) {
+  void *a = p->args;
+  memcpy(a, shape, op->args_size);
+  if (scree__problem_shape(a, op->args, op->nargs, why, why_size)) return -1;
+  const int64_t cols = get_i64(a, op->dims[1].arg);
+  /* The check problem keeps the row length; a few rows show every mistake
+   * that many would, and keep the CPU reference quick. */
+  if (check) put_i64(a, op->dims[0].arg, check_rows(get_i64(a, op->dims[0].arg), cols, elems));
+  scree__variant_dtypes(op->vfields, op->nvfields, var, a);
+  examples(op, a);
+  /* Optional buffers are marked present: a run binds them. */
+  for (int i = 0; i < op->nargs; i++) {
+    const scree__arg *t = &op->args[i];
+    const scree_devptr mark = !(t->flags & SCREE__CHECK_ONLY) || check;
+    if (t->flags & SCREE__OPTIONAL)
+      memcpy((char *)a + t->offset, &mark, sizeof mark);
+  }
+  if (scree__problem_bufs(p, op->args, op->nargs, why, why_size)) return -1;
+  snprintf(p->desc, sizeof p->desc, "%lld rows of %lld",
+           (long long)get_i64(a, op->dims[0].arg), (long long)cols);
+  return 0;
+}
+
+void scree__rowwise_shape_rows(void *x, int dtype, int64_t rows, int64_t cols, int64_t xs,
+                               double tail) {
+  for (int64_t r = 0; r < rows; r++) {
+    const double row_scale = ldexp(1.0, (int)(r % 7) - 3);
+    for (int64_t c = 0; c < cols; c++) {
+      double f = row_scale;
+      if (c >= cols - cols / 4) f *= tail;
+      if (c >= cols - 8) f *= tail;
+      const size_t i = (size_t)(r * xs + c);
+      scree__store_elem(x, dtype, i, f * scree__load_elem(x, dtype, i));
+    }
+  }
 }

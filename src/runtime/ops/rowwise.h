@@ -1,13 +1,14 @@
 /*
  * rowwise.h - what the row-wise ops' host sides share (ops/rowwise.c): the
  * launch-shape config fields of kernels/rowwise.cuh, their check, default
- * and pruning, the widest vector a call allows, dtype and pointer checks,
- * and the launch of a grid over rows. Not API.
+ * and pruning, the narrowing to the vector width a call allows, the launch
+ * of a grid over rows, and the shapes and problems of an op whose problem
+ * is its rows. Not API.
  */
 #ifndef SCREE_OPS_ROWWISE_H
 #define SCREE_OPS_ROWWISE_H
 
-#include "ops/op.h"
+#include "ops/registry.h"
 
 /* LayerNorm's tolerance on its fp32 mean output (ops/layernorm.c says
  * why: fp32 sums err relative to the row's spread, not its mean); the
@@ -18,12 +19,25 @@
 enum { SCREE__RW_TPR, SCREE__RW_ROWS, SCREE__RW_VEC, SCREE__RW_CACHE, SCREE__RW_NFIELDS };
 extern const scree__field scree__rowwise_fields[SCREE__RW_NFIELDS];
 
+/* The implementation of a row-wise op: the launch shape's fields, the
+ * config check `check`, and the hooks the op file names adapt,
+ * worth_timing and launch; its kernel source and entries. */
+#define SCREE__ROWWISE_IMPL(check_fn, src, ...)                                          \
+  .name = "generic", .source = src, .entries = {__VA_ARGS__}, .min_sm = 80,             \
+  .nfields = SCREE__RW_NFIELDS, .fields = scree__rowwise_fields, .check = check_fn,      \
+  .adapt = adapt, .worth_timing = worth_timing, .launch = launch
+
 /* 1 if the four launch-shape fields satisfy rowwise.cuh's static_asserts,
  * else 0 with the reason. */
 int scree__rowwise_check(const scree__config *c, char *why, size_t n);
 /* 1 if every dtype code in var->v[0..n) is fp32, fp16 or bf16, else 0
  * with the reason. */
 int scree__rowwise_check_dtypes(const scree__variant *var, int n, char *why, size_t size);
+/* The check of an op whose variant is dtypes only and whose kernel needs
+ * nothing beyond the launch shape: both of the above (static shared
+ * memory only, well under every arch's limit). */
+int scree__rowwise_config_check(const scree__config *c, const scree__variant *var,
+                                const scree__target *t, char *why, size_t n);
 /* The hand-picked default for rows of `cols` elements of esize bytes:
  * 16-byte accesses, about four vectors in flight per thread, the whole
  * row in registers when it fits, at least 128 threads per CTA. */
@@ -34,35 +48,40 @@ int scree__rowwise_worth(const scree__config *c, int64_t cols);
 /* Narrows VEC (keeping the elements per thread) to 2^widest_log2. */
 void scree__rowwise_adapt(scree__config *c, int widest_log2);
 
-/* The widest vector access, as log2 of elements (at most 3), that every
- * pointer and stride (in elements) allows: start with l = 3 and fold in
- * each pointer (with its element size) and stride. Trailing zero bits
- * only: no division on the hot path. A zero pointer or stride allows all. */
-static inline int scree__vlog2_ptr(int l, uint64_t p, size_t esize) {
-  if (!p) return l;
-  const int t = __builtin_ctzll(p) - (esize == 4 ? 2 : esize == 2 ? 1 : 0);
-  return t < l ? (t < 0 ? 0 : t) : l;
-}
-static inline int scree__vlog2_stride(int l, int64_t s) {
-  if (!s) return l;
-  const int t = __builtin_ctzll((uint64_t)s);
-  return t < l ? t : l;
-}
-
 /* Grid ceil(rows / ROWS) (capped at 2^31 - 1; the kernels stride), block
  * TPR * ROWS, on stream. `what` names the kernel in an error. */
 scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scree__config *c,
                                    int64_t rows, void **params, CUstream stream,
                                    const char *what);
 
-/* Argument checks: a dtype that must be fp32, fp16 or bf16
- * (SCREE_ERROR_UNSUPPORTED naming it); a device pointer non-NULL and
- * aligned to its element (SCREE_ERROR_MISALIGNED naming dtype and size). */
-scree_status scree__arg_float_dtype(scree_context *ctx, const char *name, scree_dtype d);
-scree_status scree__arg_elem_ptr(scree_context *ctx, const char *name, scree_devptr p,
-                                 scree_dtype d);
-/* A row stride (0 = cols) at least cols: the effective stride, or -1 after
- * recording SCREE_ERROR_INVALID_ARGUMENT naming it. */
-int64_t scree__arg_stride(scree_context *ctx, const char *name, int64_t stride, int64_t cols);
+/* Reshapes the random rows of a problem's input x (host, rows of cols
+ * elements of dtype, row stride xs) so that likely kernel mistakes show
+ * past the tolerance: row r scaled by 2^(r % 7 - 3), 1/8 ... 8, so rows
+ * mixed up differ; the last quarter of each row (past a register cache)
+ * and its last 8 elements (the scalar tail) by tail more each. */
+void scree__rowwise_shape_rows(void *x, int dtype, int64_t rows, int64_t cols, int64_t xs,
+                               double tail);
+
+/* Shapes and problems of an op whose problem is its rows as a shape gives
+ * them: the op's bucket is [rows, cols] (dims[0], rounded up to a power of
+ * two, and dims[1], each linked to its args field).
+ *
+ * The representative of a bucket: its cols, and its rows capped so that
+ * the inputs read per row (the IN tensors with a dtype whose outer extent
+ * is rows) take at most 256 MiB, past which time per byte no longer
+ * changes; to check, at most 97 rows and, when elems is not 0, elems
+ * elements (a quick CPU reference). The dtypes from var, the scalars at
+ * their examples. */
+void scree__rowwise_representative(const scree__op *op, const scree__bucket *b,
+                                   const scree__variant *var, int check, int64_t elems,
+                                   void *args);
+/* The problem of a shape (scree__problem_shape vets it), capped to check
+ * as the representative, with the dtypes from var, the scalars left 0 at
+ * their examples, every optional tensor (SCREE__CHECK_ONLY ones to check
+ * only) and the schema's buffers (scree__problem_bufs). desc: "<rows> rows
+ * of <cols>". 0, or -1 with the reason. */
+int scree__rowwise_problem(const scree__op *op, const void *shape, const scree__variant *var,
+                           int check, int64_t elems, scree__problem *p, char *why,
+                           size_t why_size);
 
 #endif

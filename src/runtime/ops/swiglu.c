@@ -1,22 +1,44 @@
-/* swiglu.c - SwiGLU's host side: config space (the row-wise launch shape),
- * argument checks, the launch, buckets and problems. The kernel is
- * kernels/swiglu.cu; the CPU reference ops/swiglu_ref.c. */
+/* swiglu.c - SwiGLU's host side: its arguments, config space (the row-wise
+ * launch shape), the launch, buckets, problems, the CPU reference and the
+ * benchmark entries. The kernel is kernels/swiglu.cu. */
 #include <math.h>
-#include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/rowwise.h"
 
+#define SCREE__ARGS_T scree_swiglu_args
+
+/* The arguments (include/scree.h), field by field. gate and up are [rows,
+ * cols] each, or, when up is NULL, gate holds both side by side in [rows,
+ * 2 * cols]: the op checks their strides, extents and how y may share
+ * their memory itself (validate, validate_buffers). The kernel indexes a
+ * row with int. */
+static const scree__arg schema[] = {
+    SCREE__IN(gate, .dtype = SCREE__AT(dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+              .strides = {SCREE__AT(gate_stride)}, .flags = SCREE__OWN_RANGE),
+    SCREE__IN(up, .dtype = SCREE__AT(dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+              .strides = {SCREE__AT(up_stride)}, .flags = SCREE__OPTIONAL | SCREE__OWN_RANGE),
+    SCREE__OUT(y, .dtype = SCREE__AT(y_dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
+               .strides = {SCREE__AT(y_stride)}, .flags = SCREE__OWN_RANGE),
+    SCREE__DIM(rows, SCREE__MIN(0), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(cols, SCREE__RANGE(1, (int64_t)1 << 30), .flags = SCREE__SHAPE | SCREE__LIMIT),
+    SCREE__STRIDE(gate_stride, .flags = SCREE__SHAPE),
+    SCREE__STRIDE(up_stride, .flags = SCREE__SHAPE),
+    SCREE__STRIDE(y_stride),
+    SCREE__DTYPE(dtype), SCREE__DTYPE(y_dtype),
+};
+
 enum { V_DTYPE, V_Y };
 
 static const scree__vfield vfields[] = {
-    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
-    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}},
+    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(dtype)},
+    {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(y_dtype)},
 };
 
-#define MAX_COLS ((int64_t)1 << 30) /* the kernel indexes a row with int */
+/* Bucket: rows rounded up to a power of two, cols exact. The layout (one
+ * tensor or two, strides) is not part of it: the same config serves both. */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
 
 /* Registers per thread, estimated as SCREE_EST_REGS of kernels/swiglu.cu:
  * about 40 for addresses, indices and silu, plus the CACHE vectors of gate
@@ -98,12 +120,6 @@ static int adapt_class(const scree__variant *var, const void *args) {
   return vec_log2(var, args);
 }
 
-static int64_t pow2_ceil(int64_t v) {
-  int64_t p = 1;
-  while (p < v && p < ((int64_t)1 << 40)) p <<= 1;
-  return p;
-}
-
 /* Worth timing: the widest vector the call allows (16 bytes of the input
  * dtype at most; a narrower one only adds instructions to a stream), lanes
  * that mostly have a vector to move (TPR * VEC at most twice the row), and
@@ -115,7 +131,7 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
   const int allowed = 1 << vec_log2(var, a);
   if (allowed < widest) widest = allowed;
   const int64_t per_access = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC];
-  const int64_t span = 2 * pow2_ceil(a->cols);
+  const int64_t span = 2 * scree__pow2_ceil(a->cols);
   return c->v[SCREE__RW_VEC] == widest && per_access <= span &&
          per_access * c->v[SCREE__RW_CACHE] <= span;
 }
@@ -132,34 +148,13 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "swiglu");
 }
 
-/* ---- tuning hooks ------------------------------------------------------ */
-
-/* Bucket: rows rounded up to a power of two, cols exact. The layout (one
- * tensor or two, strides) is not part of it: the same config serves both. */
-static const scree__bdim dims[] = {{"rows", 1}, {"cols", 0}};
-
-static void bucket(const scree__variant *var, const void *args, int64_t *d) {
-  (void)var;
-  const scree_swiglu_args *a = args;
-  d[0] = a->rows;
-  d[1] = a->cols;
-}
+/* ---- problems ------------------------------------------------------------ */
 
 /* Tuned on the bucket's largest row count in the one-tensor form, capped at
  * 256 MiB of gate and up together. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {
-  scree_swiglu_args *a = args;
-  memset(a, 0, sizeof *a);
-  a->cols = b->v[1];
-  const int64_t ex = (int64_t)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
-  int64_t rows = b->v[0];
-  const int64_t cap = ((int64_t)256 << 20) / (a->cols > 0 ? 2 * a->cols * ex : 1);
-  if (rows > cap) rows = cap > 0 ? cap : 1;
-  if (check && rows > 97) rows = 97;
-  a->rows = rows;
-  a->dtype = (scree_dtype)var->v[V_DTYPE];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__rowwise_representative(&scree__op_swiglu, b, var, check, 0, args);
 }
 
 /* Marks a pointer field whose buffer the problem has: run_bind replaces it
@@ -177,14 +172,9 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
   scree_swiglu_args *a = (scree_swiglu_args *)p->args;
   memcpy(a, args, sizeof *a);
   const int two = a->up != 0 || a->up_stride != 0;
-  if (a->rows < 1 || a->cols < 1 || a->cols > MAX_COLS) {
-    scree__set_why(why, why_size, "rows=%lld, cols=%lld: need rows >= 1, 1 <= cols <= 2^30",
-                   (long long)a->rows, (long long)a->cols);
-    return -1;
-  }
+  if (scree__problem_shape(a, schema, SCREE__COUNT(schema), why, why_size)) return -1;
   if (check && a->rows > 97) a->rows = 97;
-  a->dtype = (scree_dtype)var->v[V_DTYPE];
-  a->y_dtype = (scree_dtype)var->v[V_Y];
+  scree__variant_dtypes(vfields, SCREE__COUNT(vfields), var, a);
   a->gate = PRESENT;
   a->up = two ? PRESENT : 0;
   a->y = PRESENT;
@@ -236,54 +226,41 @@ static void shape_inputs(const void *args, void *const *h) {
   }
 }
 
-SCREE__REFERENCE(swiglu); /* ops/swiglu_ref.c */
+/* ---- the CPU reference (double arithmetic) ------------------------------- */
 
-static const scree__impl impls[] = {{
-    .name = "generic",
-    .source = "swiglu.cu",
-    .entries = {"scree_swiglu"},
-    .min_sm = 80,
-    .nfields = SCREE__RW_NFIELDS,
-    .fields = scree__rowwise_fields,
-    .check = check,
-    .adapt = adapt,
-    .worth_timing = worth_timing,
-    .launch = launch,
-}};
+/* host: gate (or gate_up, one [rows, 2 * cols] tensor, when args->up is 0),
+ * up (two tensors only), y: the problem's buffer order (problem, above). */
+SCREE__REFERENCE(swiglu) {
+  const scree_swiglu_args *a = args;
+  const int two = a->up != 0;
+  const void *gate = host[0], *up = two ? host[1] : host[0];
+  void *y = host[two ? 2 : 1];
+  const int64_t gs = a->gate_stride ? a->gate_stride : (two ? a->cols : 2 * a->cols);
+  const int64_t us = two ? (a->up_stride ? a->up_stride : a->cols) : gs;
+  const int64_t uoff = two ? 0 : a->cols; /* up = gate + cols in one tensor */
+  const int64_t ys = a->y_stride ? a->y_stride : a->cols;
+  for (int64_t r = 0; r < a->rows; r++)
+    for (int64_t c = 0; c < a->cols; c++) {
+      const double g = scree__load_elem(gate, a->dtype, (size_t)(r * gs + c));
+      const double u = scree__load_elem(up, a->dtype, (size_t)(r * us + uoff + c));
+      /* exp(-g) overflows to inf only for g < -709, where g / inf = -0 is
+       * the right limit. */
+      scree__store_elem(y, a->y_dtype, (size_t)(r * ys + c), g / (1.0 + exp(-g)) * u);
+    }
+}
 
-static const scree__sfield shape[] = {
-    {"rows", offsetof(scree_swiglu_args, rows)},
-    {"cols", offsetof(scree_swiglu_args, cols)},
-    {"gate_stride", offsetof(scree_swiglu_args, gate_stride)},
-    {"up_stride", offsetof(scree_swiglu_args, up_stride)},
+/* The benchmark entries: the shapes of bench/rowwise_shapes.json (cols =
+ * the FFN width F), gate and up in one [rows, 2F] tensor; and in two
+ * tensors (up_stride given) for 16384x4096. */
+static const char *const bench[] = {
+    "dtype=fp16,y=fp16 rows=16384,cols=4096", "dtype=bf16,y=bf16 rows=16384,cols=4096",
+    "dtype=fp16,y=fp16 rows=4096,cols=8192",  "dtype=fp16,y=fp16 rows=65536,cols=1024",
+    "dtype=fp16,y=fp16 rows=8,cols=4096",     "dtype=fp16,y=fp16 rows=16384,cols=128",
+    "dtype=fp16,y=fp16 rows=16384,cols=4096,up_stride=4096", NULL,
 };
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip);
-
-const scree__op scree__op_swiglu = {
-    .name = "swiglu",
-    .args_size = sizeof(scree_swiglu_args),
-    .nimpls = 1,
-    .impls = impls,
-    .nvfields = 2,
-    .vfields = vfields,
-    .causal_vfield = -1,
-    .ndims = 2,
-    .dims = dims,
-    .nshape = 4,
-    .shape = shape,
-    .validate = validate,
-    .bucket = bucket,
-    .adapt_class = adapt_class,
-    .default_config = default_config,
-    .representative = representative,
-    .problem = problem,
-    .shape_inputs = shape_inputs,
-    .reference = scree__ref_swiglu,
-};
-
-/* ---- the public entry point -------------------------------------------- */
+/* ---- the op's own argument rules: the layout of gate and up, and how y may
+ * share their memory ------------------------------------------------------ */
 
 /* floor(x / p) and ceil(x / p) for p > 0. */
 static __int128 floor_div(__int128 x, __int128 p) {
@@ -332,22 +309,10 @@ static scree_status check_alias(scree_context *ctx, const scree_swiglu_args *a, 
                      (unsigned long long)a->y, name, (unsigned long long)x);
 }
 
-static scree_status validate(scree_context *ctx, const void *args, CUstream stream,
-                             scree__variant *var, int *skip) {
-  (void)stream;
+/* The strides, with the one-tensor form's: gate's covers both halves, and
+ * up's is gate's. */
+static scree_status validate(scree_context *ctx, const void *args) {
   const scree_swiglu_args *a = args;
-  if (scree__arg_float_dtype(ctx, "dtype", a->dtype) ||
-      scree__arg_float_dtype(ctx, "y_dtype", a->y_dtype))
-    return SCREE_ERROR_UNSUPPORTED;
-  if (a->cols < 1)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "cols=%lld must be at least 1",
-                       (long long)a->cols);
-  if (a->cols > MAX_COLS)
-    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                       "cols=%lld exceeds the supported maximum 2^30", (long long)a->cols);
-  if (a->rows < 0)
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "rows=%lld is negative",
-                       (long long)a->rows);
   const int two = a->up != 0;
   const layout l = layout_of(a);
   if (two && l.gs < a->cols)
@@ -369,15 +334,16 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
   if (l.ys < a->cols)
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "y_stride=%lld is less than cols=%lld",
                        (long long)a->y_stride, (long long)a->cols);
-  if (a->rows == 0) { /* nothing to do, nothing launched */
-    *skip = 1;
-    return SCREE_OK;
-  }
-  scree_status st;
-  if ((st = scree__arg_elem_ptr(ctx, "gate", a->gate, a->dtype)) ||
-      (two && (st = scree__arg_elem_ptr(ctx, "up", a->up, a->dtype))) ||
-      (st = scree__arg_elem_ptr(ctx, "y", a->y, a->y_dtype)))
-    return st;
+  return SCREE_OK;
+}
+
+/* The byte ranges, and y against gate and up. */
+static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
+                                     scree__variant *var) {
+  (void)stream, (void)var;
+  const scree_swiglu_args *a = args;
+  const int two = a->up != 0;
+  const layout l = layout_of(a);
   const size_t ex = scree_dtype_size(a->dtype), ey = scree_dtype_size(a->y_dtype);
   uint64_t glo, ghi, ulo, uhi, ylo, yhi;
   if (!scree__byte_range(a->gate, a->rows, two ? a->cols : 2 * a->cols, l.gs, ex, &glo, &ghi) ||
@@ -386,11 +352,15 @@ static scree_status validate(scree_context *ctx, const void *args, CUstream stre
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                        "rows=%lld x stride overflows the address space", (long long)a->rows);
   if (!two) ghi -= (uint64_t)a->cols * ex; /* gate's own columns end cols before */
+  scree_status st;
   if ((st = check_alias(ctx, a, "gate", a->gate, l.gs, ylo, yhi, glo, ghi)) ||
       (st = check_alias(ctx, a, "up", l.up, l.us, ylo, yhi, ulo, uhi)))
     return st;
-  memset(var, 0, sizeof *var);
-  var->v[V_DTYPE] = a->dtype;
-  var->v[V_Y] = a->y_dtype;
   return SCREE_OK;
 }
+
+static const scree__impl impls[] = {
+    {SCREE__ROWWISE_IMPL(check, "swiglu.cu", "scree_swiglu")}};
+
+SCREE__DEFINE_OP(swiglu, .validate = validate, .validate_buffers = validate_buffers,
+                 .adapt_class = adapt_class, .shape_inputs = shape_inputs);

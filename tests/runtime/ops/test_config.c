@@ -185,12 +185,12 @@ END_TEST
 START_TEST(alignment_classes) {
   const scree__variant var = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
   scree_rmsnorm_args a = {.x = 0x1000, .w = 0x2000, .y = 0x3000, .rows = 4, .cols = 4096};
-  ck_assert_int_eq(op->adapt_class(&var, &a), 3); /* 16-byte vectors */
+  ck_assert_int_eq(scree__adapt_class(op, &var, &a), 3); /* 16-byte vectors */
   a.cols = 4095;                                  /* odd stride */
-  ck_assert_int_eq(op->adapt_class(&var, &a), 0);
+  ck_assert_int_eq(scree__adapt_class(op, &var, &a), 0);
   a.cols = 4096;
   a.x = 0x1004; /* 4-byte aligned: vectors of 2 halves */
-  ck_assert_int_eq(op->adapt_class(&var, &a), 1);
+  ck_assert_int_eq(scree__adapt_class(op, &var, &a), 1);
   scree__config c = {0, {128, 1, 8, 4}};
   op->impls[0].adapt(&c, &var, &a);
   ck_assert_int_eq(c.v[2], 2);
@@ -223,7 +223,7 @@ START_TEST(alignment_class_matches_definition) {
         break;
       want--;
     }
-    ck_assert_int_eq(op->adapt_class(&var, &a), want);
+    ck_assert_int_eq(scree__adapt_class(op, &var, &a), want);
     scree__config c = {0, {128, 1, 8, 2}};
     op->impls[0].adapt(&c, &var, &a);
     ck_assert_int_eq(c.v[2], 1 << want);

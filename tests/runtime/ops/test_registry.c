@@ -30,8 +30,6 @@ END_TEST
 START_TEST(missing_hooks_are_reported) {
   const scree__op *base = scree__op_find("attention");
   scree__op o;
-  o = *base, o.validate = NULL;
-  ck_assert(strstr(scree__op_missing(&o), "validate"));
   o = *base, o.bucket = NULL;
   ck_assert(strstr(scree__op_missing(&o), "bucket"));
   o = *base, o.problem = NULL;
@@ -44,10 +42,10 @@ START_TEST(missing_hooks_are_reported) {
   ck_assert(strstr(scree__op_missing(&o), "default_config"));
   o = *base, o.ndims = 0;
   ck_assert(strstr(scree__op_missing(&o), "dims"));
-  o = *base, o.nshape = 0;
-  ck_assert(strstr(scree__op_missing(&o), "shape"));
-  o = *base, o.causal_vfield = 9;
-  ck_assert(strstr(scree__op_missing(&o), "causal_vfield"));
+  o = *base, o.nargs = 0;
+  ck_assert(strstr(scree__op_missing(&o), "args"));
+  o = *base, o.bench = NULL;
+  ck_assert(strstr(scree__op_missing(&o), "bench"));
   o = *base, o.args_size = SCREE__ARGS_MAX + 1;
   ck_assert(strstr(scree__op_missing(&o), "args_size"));
   scree__impl im = base->impls[0];
@@ -63,6 +61,36 @@ START_TEST(missing_hooks_are_reported) {
   o = *base, o.vfields = vf;
   vf[1].example = 7; /* not one of its values */
   ck_assert(strstr(scree__op_missing(&o), "example"));
+}
+END_TEST
+
+/* A schema that does not describe its args struct is reported: a field
+ * left out, a link to the wrong kind of field, a dtype no variant field
+ * reads. */
+START_TEST(inconsistent_schemas_are_reported) {
+  const scree__op *base = scree__op_find("rmsnorm");
+  scree__op o = *base;
+  scree__arg sa[64];
+  memcpy(sa, base->args, (size_t)base->nargs * sizeof *sa);
+  o.args = sa;
+  ck_assert_str_eq(scree__op_missing(&o), "");
+  memmove(&sa[1], &sa[2], (size_t)(base->nargs - 2) * sizeof *sa); /* w left out */
+  o.nargs = base->nargs - 1;
+  ck_assert(strstr(scree__op_missing(&o), "every field"));
+  memcpy(sa, base->args, (size_t)base->nargs * sizeof *sa);
+  o.nargs = base->nargs;
+  sa[0].dtype = sa[0].dims[0]; /* x's dtype linked to rows */
+  ck_assert(strstr(scree__op_missing(&o), "dtype"));
+  sa[0] = base->args[0], sa[0].dims[0] = sa[0].strides[0]; /* a dim linked to a stride */
+  ck_assert(strstr(scree__op_missing(&o), "dims"));
+  sa[0] = base->args[0], sa[0].role = 0;
+  ck_assert(strstr(scree__op_missing(&o), "role"));
+  sa[0] = base->args[0];
+  scree__vfield vf[SCREE__MAX_VARIANT];
+  memcpy(vf, base->vfields, (size_t)base->nvfields * sizeof *vf);
+  o.vfields = vf;
+  vf[1].arg = 0; /* w_dtype checked and read by nothing */
+  ck_assert(strstr(scree__op_missing(&o), "variant field"));
 }
 END_TEST
 
@@ -119,4 +147,5 @@ END_TEST
 
 SCREE_TEST_MAIN(.name = "registry",
                 .tests = SCREE_TESTS(every_op_is_complete, missing_hooks_are_reported,
-                                     public_entries_exist, representatives_survive_extreme_buckets))
+                                     inconsistent_schemas_are_reported, public_entries_exist,
+                                     representatives_survive_extreme_buckets))
