@@ -144,12 +144,7 @@ int scree__admin_task_of_shape(const char *op_name, const char *shape, const cha
    * own (attention's window_left=0 is a window): never guessed. */
   if (missing_fields(op, shape, missing, sizeof missing)) {
     char all[512];
-    size_t used = 0;
-    all[0] = 0;
-    for (int f = 0; f < op->nargs && used < sizeof all; f++)
-      if (op->args[f].flags & SCREE__SHAPE)
-        used += (size_t)snprintf(all + used, sizeof all - used, "%s%s", used ? ", " : "",
-                                 op->args[f].name);
+    scree__shape_names(op, all, sizeof all);
     set_why(why, why_size, "%s shape %s: missing %s (a shape gives every field of %s: %s; 0 "
             "where the op reads 0 as not set)", op->name, shape, missing, op->name, all);
     return -1;
@@ -433,8 +428,7 @@ typedef struct verify_ctx {
 
 static int verify_entry(void *user, const scree__centry *e) {
   verify_ctx *x = user;
-  if (x->f && x->f->bucket && strcmp(x->f->bucket, e->key.bucket)) return 0;
-  if (x->f && x->f->dtype && strcmp(x->f->dtype, e->key.dtype)) return 0;
+  if (!scree__admin_keeps(x->f, &e->key)) return 0;
   if (strcmp(e->key.arch, x->n->arch)) {
     x->n->other_arch++;
     return 0;

@@ -353,6 +353,14 @@ void scree__shape_str(const scree__op *op, const void *args, char *buf, size_t s
   }
 }
 
+void scree__shape_names(const scree__op *op, char *buf, size_t size) {
+  size_t n = 0;
+  buf[0] = 0;
+  for (int i = 0; i < op->nargs && n < size; i++)
+    if (op->args[i].flags & SCREE__SHAPE)
+      n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? ", " : "", op->args[i].name);
+}
+
 int scree__shape_parse(const scree__op *op, const char *s, void *args, char *why,
                        size_t why_size) {
   int seen[64] = {0};
@@ -368,12 +376,7 @@ int scree__shape_parse(const scree__op *op, const char *s, void *args, char *why
       if ((op->args[i].flags & SCREE__SHAPE) && token_is(p, eq, op->args[i].name)) f = i;
     if (f < 0) {
       char names[512];
-      size_t n = 0;
-      names[0] = 0;
-      for (int i = 0; i < op->nargs && n < sizeof names; i++)
-        if (op->args[i].flags & SCREE__SHAPE)
-          n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "",
-                                op->args[i].name);
+      scree__shape_names(op, names, sizeof names);
       set_why(why, why_size, "%s shape \"%s\": no field \"%.*s\" (expected: %s)", op->name, s,
               (int)(eq - p), p, names);
       return -1;

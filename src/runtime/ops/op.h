@@ -456,6 +456,8 @@ void scree__shape_str(const scree__op *op, const void *args, char *buf,
                       size_t size);
 int scree__shape_parse(const scree__op *op, const char *s, void *args,
                        char *why, size_t why_size);
+/* The names of the shape fields, "rows, cols" (for messages). */
+void scree__shape_names(const scree__op *op, char *buf, size_t size);
 /* 1 if a kernel's dynamic shared memory fits the target, else 0 with
  * "needs <bytes> bytes of shared memory; sm_XX allows <limit>". */
 int scree__check_smem(size_t bytes, const scree__target *t, char *why, size_t why_size);
