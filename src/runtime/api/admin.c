@@ -125,6 +125,11 @@ void scree__admin_row_of(const scree__centry *e, int with_cubin, scree__admin_ro
   r->cubin_ok = with_cubin ? e->cubin_ok : -1;
 }
 
+int scree__admin_keeps(const scree__admin_filter *f, const scree__ckey *k) {
+  return !f || ((!f->bucket || !strcmp(f->bucket, k->bucket)) &&
+                (!f->dtype || !strcmp(f->dtype, k->dtype)));
+}
+
 typedef struct rows_ctx {
   const scree__admin_filter *f;
   int with_cubin;
@@ -135,8 +140,7 @@ typedef struct rows_ctx {
 
 static int on_winner(void *user, const scree__centry *e) {
   rows_ctx *x = user;
-  if (x->f && x->f->bucket && strcmp(x->f->bucket, e->key.bucket)) return 0;
-  if (x->f && x->f->dtype && strcmp(x->f->dtype, e->key.dtype)) return 0;
+  if (!scree__admin_keeps(x->f, &e->key)) return 0;
   scree__admin_row_of(e, x->with_cubin, &x->row);
   return x->fn(x->user, &x->row);
 }

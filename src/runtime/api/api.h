@@ -33,5 +33,9 @@ scree__cache *scree__user_cache(scree_context *ctx);
  * with_cubin: e's cubin was read, and its cubin_ok holds. */
 struct scree__admin_row;
 void scree__admin_row_of(const scree__centry *e, int with_cubin, struct scree__admin_row *r);
+/* 0 if a winner's key is outside the filter's bucket or dtype (admin.c).
+ * The cache's queries apply the filter's arch and op themselves. */
+struct scree__admin_filter;
+int scree__admin_keeps(const struct scree__admin_filter *f, const scree__ckey *k);
 
 #endif
