@@ -225,24 +225,30 @@ void done(sqlite3_stmt *s) {
   sqlite3_clear_bindings(s);
 }
 
-/* BEGIN IMMEDIATE takes the write lock up front, so a transaction never has
- * to upgrade a read snapshot (which fails without waiting). SQLite's busy
- * handler waits up to the timeout; SQLITE_BUSY it returns without waiting
- * (e.g. during WAL recovery by another process) is retried here. */
-int txn_begin(scree__cache *c) {
+/* Runs sql (BEGIN IMMEDIATE or COMMIT), retrying SQLITE_BUSY with growing
+ * naps until SCREE__CACHE_BUSY_MS have passed; on failure says what failed
+ * ("cannot start a write transaction") with SQLite's message. */
+static int exec_retrying(scree__cache *c, const char *sql, const char *failed) {
   int64_t deadline = now_ms() + SCREE__CACHE_BUSY_MS;
   int nap = 1;
   for (;;) {
-    int rc = sqlite3_exec(c->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    int rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
     if (rc == SQLITE_OK) return rc;
     if (!is_busy(rc) || now_ms() >= deadline) {
-      set_err(c, "%s: cannot start a write transaction: %s", c->path,
-              sqlite3_errmsg(c->db));
+      set_err(c, "%s: %s: %s", c->path, failed, sqlite3_errmsg(c->db));
       return rc;
     }
     nap_ms(nap);
     if (nap < 64) nap *= 2;
   }
+}
+
+/* BEGIN IMMEDIATE takes the write lock up front, so a transaction never has
+ * to upgrade a read snapshot (which fails without waiting). SQLite's busy
+ * handler waits up to the timeout; SQLITE_BUSY it returns without waiting
+ * (e.g. during WAL recovery by another process) is retried here. */
+int txn_begin(scree__cache *c) {
+  return exec_retrying(c, "BEGIN IMMEDIATE", "cannot start a write transaction");
 }
 
 void txn_rollback(scree__cache *c) {
@@ -251,19 +257,9 @@ void txn_rollback(scree__cache *c) {
 }
 
 int txn_commit(scree__cache *c) {
-  int64_t deadline = now_ms() + SCREE__CACHE_BUSY_MS;
-  int nap = 1;
-  for (;;) {
-    int rc = sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
-    if (rc == SQLITE_OK) return rc;
-    if (!is_busy(rc) || now_ms() >= deadline) {
-      set_err(c, "%s: commit failed: %s", c->path, sqlite3_errmsg(c->db));
-      txn_rollback(c);
-      return rc;
-    }
-    nap_ms(nap);
-    if (nap < 64) nap *= 2;
-  }
+  const int rc = exec_retrying(c, "COMMIT", "commit failed");
+  if (rc != SQLITE_OK) txn_rollback(c);
+  return rc;
 }
 
 int check_writable(scree__cache *c, const char *what) {
