@@ -14,13 +14,37 @@ void scree__centry_free(scree__centry *e) {
   e->cubin_size = 0;
 }
 
-static void bind_key(sqlite3_stmt *s, const scree__ckey *k) {
+/* ?1..?5: the key without its src_hash (a miss's key). */
+static void bind_miss_key(sqlite3_stmt *s, const scree__ckey *k) {
   bind_field(s, 1, k->op, sizeof k->op);
   bind_field(s, 2, k->bucket, sizeof k->bucket);
   bind_field(s, 3, k->dtype, sizeof k->dtype);
   sqlite3_bind_int(s, 4, k->causal);
   bind_field(s, 5, k->arch, sizeof k->arch);
+}
+
+/* ?1..?6: a winner's key. */
+static void bind_key(sqlite3_stmt *s, const scree__ckey *k) {
+  bind_miss_key(s, k);
   bind_field(s, 6, k->src_hash, sizeof k->src_hash);
+}
+
+/* Steps a lookup: SQLITE_ROW, SQLITE_DONE (no row), or the error, said
+ * in c's message. */
+static int step_lookup(scree__cache *c, sqlite3_stmt *s) {
+  const int rc = sqlite3_step(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    set_err(c, "%s: lookup failed: %s", c->path, sqlite3_errmsg(c->db));
+  return rc;
+}
+
+/* A call refused before it touched the file: what, and why, in c's
+ * message. */
+static scree_status refuse(scree__cache *c, const char *what, const char *why) {
+  hold(c);
+  set_err(c, "%s: %s", what, why);
+  release(c);
+  return SCREE_ERROR_INVALID_ARGUMENT;
 }
 
 scree_status load_cubin(sqlite3_stmt *s, int col, scree__centry *e, char *why,
@@ -72,16 +96,13 @@ scree_status get_locked(scree__cache *c, const scree__ckey *k,
   scree_status st;
   int64_t rowid = -1;
   char why[256];
-  rc = sqlite3_step(s);
+  rc = step_lookup(c, s);
   if (rc == SQLITE_ROW) {
     rowid = sqlite3_column_int64(s, 18);
     st = read_winner(s, 0, out, why, sizeof why);
     if (st == SCREE_ERROR_PARSE) note_refused(c, "winners", rowid, why);
-  } else if (rc == SQLITE_DONE) {
-    st = SCREE_ERROR_NOT_FOUND;
   } else {
-    set_err(c, "%s: lookup failed: %s", c->path, sqlite3_errmsg(c->db));
-    st = status_of(rc);
+    st = rc == SQLITE_DONE ? SCREE_ERROR_NOT_FOUND : status_of(rc);
   }
   done(s);
   /* The cubin only once the row passed and its size is known to be
@@ -105,18 +126,15 @@ scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out
   if (!s) return status_of(rc);
   sqlite3_bind_int64(s, 1, rowid);
   scree_status st;
-  rc = sqlite3_step(s);
+  rc = step_lookup(c, s);
   if (rc == SQLITE_ROW) {
     st = read_winner(s, 1, out, why, why_size);
     if (st == SCREE_ERROR_PARSE) {
       note_refused(c, "winners", rowid, why);
       scree__centry_free(out);
     }
-  } else if (rc == SQLITE_DONE) {
-    st = SCREE_ERROR_NOT_FOUND;
   } else {
-    set_err(c, "%s: lookup failed: %s", c->path, sqlite3_errmsg(c->db));
-    st = status_of(rc);
+    st = rc == SQLITE_DONE ? SCREE_ERROR_NOT_FOUND : status_of(rc);
   }
   done(s);
   return st;
@@ -172,18 +190,14 @@ int drop_if_refused(scree__cache *c, const scree__ckey *k) {
   sqlite3_stmt *s = stmt(c, ST_GET_META, &rc);
   if (!s) return rc;
   bind_key(s, k);
-  rc = sqlite3_step(s);
+  rc = step_lookup(c, s);
   int64_t rowid = -1;
   if (rc == SQLITE_ROW) {
     scree__centry e;
     char why[256];
     if (read_winner(s, 0, &e, why, sizeof why) != SCREE_OK) rowid = sqlite3_column_int64(s, 18);
-    rc = SQLITE_OK;
-  } else if (rc == SQLITE_DONE) {
-    rc = SQLITE_OK;
-  } else {
-    set_err(c, "%s: lookup failed: %s", c->path, sqlite3_errmsg(c->db));
   }
+  if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
   done(s);
   if (rc != SQLITE_OK || rowid < 0) return rc;
   if (!(s = stmt(c, ST_DEL_ROWID, &rc))) return rc;
@@ -197,36 +211,47 @@ int drop_if_refused(scree__cache *c, const scree__ckey *k) {
   return rc;
 }
 
+/* Runs body inside a write transaction (lock held, the cache writable):
+ * commits when body returns SQLITE_OK, else rolls back. */
+static scree_status write_txn(scree__cache *c, int (*body)(scree__cache *c, void *user),
+                              void *user) {
+  int rc = txn_begin(c);
+  if (rc != SQLITE_OK) return status_of(rc);
+  if ((rc = body(c, user)) != SQLITE_OK) {
+    txn_rollback(c);
+    return status_of(rc);
+  }
+  rc = txn_commit(c);
+  return rc == SQLITE_OK ? SCREE_OK : status_of(rc);
+}
+
+/* A put's transaction: a refused row of the key is dropped, then the
+ * keep-the-faster write. */
+typedef struct put_txn {
+  const scree__centry *e;
+  char hash[65]; /* the cubin's sha256 hex */
+  int changed;
+} put_txn;
+
+static int put_body(scree__cache *c, void *user) {
+  put_txn *p = user;
+  const int rc = drop_if_refused(c, &p->e->key);
+  return rc != SQLITE_OK ? rc : write_winner(c, p->e, p->hash, &p->changed);
+}
+
 scree_status scree__cache_put(scree__cache *c, const scree__centry *e,
                               int *replaced) {
   if (replaced) *replaced = 0;
   if (!c) return SCREE_ERROR_INVALID_ARGUMENT;
   char why[256];
-  if (!entry_ok(e, why, sizeof why)) {
-    hold(c);
-    set_err(c, "put: invalid entry: %s", why);
-    release(c);
-    return SCREE_ERROR_INVALID_ARGUMENT;
-  }
-  char hash[65];
-  scree__sha256_hex(e->cubin, e->cubin_size, hash);
+  if (!entry_ok(e, why, sizeof why)) return refuse(c, "put: invalid entry", why);
+  put_txn p = {e, {0}, 0};
+  scree__sha256_hex(e->cubin, e->cubin_size, p.hash);
   hold(c);
-  scree_status st = SCREE_OK;
-  int changed = 0, rc;
-  if (!check_writable(c, "put")) {
-    st = SCREE_ERROR_CACHE;
-  } else if ((rc = txn_begin(c)) != SQLITE_OK) {
-    st = status_of(rc);
-  } else if ((rc = drop_if_refused(c, &e->key)) != SQLITE_OK ||
-             (rc = write_winner(c, e, hash, &changed)) != SQLITE_OK) {
-    txn_rollback(c);
-    st = status_of(rc);
-  } else if ((rc = txn_commit(c)) != SQLITE_OK) {
-    st = status_of(rc);
-    changed = 0;
-  }
+  const scree_status st =
+      check_writable(c, "put") ? write_txn(c, put_body, &p) : SCREE_ERROR_CACHE;
   release(c);
-  if (replaced) *replaced = changed;
+  if (replaced) *replaced = st == SCREE_OK ? p.changed : 0;
   return st;
 }
 
@@ -250,30 +275,32 @@ static int exec_filtered(scree__cache *c, const char *sql, const char *arch,
   return rc;
 }
 
+/* A clear's transaction: the filtered rows of every table; n, the winners
+ * deleted. */
+typedef struct clear_txn {
+  const char *arch, *op;
+  int n;
+} clear_txn;
+
+static int clear_body(scree__cache *c, void *user) {
+  clear_txn *x = user;
+  int rc = exec_filtered(c, "DELETE FROM winners" FILTER, x->arch, x->op, &x->n);
+  if (rc == SQLITE_OK)
+    rc = exec_filtered(c, "DELETE FROM bad_configs" FILTER, x->arch, x->op, NULL);
+  if (rc == SQLITE_OK) rc = exec_filtered(c, "DELETE FROM misses" FILTER, x->arch, x->op, NULL);
+  return rc;
+}
+
 scree_status scree__cache_clear(scree__cache *c, const char *arch,
                                 const char *op, int *deleted) {
   if (deleted) *deleted = 0;
   if (!c) return SCREE_ERROR_INVALID_ARGUMENT;
+  clear_txn x = {arch, op, 0};
   hold(c);
-  scree_status st = SCREE_OK;
-  int n = 0, rc;
-  if (!check_writable(c, "clear")) {
-    st = SCREE_ERROR_CACHE;
-  } else if ((rc = txn_begin(c)) != SQLITE_OK) {
-    st = status_of(rc);
-  } else if ((rc = exec_filtered(c, "DELETE FROM winners" FILTER, arch, op,
-                                 &n)) != SQLITE_OK ||
-             (rc = exec_filtered(c, "DELETE FROM bad_configs" FILTER, arch,
-                                 op, NULL)) != SQLITE_OK ||
-             (rc = exec_filtered(c, "DELETE FROM misses" FILTER, arch, op,
-                                 NULL)) != SQLITE_OK) {
-    txn_rollback(c);
-    st = status_of(rc);
-  } else if ((rc = txn_commit(c)) != SQLITE_OK) {
-    st = status_of(rc);
-  }
+  const scree_status st =
+      check_writable(c, "clear") ? write_txn(c, clear_body, &x) : SCREE_ERROR_CACHE;
   release(c);
-  if (deleted && st == SCREE_OK) *deleted = n;
+  if (deleted && st == SCREE_OK) *deleted = x.n;
   return st;
 }
 
@@ -281,19 +308,42 @@ scree_status scree__cache_clear(scree__cache *c, const char *arch,
 /* Bad configs and misses                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* One bound statement as its own write transaction. */
-static scree_status write_one(scree__cache *c, sqlite3_stmt *s, int *changes) {
-  int rc = txn_begin(c);
-  if (rc != SQLITE_OK) return status_of(rc);
-  rc = sqlite3_step(s);
+/* The prepared statement id of a write by `what` (lock held), or NULL with
+ * *st set: SCREE_ERROR_CACHE when the cache is read-only. */
+static sqlite3_stmt *write_stmt(scree__cache *c, const char *what, int id, scree_status *st) {
+  int rc;
+  sqlite3_stmt *s = NULL;
+  if (!check_writable(c, what))
+    *st = SCREE_ERROR_CACHE;
+  else if (!(s = stmt(c, id, &rc)))
+    *st = status_of(rc);
+  return s;
+}
+
+/* One bound statement (and the rows it changed). */
+typedef struct one_txn {
+  sqlite3_stmt *s;
+  int *changes;
+} one_txn;
+
+static int one_body(scree__cache *c, void *user) {
+  one_txn *w = user;
+  const int rc = sqlite3_step(w->s);
   if (rc != SQLITE_DONE) {
     set_err(c, "%s: %s", c->path, sqlite3_errmsg(c->db));
-    txn_rollback(c);
-    return status_of(rc);
+    return rc;
   }
-  if (changes) *changes = sqlite3_changes(c->db);
-  rc = txn_commit(c);
-  return rc == SQLITE_OK ? SCREE_OK : status_of(rc);
+  if (w->changes) *w->changes = sqlite3_changes(c->db);
+  return SQLITE_OK;
+}
+
+/* Runs write_stmt's statement, bound, as its own write transaction, and
+ * resets it. */
+static scree_status write_one(scree__cache *c, sqlite3_stmt *s, int *changes) {
+  one_txn w = {s, changes};
+  const scree_status st = write_txn(c, one_body, &w);
+  done(s);
+  return st;
 }
 
 static void bind_bad(sqlite3_stmt *s, const scree__ckey *k,
@@ -332,27 +382,16 @@ scree_status scree__cache_record_bad(scree__cache *c, const scree__ckey *k,
     ok = key_ok(&kk, 1, 1, why, sizeof why) &&
          !text_ok(config, strlen(config), 128, TXT_KEY, "config", why, sizeof why);
   }
-  if (!ok) {
-    hold(c);
-    set_err(c, "record_bad: %s", why);
-    release(c);
-    return SCREE_ERROR_INVALID_ARGUMENT;
-  }
+  if (!ok) return refuse(c, "record_bad", why);
   hold(c);
   scree_status st;
-  int rc;
-  sqlite3_stmt *s;
-  if (!check_writable(c, "record_bad")) {
-    st = SCREE_ERROR_CACHE;
-  } else if (!(s = stmt(c, ST_BAD_PUT, &rc))) {
-    st = status_of(rc);
-  } else {
+  sqlite3_stmt *s = write_stmt(c, "record_bad", ST_BAD_PUT, &st);
+  if (s) {
     bind_bad(s, k, config, nvrtc_version);
     sqlite3_bind_text(s, 9, reason ? reason : "", reason ? reason_len(reason) : 0,
                       SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 10, now_s());
     st = write_one(c, s, NULL);
-    done(s);
   }
   release(c);
   return st;
@@ -383,38 +422,19 @@ int scree__cache_is_bad(scree__cache *c, const scree__ckey *k,
   return result;
 }
 
-static void bind_miss_key(sqlite3_stmt *s, const scree__ckey *k) {
-  bind_field(s, 1, k->op, sizeof k->op);
-  bind_field(s, 2, k->bucket, sizeof k->bucket);
-  bind_field(s, 3, k->dtype, sizeof k->dtype);
-  sqlite3_bind_int(s, 4, k->causal);
-  bind_field(s, 5, k->arch, sizeof k->arch);
-}
-
 scree_status scree__cache_record_miss(scree__cache *c, const scree__ckey *k,
                                       const char *example) {
   if (!c) return SCREE_ERROR_INVALID_ARGUMENT;
   char why[256];
-  if (!key_ok(k, 1, 0, why, sizeof why)) {
-    hold(c);
-    set_err(c, "record_miss: %s", why);
-    release(c);
-    return SCREE_ERROR_INVALID_ARGUMENT;
-  }
+  if (!key_ok(k, 1, 0, why, sizeof why)) return refuse(c, "record_miss", why);
   hold(c);
   scree_status st;
-  int rc;
-  sqlite3_stmt *s;
-  if (!check_writable(c, "record_miss")) {
-    st = SCREE_ERROR_CACHE;
-  } else if (!(s = stmt(c, ST_MISS_PUT, &rc))) {
-    st = status_of(rc);
-  } else {
+  sqlite3_stmt *s = write_stmt(c, "record_miss", ST_MISS_PUT, &st);
+  if (s) {
     bind_miss_key(s, k);
     bind_field(s, 6, example ? example : "", 127);
     sqlite3_bind_int64(s, 7, now_s());
     st = write_one(c, s, NULL);
-    done(s);
   }
   release(c);
   return st;
@@ -424,16 +444,11 @@ scree_status scree__cache_delete_miss(scree__cache *c, const scree__ckey *k) {
   if (!c || !key_valid(k)) return SCREE_ERROR_INVALID_ARGUMENT;
   hold(c);
   scree_status st;
-  int rc, n = 0;
-  sqlite3_stmt *s;
-  if (!check_writable(c, "delete_miss")) {
-    st = SCREE_ERROR_CACHE;
-  } else if (!(s = stmt(c, ST_MISS_DEL, &rc))) {
-    st = status_of(rc);
-  } else {
+  int n = 0;
+  sqlite3_stmt *s = write_stmt(c, "delete_miss", ST_MISS_DEL, &st);
+  if (s) {
     bind_miss_key(s, k);
     st = write_one(c, s, &n);
-    done(s);
     if (st == SCREE_OK && n == 0) st = SCREE_ERROR_NOT_FOUND;
   }
   release(c);
