@@ -125,15 +125,23 @@ static int col_causal(sqlite3_stmt *s, int col, int *out, char *why, size_t why_
 /* Rows                                                                      */
 /* ------------------------------------------------------------------------ */
 
-int row_to_entry(sqlite3_stmt *s, scree__centry *e, char *why, size_t why_size) {
-  memset(e, 0, sizeof *e);
-  int64_t sm, drv, nv, created;
-  scree__ckey *k = &e->key;
+/* Columns 0..4, a winner's or a miss's key: op, bucket, dtype, causal,
+ * arch. 0, or -1 with the reason. */
+static int col_key(sqlite3_stmt *s, scree__ckey *k, char *why, size_t why_size) {
   if (col_text(s, 0, k->op, sizeof k->op, TXT_KEY, "op", why, why_size) ||
       col_text(s, 1, k->bucket, sizeof k->bucket, TXT_KEY, "bucket", why, why_size) ||
       col_text(s, 2, k->dtype, sizeof k->dtype, TXT_KEY, "dtype", why, why_size) ||
       col_causal(s, 3, &k->causal, why, why_size) ||
-      col_text(s, 4, k->arch, sizeof k->arch, TXT_KEY, "arch", why, why_size) ||
+      col_text(s, 4, k->arch, sizeof k->arch, TXT_KEY, "arch", why, why_size))
+    return -1;
+  return 0;
+}
+
+int row_to_entry(sqlite3_stmt *s, scree__centry *e, char *why, size_t why_size) {
+  memset(e, 0, sizeof *e);
+  int64_t sm, drv, nv, created;
+  scree__ckey *k = &e->key;
+  if (col_key(s, k, why, why_size) ||
       col_text(s, 5, k->src_hash, sizeof k->src_hash, TXT_HEX64, "src_hash", why, why_size) ||
       col_text(s, 6, e->config, sizeof e->config, TXT_KEY, "config", why, why_size) ||
       col_us(s, 7, 1, &e->median_us, "median_us", why, why_size) ||
@@ -182,11 +190,7 @@ int row_cubin_size(sqlite3_stmt *s, int col, size_t *size, char *why, size_t why
 int row_to_miss(sqlite3_stmt *s, scree__cmiss *m, char *why, size_t why_size) {
   memset(m, 0, sizeof *m);
   scree__ckey *k = &m->key;
-  if (col_text(s, 0, k->op, sizeof k->op, TXT_KEY, "op", why, why_size) ||
-      col_text(s, 1, k->bucket, sizeof k->bucket, TXT_KEY, "bucket", why, why_size) ||
-      col_text(s, 2, k->dtype, sizeof k->dtype, TXT_KEY, "dtype", why, why_size) ||
-      col_causal(s, 3, &k->causal, why, why_size) ||
-      col_text(s, 4, k->arch, sizeof k->arch, TXT_KEY, "arch", why, why_size) ||
+  if (col_key(s, k, why, why_size) ||
       col_text(s, 5, m->example, sizeof m->example, TXT_FREE, "example", why, why_size) ||
       col_int(s, 6, 0, INT64_MAX, &m->count, "count", why, why_size) ||
       col_int(s, 7, 0, INT64_MAX, &m->first_seen, "first_seen", why, why_size) ||
@@ -384,28 +388,32 @@ static int config_for_op(const scree__op *op, const char *config, scree__config 
   return 1;
 }
 
-int scree__centry_check(const scree__centry *e, char *why, size_t why_size) {
+/* A row's key (key_for_op), its bucket ("*" too when star is 1) and its
+ * config in canonical form; with check_config, the config also passes the
+ * op's check for the key's variant and arch. 1, or 0 with the reason. */
+static int keyed_config_ok(const scree__ckey *k, const char *config, int star, int check_config,
+                           char *why, size_t why_size) {
   scree__variant var;
   scree__target t;
   scree__config cfg;
   char w[256];
-  const scree__op *op = key_for_op(&e->key, &var, &t, why, why_size);
-  if (!op || !bucket_for_op(op, e->key.bucket, 0, why, why_size) ||
-      !config_for_op(op, e->config, &cfg, why, why_size))
+  const scree__op *op = key_for_op(k, &var, &t, why, why_size);
+  if (!op || !bucket_for_op(op, k->bucket, star, why, why_size) ||
+      !config_for_op(op, config, &cfg, why, why_size))
     return 0;
-  if (!scree__config_check(op, &cfg, &var, &t, w, sizeof w)) {
-    put_why(why, why_size, "config %s fails %s's check for %s on %s: %s", e->config, op->name,
-            e->key.dtype, e->key.arch, w);
+  if (check_config && !scree__config_check(op, &cfg, &var, &t, w, sizeof w)) {
+    put_why(why, why_size, "config %s fails %s's check for %s on %s: %s", config, op->name,
+            k->dtype, k->arch, w);
     return 0;
   }
   return 1;
 }
 
+int scree__centry_check(const scree__centry *e, char *why, size_t why_size) {
+  return keyed_config_ok(&e->key, e->config, 0, 1, why, why_size);
+}
+
+/* A bad config failed somewhere: the op's check is not asked of it. */
 int scree__cbad_check(const scree__cbad *b, char *why, size_t why_size) {
-  scree__variant var;
-  scree__target t;
-  scree__config cfg;
-  const scree__op *op = key_for_op(&b->key, &var, &t, why, why_size);
-  return op && bucket_for_op(op, b->key.bucket, 1, why, why_size) &&
-         config_for_op(op, b->config, &cfg, why, why_size);
+  return keyed_config_ok(&b->key, b->config, 1, 0, why, why_size);
 }
