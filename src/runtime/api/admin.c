@@ -315,7 +315,10 @@ typedef struct learn_ctx {
   int oom;
 } learn_ctx;
 
-static scree__sl_entry *push(learn_ctx *s) {
+/* Appends the line `verb op cfg` for the dtype selector sel (its reason
+ * left to learned_reason); NULL when out of memory. */
+static scree__sl_entry *push(learn_ctx *s, const scree__op *op, scree__sl_verb verb,
+                             const scree__config *cfg, const char *sel) {
   if (s->sl->n == s->cap) {
     const int cap = s->cap ? s->cap * 2 : 64;
     scree__sl_entry *e = realloc(s->sl->entries, (size_t)cap * sizeof *e);
@@ -328,7 +331,24 @@ static scree__sl_entry *push(learn_ctx *s) {
   }
   scree__sl_entry *e = &s->sl->entries[s->sl->n++];
   memset(e, 0, sizeof *e);
+  e->op = op;
+  e->verb = verb;
+  e->cfg = *cfg;
+  snprintf(e->dtype, sizeof e->dtype, "%s", sel);
   return e;
+}
+
+/* The op of a cache row of key k and its config, parsed: NULL when this
+ * build has no such op or the config does not parse (the row teaches
+ * nothing). *stale: the row is for another kernel source than this
+ * build's. */
+static const scree__op *learned_op(const scree__ckey *k, const char *config, scree__config *cfg,
+                                   int *stale) {
+  const scree__op *op = scree__op_find(k->op);
+  char why[256];
+  if (!op || scree__config_parse(op, config, cfg, why, sizeof why)) return NULL;
+  *stale = strcmp(k->src_hash, scree__source_hash(op)) != 0;
+  return op;
 }
 
 /* The selector of a learned line, as the parser will check it: "*" when the
@@ -387,11 +407,12 @@ static void learned_reason(scree__sl_entry *e, const char *fmt, ...) {
  * line would not pass the op's check (the list would not load). */
 static int learn_bad(void *user, const scree__cbad *b) {
   learn_ctx *s = user;
-  const scree__op *op = scree__op_find(b->key.op);
   scree__config cfg;
-  char why[256], sel[64];
-  if (!op || scree__config_parse(op, b->config, &cfg, why, sizeof why)) return 0;
-  if (strcmp(b->key.src_hash, scree__source_hash(op))) {
+  char sel[64];
+  int stale;
+  const scree__op *op = learned_op(&b->key, b->config, &cfg, &stale);
+  if (!op) return 0;
+  if (stale) {
     s->n->stale++;
     return 0;
   }
@@ -409,12 +430,8 @@ static int learn_bad(void *user, const scree__cbad *b) {
         !memcmp(&s->sl->entries[i].cfg, &cfg, sizeof cfg) && !strcmp(s->sl->entries[i].dtype, "*"))
       return 0; /* denied already */
   drop_lines(s->sl, op, &cfg);
-  scree__sl_entry *e = push(s);
+  scree__sl_entry *e = push(s, op, SCREE__SL_DENY, &cfg, sel);
   if (!e) return 1;
-  e->op = op;
-  e->verb = SCREE__SL_DENY;
-  e->cfg = cfg;
-  snprintf(e->dtype, sizeof e->dtype, "%s", sel);
   learned_reason(e, "learned: %.120s (%.40s, %.60s, NVRTC %d.%d)", b->reason, b->key.dtype,
                  b->key.bucket, b->nvrtc_version / 1000, (b->nvrtc_version % 1000) / 10);
   s->n->denied++;
@@ -423,11 +440,11 @@ static int learn_bad(void *user, const scree__cbad *b) {
 
 static int learn_good(void *user, const scree__centry *w) {
   learn_ctx *s = user;
-  const scree__op *op = scree__op_find(w->key.op);
   scree__config cfg;
-  char why[256], sel[64];
-  if (!op || scree__config_parse(op, w->config, &cfg, why, sizeof why)) return 0;
-  if (strcmp(w->key.src_hash, scree__source_hash(op))) return 0; /* another kernel */
+  char sel[64];
+  int stale;
+  const scree__op *op = learned_op(&w->key, w->config, &cfg, &stale);
+  if (!op || stale) return 0;
   for (int i = 0; i < s->sl->n; i++)
     if (s->sl->entries[i].op == op && !memcmp(&s->sl->entries[i].cfg, &cfg, sizeof cfg))
       return 0; /* listed already (allowed, denied or default) */
@@ -435,12 +452,8 @@ static int learn_good(void *user, const scree__centry *w) {
     s->n->failed_check++;
     return 0;
   }
-  scree__sl_entry *e = push(s);
+  scree__sl_entry *e = push(s, op, SCREE__SL_ALLOW, &cfg, sel);
   if (!e) return 1;
-  e->op = op;
-  e->verb = SCREE__SL_ALLOW;
-  e->cfg = cfg;
-  snprintf(e->dtype, sizeof e->dtype, "%s", sel);
   learned_reason(e, "learned: won %s %s at %.2f us on %.60s", w->key.bucket, w->key.dtype,
                  w->median_us, w->device_name);
   s->n->allowed++;
