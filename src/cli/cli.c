@@ -299,14 +299,13 @@ static int cmd_info(int argc, char **argv) {
   if (npos) return cli_unexpected("info", pos[0]);
   scree_runtime_info ri;
   scree_get_runtime_info(&ri);
+  if (json)
+    cli_json_begin();
+  else
+    printf("scree %s\n", scree_version());
+  cli_report_driver(&ri, json);
   if (json) {
-    printf("{\"scree_version\": ");
-    cli_json_str(stdout, scree_version());
-    printf(", \"driver\": {\"loaded\": %s, \"version\": ", ri.driver_loaded ? "true" : "false");
-    cli_json_version(stdout, ri.driver_version);
-    printf(", \"error\": ");
-    cli_json_str(stdout, ri.driver_error);
-    printf("}, \"nvrtc\": {\"loaded\": %s, \"version\": ", ri.nvrtc_loaded ? "true" : "false");
+    printf(", \"nvrtc\": {\"loaded\": %s, \"version\": ", ri.nvrtc_loaded ? "true" : "false");
     cli_json_version(stdout, ri.nvrtc_loaded ? ri.nvrtc_major * 1000 + ri.nvrtc_minor * 10 : 0);
     printf(", \"library\": ");
     cli_json_str(stdout, ri.nvrtc_path);
@@ -314,20 +313,11 @@ static int cmd_info(int argc, char **argv) {
     cli_json_str(stdout, ri.nvrtc_error);
     printf("}, \"gpus\": [");
   } else {
-    printf("scree %s\n", scree_version());
-    if (ri.driver_version)
-      printf("CUDA driver: %d.%d\n", ri.driver_version / 1000,
-             (ri.driver_version % 1000) / 10);
-    else
-      printf("CUDA driver: not available (%s)\n", ri.driver_error);
     if (ri.nvrtc_loaded)
       printf("NVRTC: %d.%d (%s)\n", ri.nvrtc_major, ri.nvrtc_minor, ri.nvrtc_path);
     else
       printf("NVRTC: not available (%s)\n", ri.nvrtc_error);
-    if (ri.device_count == 0)
-      printf("GPUs: none (%s)\n", ri.driver_error[0] ? ri.driver_error : "no device");
-    else
-      printf("GPUs: %d\n", ri.device_count);
+    cli_report_gpu_count(&ri);
   }
   for (int d = 0; d < ri.device_count; d++) {
     scree_device_info di;
@@ -348,6 +338,32 @@ static int cmd_info(int argc, char **argv) {
 }
 
 /* ---- helpers shared by the commands ------------------------------------ */
+
+void cli_json_begin(void) {
+  printf("{\"scree_version\": ");
+  cli_json_str(stdout, scree_version());
+}
+
+void cli_report_driver(const scree_runtime_info *ri, int json) {
+  if (json) {
+    printf(", \"driver\": {\"loaded\": %s, \"version\": ", ri->driver_loaded ? "true" : "false");
+    cli_json_version(stdout, ri->driver_version);
+    printf(", \"error\": ");
+    cli_json_str(stdout, ri->driver_error);
+    printf("}");
+  } else if (ri->driver_version) {
+    printf("CUDA driver: %d.%d\n", ri->driver_version / 1000, (ri->driver_version % 1000) / 10);
+  } else {
+    printf("CUDA driver: not available (%s)\n", ri->driver_error);
+  }
+}
+
+void cli_report_gpu_count(const scree_runtime_info *ri) {
+  if (ri->device_count == 0)
+    printf("GPUs: none (%s)\n", ri->driver_error[0] ? ri->driver_error : "no device");
+  else
+    printf("GPUs: %d\n", ri->device_count);
+}
 
 double cli_now(void) {
   struct timespec t;
@@ -627,8 +643,7 @@ static scree__admin_demo_case demo_cases[] = {
 static int demo_offline(int which, int json, const char *no_gpu) {
   static const char *const archs[2] = {"sm_80", "sm_90"};
   if (json) {
-    printf("{\"scree_version\": ");
-    cli_json_str(stdout, scree_version());
+    cli_json_begin();
     printf(", \"device\": null, \"no_gpu\": ");
     cli_json_str(stdout, no_gpu);
     printf(", \"compiled\": [");
@@ -785,8 +800,7 @@ static int cmd_demo(int argc, char **argv) {
   scree_context_device(ctx, &dev);
   const double copy = scree__admin_copy_gbps(ctx);
   if (json) {
-    printf("{\"scree_version\": ");
-    cli_json_str(stdout, scree_version());
+    cli_json_begin();
     printf(", \"device\": {\"name\": ");
     cli_json_str(stdout, dev.name);
     printf(", \"arch\": \"%s\", \"sm_count\": %d}, \"copy_gbps\": ", dev.arch, dev.sm_count);

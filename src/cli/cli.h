@@ -141,6 +141,16 @@ void cli_json_version(FILE *f, int v);
  * buffers, reused in turn: use it before the 9th call. */
 const char *cli_esc(const char *s);
 double cli_now(void);
+/* The start of the JSON reports of info, doctor and demo: `{"scree_version":
+ * "<version>"`, which the caller goes on with (", ..."). */
+void cli_json_begin(void);
+/* What info and doctor say of the CUDA driver: `, "driver": {"loaded": ...,
+ * "version": ..., "error": ...}` with json, else the line "CUDA driver:
+ * 13.0" (or "not available (<why>)"). */
+void cli_report_driver(const scree_runtime_info *ri, int json);
+/* The text line of info and doctor on the GPUs: "GPUs: 2", or "GPUs: none
+ * (<why>)". */
+void cli_report_gpu_count(const scree_runtime_info *ri);
 /* "312.5 TFLOP/s" when flops > 0, else "2950 GB/s". */
 void cli_rate(char *buf, size_t size, double flops, double bytes, double us);
 

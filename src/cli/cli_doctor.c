@@ -5,6 +5,7 @@
  * configs, the environment, and what was not found. docs/cli.md. */
 #include <dlfcn.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,9 +40,15 @@ typedef struct missing {
   int n;
 } missing;
 
-static void note_missing(missing *m, const char *what) {
-  const size_t used = strlen(m->text);
-  snprintf(m->text + used, sizeof m->text - used, "%s%s", m->n++ ? "\n" : "", what);
+/* Adds a line (printf's fmt and arguments) to what was not found. */
+static void note_missing(missing *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_missing(missing *m, const char *fmt, ...) {
+  size_t used = strlen(m->text);
+  if (m->n++) used += (size_t)snprintf(m->text + used, sizeof m->text - used, "\n");
+  va_list ap;
+  va_start(ap, fmt);
+  if (used < sizeof m->text) vsnprintf(m->text + used, sizeof m->text - used, fmt, ap);
+  va_end(ap);
 }
 
 /* One cache file: stat, rows, trust. */
@@ -145,8 +152,7 @@ int cmd_doctor(int argc, char **argv) {
       !realpath(di.dli_fname, lib))
     snprintf(lib, sizeof lib, "%s", di.dli_fname);
   if (json) {
-    printf("{\"scree_version\": ");
-    cli_json_str(stdout, scree_version());
+    cli_json_begin();
     printf(", \"library\": ");
     cli_json_str(stdout, lib);
     printf(", \"source_hashes\": {");
@@ -168,27 +174,14 @@ int cmd_doctor(int argc, char **argv) {
   scree_get_runtime_info(&ri);
   scree__admin_nvrtc nv;
   scree__admin_nvrtc_info(&nv);
-  if (!ri.driver_loaded) {
-    char m[400];
-    snprintf(m, sizeof m, "the CUDA driver, and so any GPU (%s)", ri.driver_error);
-    note_missing(&miss, m);
-  }
-  if (!nv.loaded) {
-    char m[700];
-    snprintf(m, sizeof m, "NVRTC (%s)", nv.why);
-    note_missing(&miss, m);
-  }
-  if (ri.driver_loaded && !ri.device_count) {
-    char m[400];
-    snprintf(m, sizeof m, "a GPU (%s)", ri.driver_error[0] ? ri.driver_error : "no device");
-    note_missing(&miss, m);
-  }
+  if (!ri.driver_loaded)
+    note_missing(&miss, "the CUDA driver, and so any GPU (%s)", ri.driver_error);
+  if (!nv.loaded) note_missing(&miss, "NVRTC (%s)", nv.why);
+  if (ri.driver_loaded && !ri.device_count)
+    note_missing(&miss, "a GPU (%s)", ri.driver_error[0] ? ri.driver_error : "no device");
+  cli_report_driver(&ri, json);
   if (json) {
-    printf(", \"driver\": {\"loaded\": %s, \"version\": ", ri.driver_loaded ? "true" : "false");
-    cli_json_version(stdout, ri.driver_version);
-    printf(", \"error\": ");
-    cli_json_str(stdout, ri.driver_error);
-    printf("}, \"nvrtc\": {\"loaded\": %s, \"version\": ", nv.loaded ? "true" : "false");
+    printf(", \"nvrtc\": {\"loaded\": %s, \"version\": ", nv.loaded ? "true" : "false");
     cli_json_version(stdout, nv.loaded ? nv.major * 1000 + nv.minor * 10 : 0);
     printf(", \"name\": ");
     cli_json_str(stdout, nv.name);
@@ -198,10 +191,6 @@ int cmd_doctor(int argc, char **argv) {
     cli_json_str(stdout, nv.why);
     printf("}, \"gpus\": [");
   } else {
-    if (ri.driver_version)
-      printf("CUDA driver: %d.%d\n", ri.driver_version / 1000, (ri.driver_version % 1000) / 10);
-    else
-      printf("CUDA driver: not available (%s)\n", ri.driver_error);
     if (nv.loaded)
       printf("NVRTC: %d.%d, %s%s%s%s\n", nv.major, nv.minor, nv.file[0] ? nv.file : nv.name,
              nv.file[0] && strcmp(nv.file, nv.name) ? " (loaded as " : "",
@@ -209,10 +198,7 @@ int cmd_doctor(int argc, char **argv) {
              nv.file[0] && strcmp(nv.file, nv.name) ? ")" : "");
     else
       printf("NVRTC: not available (%s)\n", nv.why);
-    if (!ri.device_count)
-      printf("GPUs: none (%s)\n", ri.driver_error[0] ? ri.driver_error : "no device");
-    else
-      printf("GPUs: %d\n", ri.device_count);
+    cli_report_gpu_count(&ri);
   }
   for (int d = 0; d < ri.device_count; d++) {
     scree_device_info dev;
@@ -253,11 +239,7 @@ int cmd_doctor(int argc, char **argv) {
   }
   if (have_user) {
     gather(path, &ff);
-    if (!ff.exists) {
-      char m[4200];
-      snprintf(m, sizeof m, "the user cache %s (nothing cached yet)", path);
-      note_missing(&miss, m);
-    }
+    if (!ff.exists) note_missing(&miss, "the user cache %s (nothing cached yet)", path);
     if (json) {
       printf(", \"user_cache\": ");
       print_file_json(&ff);
@@ -280,11 +262,7 @@ int cmd_doctor(int argc, char **argv) {
     char *copy = strdup(search), *save = NULL;
     for (char *p = copy ? strtok_r(copy, ":", &save) : NULL; p; p = strtok_r(NULL, ":", &save)) {
       gather(p, &ff);
-      if (!ff.exists) {
-        char m[4200];
-        snprintf(m, sizeof m, "the shipped cache %s", p);
-        note_missing(&miss, m);
-      }
+      if (!ff.exists) note_missing(&miss, "the shipped cache %s", p);
       if (json) {
         if (nship) printf(", ");
         print_file_json(&ff);
