@@ -339,6 +339,15 @@ static int cmd_info(int argc, char **argv) {
 
 /* ---- helpers shared by the commands ------------------------------------ */
 
+void cli_json_key_start(const scree__admin_key *k) {
+  printf("\"op\": ");
+  cli_json_str(stdout, k->op);
+  printf(", \"bucket\": ");
+  cli_json_str(stdout, k->bucket);
+  printf(", \"dtype\": ");
+  cli_json_str(stdout, k->dtype);
+}
+
 void cli_json_begin(void) {
   printf("{\"scree_version\": ");
   cli_json_str(stdout, scree_version());

@@ -136,6 +136,9 @@ void cli_json_str(FILE *f, const char *s);
 void cli_json_num(FILE *f, const char *fmt, double v);
 /* A CUDA version (major*1000 + minor*10) as "13.0", or null when 0. */
 void cli_json_version(FILE *f, int v);
+/* The first fields of a key in a JSON row, `"op": ..., "bucket": ...,
+ * "dtype": ...`, which the row goes on with (", ..."). */
+void cli_json_key_start(const scree__admin_key *k);
 /* Text from a cache (buckets, device names, reasons) made safe for a
  * terminal (scree__admin_escape). The result lives in one of 8 static
  * buffers, reused in turn: use it before the 9th call. */

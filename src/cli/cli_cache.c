@@ -86,12 +86,7 @@ typedef struct lctx {
 } lctx;
 
 static void json_key(const scree__admin_key *k) {
-  printf("\"op\": ");
-  cli_json_str(stdout, k->op);
-  printf(", \"bucket\": ");
-  cli_json_str(stdout, k->bucket);
-  printf(", \"dtype\": ");
-  cli_json_str(stdout, k->dtype);
+  cli_json_key_start(k);
   printf(", \"causal\": %d, \"arch\": ", k->causal);
   cli_json_str(stdout, k->arch);
   printf(", \"src_hash\": ");

@@ -63,22 +63,20 @@ int cli_export_text(const cli_common *c, const char *out) {
 
 /* ---- verify --shipped ------------------------------------------------------- */
 
-typedef struct sctx {
+/* The rows of verify --shipped and prewarm --from-shipped: a JSON list or
+ * a table. */
+typedef struct rows_out {
   const cli_common *c;
   int first;
   cli_table table;
   int oom;
-} sctx;
+} rows_out;
 
 static int on_shipped(void *user, const scree__admin_shipped_row *r) {
-  sctx *s = user;
+  rows_out *s = user;
   if (s->c->json) {
-    printf("%s\n {\"op\": ", s->first ? "" : ",");
-    cli_json_str(stdout, r->key.op);
-    printf(", \"bucket\": ");
-    cli_json_str(stdout, r->key.bucket);
-    printf(", \"dtype\": ");
-    cli_json_str(stdout, r->key.dtype);
+    printf("%s\n {", s->first ? "" : ",");
+    cli_json_key_start(&r->key);
     printf(", \"causal\": %d, \"arch\": ", r->key.causal);
     cli_json_str(stdout, r->key.arch);
     printf(", \"device\": ");
@@ -104,6 +102,26 @@ static int on_shipped(void *user, const scree__admin_shipped_row *r) {
 
 /* The closing line on the shipped configs (verify prints it after its own
  * summary); CLI_FAIL when a file of them did not load. */
+/* The end of verify --shipped, and the closing line of verify: the warning
+ * on a file that does not load (stderr: CLI_FAIL), then the counts. */
+static int shipped_counts(const cli_common *c, const scree__admin_shipped_summary *sum) {
+  if (sum->warn[0]) fprintf(stderr, "scree-tune verify: warning: %s\n", sum->warn);
+  if (c->json) {
+    printf("\n], \"count\": %d, \"stale\": %d, \"files\": %d, \"file_names\": ", sum->matched,
+           sum->stale, sum->files);
+    cli_json_str(stdout, sum->names);
+    printf(", \"warning\": ");
+    cli_json_str(stdout, sum->warn);
+    printf("}\n");
+  } else {
+    printf("%d shipped tuned config(s) in %d file(s): %d stale (ignored: tuned for another "
+           "kernel source; regenerate them, docs/cluster.md)%s\n",
+           sum->matched, sum->files, sum->stale,
+           sum->warn[0] ? ", and a file that does not load" : "");
+  }
+  return sum->warn[0] ? CLI_FAIL : CLI_OK;
+}
+
 int cli_shipped_summary(const cli_common *c) {
   scree__admin_shipped_summary s;
   const scree__admin_filter f = cli_filter(c);
@@ -111,17 +129,13 @@ int cli_shipped_summary(const cli_common *c) {
     fprintf(stderr, "scree-tune verify: out of memory\n");
     return CLI_FAIL;
   }
-  if (s.warn[0]) fprintf(stderr, "scree-tune verify: warning: %s\n", s.warn);
-  printf("%d shipped tuned config(s) in %d file(s): %d stale (ignored: tuned for another kernel"
-         " source; regenerate them, docs/cluster.md)%s\n",
-         s.matched, s.files, s.stale, s.warn[0] ? ", and a file that does not load" : "");
-  return s.warn[0] ? CLI_FAIL : CLI_OK;
+  return shipped_counts(c, &s);
 }
 
 int cli_verify_shipped(const cli_common *c) {
   static const char *const heads[] = {"op", "bucket", "dtype", "arch", "device", "config",
                                       "verdict"};
-  sctx s = {.c = c, .first = 1};
+  rows_out s = {.c = c, .first = 1};
   cli_table_init(&s.table, 7, heads, "lllllll");
   if (c->json) printf("{\"shipped\": [");
   scree__admin_shipped_summary sum;
@@ -132,41 +146,17 @@ int cli_verify_shipped(const cli_common *c) {
     fprintf(stderr, "scree-tune verify: out of memory\n");
     return CLI_FAIL;
   }
-  if (sum.warn[0]) fprintf(stderr, "scree-tune verify: warning: %s\n", sum.warn);
-  if (c->json) {
-    printf("\n], \"count\": %d, \"stale\": %d, \"files\": %d, \"file_names\": ", sum.matched,
-           sum.stale, sum.files);
-    cli_json_str(stdout, sum.names);
-    printf(", \"warning\": ");
-    cli_json_str(stdout, sum.warn);
-    printf("}\n");
-  } else {
-    printf("%d shipped tuned config(s) in %d file(s): %d stale (ignored: tuned for another "
-           "kernel source; regenerate them, docs/cluster.md)%s\n",
-           sum.matched, sum.files, sum.stale, sum.warn[0] ? ", and a file that does not load" : "");
-  }
-  return sum.warn[0] ? CLI_FAIL : CLI_OK;
+  return shipped_counts(c, &sum);
 }
 
 /* ---- prewarm --from-shipped ------------------------------------------------- */
 
-typedef struct pctx {
-  const cli_common *c;
-  int first;
-  cli_table table;
-  int oom;
-} pctx;
-
 static int on_compiled(void *user, const scree__admin_compiled *r) {
-  pctx *p = user;
+  rows_out *p = user;
   const scree__admin_shipped_row *e = &r->row;
   if (p->c->json) {
-    printf("%s\n {\"op\": ", p->first ? "" : ",");
-    cli_json_str(stdout, e->key.op);
-    printf(", \"bucket\": ");
-    cli_json_str(stdout, e->key.bucket);
-    printf(", \"dtype\": ");
-    cli_json_str(stdout, e->key.dtype);
+    printf("%s\n {", p->first ? "" : ",");
+    cli_json_key_start(&e->key);
     printf(", \"arch\": \"%s\", \"target\": \"%s\", \"config\": ", e->key.arch, r->target);
     cli_json_str(stdout, e->config);
     printf(", \"median_us\": ");
@@ -208,7 +198,7 @@ int cli_prewarm_from_shipped(const cli_common *c, int force) {
   if (rc) return rc;
   static const char *const heads[] = {"op", "bucket", "dtype", "config", "us (shipped)",
                                       "tuned on", "target", "cubin"};
-  pctx p = {.c = c, .first = 1};
+  rows_out p = {.c = c, .first = 1};
   cli_table_init(&p.table, 8, heads, "llllrllr");
   cli_progress bar;
   cli_progress_init(&bar, c->quiet || c->json, "shipped configs");

@@ -900,12 +900,8 @@ static int on_verdict(void *user, const scree__admin_row *e, const scree__admin_
   vctx *x = user;
   const int ok = !strcmp(v->verdict, "ok");
   if (x->c->json) {
-    printf("%s\n {\"op\": ", x->first ? "" : ",");
-    cli_json_str(stdout, e->key.op);
-    printf(", \"bucket\": ");
-    cli_json_str(stdout, e->key.bucket);
-    printf(", \"dtype\": ");
-    cli_json_str(stdout, e->key.dtype);
+    printf("%s\n {", x->first ? "" : ",");
+    cli_json_key_start(&e->key);
     printf(", \"config\": ");
     cli_json_str(stdout, e->config);
     printf(", \"verdict\": ");
