@@ -24,26 +24,14 @@ typedef struct pval {
   scree__config cfg; /* adapted */
   scree__kernel k;
 } pval;
-struct scree__plans {
-  pthread_mutex_t lock;
-  scree__htab t; /* pkey -> pval */
-};
-
+/* The plan table: pkey -> pval (its kernel is the module table's). */
 scree_status scree__plans_create(scree_context *ctx) {
-  struct scree__plans *p = calloc(1, sizeof *p);
-  if (!p) return SCREE_ERROR_OUT_OF_MEMORY;
-  pthread_mutex_init(&p->lock, NULL);
-  scree__htab_init(&p->t, sizeof(pkey), sizeof(pval));
-  ctx->plans = p;
-  return SCREE_OK;
+  ctx->plans = scree__ltab_new(sizeof(pkey), sizeof(pval));
+  return ctx->plans ? SCREE_OK : SCREE_ERROR_OUT_OF_MEMORY;
 }
 
 void scree__plans_free(scree_context *ctx) {
-  struct scree__plans *p = ctx->plans;
-  if (!p) return;
-  scree__htab_free(&p->t);
-  pthread_mutex_destroy(&p->lock);
-  free(p);
+  scree__ltab_free(ctx->plans);
   ctx->plans = NULL;
 }
 
@@ -175,13 +163,8 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
     return scree__fail(ctx, SCREE_ERROR_NO_DEVICE, "this context has no device (offline)");
   pkey key;
   plan_key(op, var, args, &key);
-  struct scree__plans *pl = ctx->plans;
   pval v;
-  pthread_mutex_lock(&pl->lock);
-  const pval *have = scree__htab_find(&pl->t, &key);
-  if (have) v = *have;
-  pthread_mutex_unlock(&pl->lock);
-  if (have) {
+  if (scree__ltab_get(ctx->plans, &key, &v)) {
     scree__count(&ctx->counters.memory_hits);
   } else {
     memset(&v, 0, sizeof v);
@@ -189,10 +172,9 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
     scree_status st = plan_build(ctx, op, var, args, &key.b, &v, &temporary);
     if (st) return st;
     if (temporary) goto launch;
-    pthread_mutex_lock(&pl->lock);
-    const pval *put = scree__htab_insert(&pl->t, &key, &v);
-    pthread_mutex_unlock(&pl->lock);
-    if (!put) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "plan table");
+    /* A plan another thread stored first is as good as this one. */
+    if (scree__ltab_put(ctx->plans, &key, &v, NULL) < 0)
+      return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "plan table");
     /* Building the plan may have noted a failure it recovered from (a
      * cached cubin that did not load): the call itself succeeds. */
     scree__clear_error(ctx);
@@ -210,11 +192,10 @@ int scree__plan_config(scree_context *ctx, const scree__op *op, const scree__var
                        const void *args, scree__config *cfg) {
   pkey key;
   plan_key(op, var, args, &key);
-  pthread_mutex_lock(&ctx->plans->lock);
-  const pval *have = scree__htab_find(&ctx->plans->t, &key);
-  if (have) *cfg = have->cfg;
-  pthread_mutex_unlock(&ctx->plans->lock);
-  return have != NULL;
+  pval v;
+  if (!scree__ltab_get(ctx->plans, &key, &v)) return 0;
+  *cfg = v.cfg;
+  return 1;
 }
 
 scree_status scree__call(scree_context *ctx, const scree__op *op, const void *args,

@@ -31,11 +31,10 @@
 #include "base/cuda_api.h"
 #include "scree.h"
 
-struct scree__modtab;      /* jit/: loaded modules */
+struct scree__ltab;        /* base/: a table threads share (htab.c) */
 struct scree__cache_stack; /* store/: user and shipped caches */
 struct scree__safelist;    /* store/: this arch's safelist */
 struct scree__tuner;       /* tuner/: its lock and compiled candidates */
-struct scree__plans;       /* api/: the per-call plan table */
 struct scree__workspaces;  /* base/: per-stream device scratch */
 
 struct scree_context {
@@ -61,11 +60,11 @@ struct scree_context {
   int has_err;                   /* err is not empty (atomic) */
   char err[4096];
 
-  struct scree__modtab *modules;
+  struct scree__ltab *modules;       /* jit/module.c: loaded modules */
   struct scree__cache_stack *caches; /* NULL when disabled */
   struct scree__safelist *safelist;  /* NULL when none applies */
   struct scree__tuner *tuner;
-  struct scree__plans *plans;
+  struct scree__ltab *plans;         /* api/dispatch.c: the per-call plan table */
   struct scree__workspaces *ws;
 };
 
@@ -196,6 +195,24 @@ void *scree__htab_insert(scree__htab *t, const void *key, const void *val);
 int scree__htab_next(const scree__htab *t, size_t *pos, const void **key,
                      void **val);
 void scree__htab_free(scree__htab *t);
+/* A table that threads share (the module table, the plan table): a table
+ * behind its own mutex. Each call holds the lock, and values are copied in
+ * and out under it. */
+typedef struct scree__ltab {
+  pthread_mutex_t lock;
+  scree__htab t; /* under lock */
+} scree__ltab;
+/* An empty table; NULL when out of memory. */
+scree__ltab *scree__ltab_new(size_t key_size, size_t val_size);
+/* Frees the table (NULL: nothing to do). What its values hold is the
+ * owner's to release first (scree__htab_next on t). */
+void scree__ltab_free(scree__ltab *lt);
+/* 1 with the value under key copied into val, or 0 when there is none. */
+int scree__ltab_get(scree__ltab *lt, const void *key, void *val);
+/* Stores a copy of val under key: 1. 0 when the key is there already
+ * (another thread stored it first), its value copied into have unless have
+ * is NULL; -1 when out of memory. */
+int scree__ltab_put(scree__ltab *lt, const void *key, const void *val, void *have);
 uint64_t scree__hash_bytes(const void *p, size_t n);
 
 /* ---- diag.c: messages, logging, the CUDA context scope --------------------- */

@@ -1,6 +1,8 @@
 /* htab.c - one open-addressing hash table for fixed-size keys and values:
  * the module table, the plan table and the tuner's compiled candidates all
- * use it. Linear probing, power-of-two capacity, at most half full. */
+ * use it. Linear probing, power-of-two capacity, at most half full. The
+ * module and plan tables are shared by threads: they are the table behind
+ * a mutex (scree__ltab). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +108,39 @@ void scree__htab_free(scree__htab *t) {
   free(t->slots);
   t->slots = NULL;
   t->cap = t->len = 0;
+}
+
+scree__ltab *scree__ltab_new(size_t key_size, size_t val_size) {
+  scree__ltab *lt = calloc(1, sizeof *lt);
+  if (!lt) return NULL;
+  pthread_mutex_init(&lt->lock, NULL);
+  scree__htab_init(&lt->t, key_size, val_size);
+  return lt;
+}
+
+void scree__ltab_free(scree__ltab *lt) {
+  if (!lt) return;
+  scree__htab_free(&lt->t);
+  pthread_mutex_destroy(&lt->lock);
+  free(lt);
+}
+
+int scree__ltab_get(scree__ltab *lt, const void *key, void *val) {
+  pthread_mutex_lock(&lt->lock);
+  const void *have = scree__htab_find(&lt->t, key);
+  if (have) memcpy(val, have, lt->t.val_size);
+  pthread_mutex_unlock(&lt->lock);
+  return have != NULL;
+}
+
+int scree__ltab_put(scree__ltab *lt, const void *key, const void *val, void *have) {
+  pthread_mutex_lock(&lt->lock);
+  const void *old = scree__htab_find(&lt->t, key);
+  int r = 0;
+  if (old && have)
+    memcpy(have, old, lt->t.val_size);
+  else if (!old)
+    r = scree__htab_insert(&lt->t, key, val) ? 1 : -1;
+  pthread_mutex_unlock(&lt->lock);
+  return r;
 }

@@ -6,11 +6,6 @@
 
 #include "jit/jit.h"
 
-struct scree__modtab {
-  pthread_mutex_t lock;
-  scree__htab t; /* scree__kkey -> scree__kernel */
-};
-
 scree__kkey scree__kkey_of(const scree__op *op, const scree__config *cfg,
                            const scree__variant *var) {
   scree__kkey k;
@@ -21,17 +16,14 @@ scree__kkey scree__kkey_of(const scree__op *op, const scree__config *cfg,
   return k;
 }
 
+/* The module table: scree__kkey -> scree__kernel. */
 scree_status scree__modtab_create(scree_context *ctx) {
-  struct scree__modtab *m = calloc(1, sizeof *m);
-  if (!m) return SCREE_ERROR_OUT_OF_MEMORY;
-  pthread_mutex_init(&m->lock, NULL);
-  scree__htab_init(&m->t, sizeof(scree__kkey), sizeof(scree__kernel));
-  ctx->modules = m;
-  return SCREE_OK;
+  ctx->modules = scree__ltab_new(sizeof(scree__kkey), sizeof(scree__kernel));
+  return ctx->modules ? SCREE_OK : SCREE_ERROR_OUT_OF_MEMORY;
 }
 
 void scree__modtab_free(scree_context *ctx) {
-  struct scree__modtab *m = ctx->modules;
+  scree__ltab *m = ctx->modules;
   if (!m) return;
   const int pushed = scree__ctx_enter(ctx);
   size_t pos = 0;
@@ -39,9 +31,7 @@ void scree__modtab_free(scree_context *ctx) {
   while (scree__htab_next(&m->t, &pos, NULL, &v))
     ctx->cu->ModuleUnload(((scree__kernel *)v)->module);
   scree__ctx_leave(ctx, pushed);
-  scree__htab_free(&m->t);
-  pthread_mutex_destroy(&m->lock);
-  free(m);
+  scree__ltab_free(m);
   ctx->modules = NULL;
 }
 
@@ -93,22 +83,18 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
                                       const scree__config *cfg,
                                       const scree__variant *var, const void *cubin,
                                       scree__kernel *out) {
-  struct scree__modtab *m = ctx->modules;
   const scree__kkey key = scree__kkey_of(op, cfg, var);
   scree__kernel k;
   scree_status st = scree__module_load(ctx, op, cfg, var, cubin, &k);
   if (st != SCREE_OK) return st;
   scree__count(&ctx->counters.module_loads);
-  pthread_mutex_lock(&m->lock);
-  const scree__kernel *have = scree__htab_find(&m->t, &key);
-  const scree__kernel *put = have ? NULL : scree__htab_insert(&m->t, &key, &k);
-  if (have) *out = *have; /* another thread won the race: keep its module */
-  pthread_mutex_unlock(&m->lock);
-  if (have || !put) {
+  /* Another thread that won the race keeps its module (into *out). */
+  const int put = scree__ltab_put(ctx->modules, &key, &k, out);
+  if (put != 1) {
     const int pushed = scree__ctx_enter(ctx);
     ctx->cu->ModuleUnload(k.module);
     scree__ctx_leave(ctx, pushed);
-    if (!put && !have) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "module table");
+    if (put < 0) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "module table");
     return SCREE_OK;
   }
   *out = k;
@@ -118,13 +104,8 @@ scree_status scree__kernel_from_cubin(scree_context *ctx, const scree__op *op,
 scree_status scree__kernel_get(scree_context *ctx, const scree__op *op,
                                const scree__config *cfg, const scree__variant *var,
                                scree__kernel *out) {
-  struct scree__modtab *m = ctx->modules;
   const scree__kkey key = scree__kkey_of(op, cfg, var);
-  pthread_mutex_lock(&m->lock);
-  const scree__kernel *have = scree__htab_find(&m->t, &key);
-  if (have) *out = *have;
-  pthread_mutex_unlock(&m->lock);
-  if (have) return SCREE_OK;
+  if (scree__ltab_get(ctx->modules, &key, out)) return SCREE_OK;
 
   char why[512], cs[256];
   scree__config_str(op, cfg, cs, sizeof cs);
