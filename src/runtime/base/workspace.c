@@ -7,24 +7,23 @@
 
 #include "base/base.h"
 
+/* A stream's buffer: ptr 0 until it is allocated. */
 typedef struct ws_entry {
   CUstream stream;
   CUdeviceptr ptr;
   size_t size;
 } ws_entry;
 
-/* A stream's counters (SCREE__COUNTERS ints). */
-typedef struct ctr_entry {
-  CUstream stream;
-  CUdeviceptr ptr;
-} ctr_entry;
+/* One entry per stream. */
+typedef struct ws_table {
+  ws_entry *e;
+  int n, cap;
+} ws_table;
 
 struct scree__workspaces {
   pthread_mutex_t lock;
-  ws_entry *e;
-  int n, cap;
-  ctr_entry *c;
-  int cn, ccap;
+  ws_table scratch;  /* grows with the largest request */
+  ws_table counters; /* SCREE__COUNTERS ints each, allocated once, never moved */
 };
 
 static pthread_mutex_t g_create = PTHREAD_MUTEX_INITIALIZER;
@@ -43,33 +42,38 @@ static struct scree__workspaces *tables_of(scree_context *ctx) {
   return w;
 }
 
+/* The entry of stream in t (lock held), added with no buffer if there is
+ * none; NULL when out of memory. */
+static ws_entry *entry_of(ws_table *t, CUstream stream) {
+  for (int i = 0; i < t->n; i++)
+    if (t->e[i].stream == stream) return &t->e[i];
+  if (t->n == t->cap) {
+    const int cap = t->cap ? 2 * t->cap : 8;
+    ws_entry *ne = realloc(t->e, (size_t)cap * sizeof *ne);
+    if (!ne) return NULL;
+    t->e = ne;
+    t->cap = cap;
+  }
+  ws_entry *e = &t->e[t->n++];
+  *e = (ws_entry){stream, 0, 0};
+  return e;
+}
+
 scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
                               CUdeviceptr *out) {
   struct scree__workspaces *w = tables_of(ctx);
   if (!w) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
   if (bytes < 256) bytes = 256;
   pthread_mutex_lock(&w->lock);
-  ws_entry *e = NULL;
-  for (int i = 0; i < w->n; i++)
-    if (w->e[i].stream == stream) e = &w->e[i];
-  if (e && e->size >= bytes) {
+  ws_entry *e = entry_of(&w->scratch, stream);
+  if (!e) {
+    pthread_mutex_unlock(&w->lock);
+    return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
+  }
+  if (e->size >= bytes) {
     *out = e->ptr;
     pthread_mutex_unlock(&w->lock);
     return SCREE_OK;
-  }
-  if (!e) {
-    if (w->n == w->cap) {
-      const int cap = w->cap ? 2 * w->cap : 8;
-      ws_entry *ne = realloc(w->e, (size_t)cap * sizeof *ne);
-      if (!ne) {
-        pthread_mutex_unlock(&w->lock);
-        return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
-      }
-      w->e = ne;
-      w->cap = cap;
-    }
-    e = &w->e[w->n++];
-    *e = (ws_entry){stream, 0, 0};
   }
   if (e->ptr) {
     /* Kernels queued earlier on this stream may still read the old buffer. */
@@ -102,46 +106,39 @@ scree_status scree__stream_counters(scree_context *ctx, CUstream stream, CUdevic
   if (!w) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
   scree_status st = SCREE_OK;
   pthread_mutex_lock(&w->lock);
-  for (int i = 0; i < w->cn; i++)
-    if (w->c[i].stream == stream) {
-      *out = w->c[i].ptr;
-      pthread_mutex_unlock(&w->lock);
-      return SCREE_OK;
-    }
-  if (w->cn == w->ccap) {
-    const int cap = w->ccap ? 2 * w->ccap : 8;
-    ctr_entry *nc = realloc(w->c, (size_t)cap * sizeof *nc);
-    if (!nc) {
-      pthread_mutex_unlock(&w->lock);
-      return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "stream counters table");
-    }
-    w->c = nc;
-    w->ccap = cap;
-  }
+  ws_entry *e = entry_of(&w->counters, stream);
   const size_t bytes = SCREE__COUNTERS * sizeof(int);
-  CUdeviceptr p = 0;
-  CUresult r = ctx->cu->MemAlloc(&p, bytes);
-  if (r) {
+  CUresult r;
+  if (!e) {
+    st = scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "stream counters table");
+  } else if (e->ptr) {
+    *out = e->ptr;
+  } else if ((r = ctx->cu->MemAlloc(&e->ptr, bytes))) {
+    e->ptr = 0;
     st = scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, "stream counters: cuMemAlloc");
-  } else if ((r = ctx->cu->MemsetD8Async(p, 0, bytes, stream))) {
-    ctx->cu->MemFree(p);
+  } else if ((r = ctx->cu->MemsetD8Async(e->ptr, 0, bytes, stream))) {
+    ctx->cu->MemFree(e->ptr);
+    e->ptr = 0;
     st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "stream counters: cuMemsetD8Async");
   } else {
-    w->c[w->cn++] = (ctr_entry){stream, p};
-    *out = p;
+    e->size = bytes;
+    *out = e->ptr;
   }
   pthread_mutex_unlock(&w->lock);
   return st;
 }
 
+static void table_free(scree_context *ctx, ws_table *t) {
+  for (int i = 0; i < t->n; i++)
+    if (t->e[i].ptr) ctx->cu->MemFree(t->e[i].ptr);
+  free(t->e);
+}
+
 void scree__workspace_free(scree_context *ctx) {
   struct scree__workspaces *w = ctx->ws;
   if (!w) return;
-  for (int i = 0; i < w->n; i++)
-    if (w->e[i].ptr) ctx->cu->MemFree(w->e[i].ptr);
-  for (int i = 0; i < w->cn; i++) ctx->cu->MemFree(w->c[i].ptr);
-  free(w->e);
-  free(w->c);
+  table_free(ctx, &w->scratch);
+  table_free(ctx, &w->counters);
   pthread_mutex_destroy(&w->lock);
   free(w);
   ctx->ws = NULL;
