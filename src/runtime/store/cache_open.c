@@ -114,20 +114,25 @@ fail:
 
 /* sqlite3_open_v2 of path with scree's settings: read-only or read-write
  * (creating), and with immutable = 1 as an immutable file (a URI, so the
- * path is percent-encoded where a URI needs it). An SQLite code; *db may
- * be set even on failure. */
+ * path is percent-encoded where a URI needs it). SQLite as Debian builds it
+ * reads any name that starts with "file:" as a URI, whatever the flags: such
+ * a relative name is given as "./file:...", so that the file opened is the
+ * one named, never one that a URI's path or parameters pick. An SQLite code;
+ * *db may be set even on failure. */
 static int open_handle(const char *path, int readonly, int immutable, sqlite3 **db) {
   *db = NULL;
   const int flags = SQLITE_OPEN_FULLMUTEX |
                     (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  const size_t n = strlen(path);
+  const char *dot = strncmp(path, "file:", 5) ? "" : "./";
+  char *name = malloc(3 * n + 32);
+  if (!name) return SQLITE_NOMEM;
   int rc;
   if (!immutable) {
-    rc = sqlite3_open_v2(path, db, flags, NULL);
+    sprintf(name, "%s%s", dot, path);
+    rc = sqlite3_open_v2(name, db, flags, NULL);
   } else {
-    const size_t n = strlen(path);
-    char *uri = malloc(3 * n + 32);
-    if (!uri) return SQLITE_NOMEM;
-    char *o = uri + sprintf(uri, "file:");
+    char *o = name + sprintf(name, "file:%s", dot);
     for (size_t i = 0; i < n; i++) {
       const unsigned char ch = (unsigned char)path[i];
       if (ch == '%' || ch == '?' || ch == '#' || ch < 0x20 || ch >= 0x7f)
@@ -136,9 +141,9 @@ static int open_handle(const char *path, int readonly, int immutable, sqlite3 **
         *o++ = (char)ch;
     }
     strcpy(o, "?immutable=1");
-    rc = sqlite3_open_v2(uri, db, flags | SQLITE_OPEN_URI, NULL);
-    free(uri);
+    rc = sqlite3_open_v2(name, db, flags | SQLITE_OPEN_URI, NULL);
   }
+  free(name);
   if (rc != SQLITE_OK) return rc;
   sqlite3_extended_result_codes(*db, 1);
   sqlite3_busy_timeout(*db, SCREE__CACHE_BUSY_MS);

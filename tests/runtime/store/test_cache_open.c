@@ -750,6 +750,40 @@ START_TEST(tune_lock_one_holder_per_bucket) {
 }
 END_TEST
 
+/* A name that starts with "file:" names a file, never a URI: the file
+ * opened is the one named, with the name as it is. */
+START_TEST(file_colon_names_are_files) {
+  char *dir = tdir();
+  char cwd[1024];
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  ck_assert_int_eq(chdir(dir), 0);
+  scree__cache *c = open_rw("x.db");
+  scree__ckey k = keyi(0);
+  put_ok(c, &k, CFG[0], 10, 1, 1);
+  scree__cache_close(c);
+  /* Read-only: "file:x.db" is no cache, x.db is not read in its place. */
+  scree__cache *r = NULL;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_open("file:x.db", 1, &r, NULL, why, sizeof why),
+                   SCREE_ERROR_NOT_FOUND);
+  ck_assert_ptr_null(r);
+  /* Read-write: a new file of that very name, x.db untouched. */
+  c = open_rw("file:x.db");
+  ck_assert_int_eq(count_entries(c, NULL, NULL), 0);
+  put_ok(c, &k, CFG[1], 5, 2, 1);
+  scree__cache_close(c);
+  ck_assert(exists("file:x.db"));
+  c = open_rw("file:y.db?mode=memory");
+  put_ok(c, &k, CFG[1], 5, 2, 1);
+  scree__cache_close(c);
+  ck_assert(exists("file:y.db?mode=memory"));
+  c = open_ro("x.db");
+  ck_assert_int_eq(count_entries(c, NULL, NULL), 1);
+  scree__cache_close(c);
+  ck_assert_int_eq(chdir(cwd), 0);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "cache_open", .setup_once = base_setup, .teardown_once = base_teardown,
                 .tests = SCREE_TESTS(fresh_file_gets_schema, new_directories_are_0700,
                                      other_schema_version_refused, invalid_arguments,
@@ -758,4 +792,4 @@ SCREE_TEST_MAIN(.name = "cache_open", .setup_once = base_setup, .teardown_once =
                                      wal_cache_in_a_read_only_directory, recover_garbage_file,
                                      recover_truncated_cache, recover_directory_in_place,
                                      recover_moves_journals_aside, concurrent_recovery,
-                                     tune_lock_one_holder_per_bucket))
+                                     tune_lock_one_holder_per_bucket, file_colon_names_are_files))
