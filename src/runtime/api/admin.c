@@ -74,7 +74,10 @@ scree_status scree__admin_default_path(char *buf, size_t size) {
 
 scree_status scree__admin_open(const char *path, int readonly, scree__admin_cache **out,
                                int *recovered, char *why, size_t why_size) {
-  return scree__cache_open(path, readonly, out, recovered, why, why_size);
+  /* What a command writes, the runtime loads and runs: a file others could
+   * change is refused as the runtime would refuse it. */
+  return scree__cache_open_trusted(path, readonly, !readonly && scree__cache_strict_modes(), out,
+                                   recovered, why, why_size);
 }
 
 void scree__admin_close(scree__admin_cache *c) { scree__cache_close(c); }

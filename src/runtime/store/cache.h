@@ -251,14 +251,30 @@ scree_status scree__cache_foreach_bad(scree__cache *c, const char *arch,
  * runs, so a file that a user other than this one (the effective uid) and
  * root could change is refused, as ssh refuses loose key permissions.
  * SCREE_OK if the file is owned by this user or root and writable by
- * neither its group nor others, and so is every directory that leads to it
- * (symlinks resolved, and as the path is given), a directory with the
- * sticky bit set being fine even when others may write it. Else
- * SCREE_ERROR_CACHE with the reason and the way out in why. A path that
- * does not stat as a regular file is SCREE_OK: the open that follows says
- * what is wrong with it. Permission bits and owners are read, not tried,
- * so the answer is the same for root. */
+ * neither its group nor others, and so is every directory that leads to it:
+ * those of the path as given and those on the way through every symbolic
+ * link, each hop of each link resolved by hand, a directory with the sticky
+ * bit set being fine even when others may write it. The -wal, -shm and
+ * -journal beside the file, where present, pass the file's rules too and
+ * may not be links. Else SCREE_ERROR_CACHE with the reason and the way out
+ * in why. A path that does not lead to a regular file is SCREE_OK (once
+ * the directories on the way passed): the open that follows says what is
+ * wrong with it. Permission bits and owners are read, not tried, so the
+ * answer is the same for root. */
 scree_status scree__cache_trust_check(const char *path, char *why, size_t why_size);
+/* The same, and on SCREE_OK the path resolved in real (real_size at least
+ * PATH_MAX): absolute, without links, on directories only this user and
+ * root can change; the file to open, so that what is opened is what was
+ * checked. real is "" on failure. */
+scree_status scree__cache_trust_resolve(const char *path, char *real, size_t real_size,
+                                       char *why, size_t why_size);
+/* scree__cache_open of the path that scree__cache_trust_resolve gives for
+ * path (its parent directories created first on a read-write open) when
+ * strict is 1, the handle still named path; a plain scree__cache_open when
+ * strict is 0. A refusal is SCREE_ERROR_CACHE with the reason in why. */
+scree_status scree__cache_open_trusted(const char *path, int readonly, int strict,
+                                       scree__cache **out, int *recovered, char *why,
+                                       size_t why_size);
 /* 0 if the operator turned the trust check off (SCREE_CACHE_STRICT_MODES=0
  * in the environment), else 1. */
 int scree__cache_strict_modes(void);
@@ -343,11 +359,14 @@ typedef struct scree__cache_stack {
  * else $HOME/.cache/scree/tune.db (HOME unset or not absolute: the passwd
  * entry's home, if absolute). Empty variables count as unset.
  * SCREE_ERROR_NOT_FOUND if there is no home directory either,
- * SCREE_ERROR_INVALID_ARGUMENT if buf is too small. */
+ * SCREE_ERROR_INVALID_ARGUMENT if SCREE_CACHE_DIR is set but not absolute
+ * (it would follow the working directory) or buf is too small. */
 scree_status scree__cache_default_path(char *buf, size_t size);
 /* Opens the stack: user_path (NULL = the default path) read-write, and each
  * path of the colon-separated search_path (NULL = $SCREE_CACHE_PATH; empty
- * components are ignored) read-only. A shipped cache that fails
+ * components are ignored) read-only. Each is opened with
+ * scree__cache_open_trusted (strict unless SCREE_CACHE_STRICT_MODES=0): a
+ * user cache that fails the check is not used. A shipped cache that fails
  * scree__cache_trust_check (unless SCREE_CACHE_STRICT_MODES=0) or fails to
  * open is skipped and described in warn (appended, one line each, separated by
  * '\n' with none after the last; "" if all went well). If the user

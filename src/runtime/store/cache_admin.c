@@ -121,11 +121,7 @@ scree_status scree__cache_merge(
   char w2[1024] = "";
   scree__cache *src = NULL;
   scree_status st;
-  if (strict && (st = scree__cache_trust_check(src_path, w2, sizeof w2)) != SCREE_OK) {
-    put_why(why, why_size, "cannot merge: %s", w2);
-    return st;
-  }
-  st = scree__cache_open(src_path, 1, &src, NULL, w2, sizeof w2);
+  st = scree__cache_open_trusted(src_path, 1, strict, &src, NULL, w2, sizeof w2);
   if (st != SCREE_OK) {
     put_why(why, why_size, "cannot merge: %s", w2);
     return st;

@@ -487,6 +487,29 @@ scree_status scree__cache_open(const char *path, int readonly,
   return wrap(db, path, readonly, out);
 }
 
+scree_status scree__cache_open_trusted(const char *path, int readonly, int strict,
+                                       scree__cache **out, int *recovered, char *why,
+                                       size_t why_size) {
+  if (!strict || !path || !*path || !out || strlen(path) >= PATH_MAX)
+    return scree__cache_open(path, readonly, out, recovered, why, why_size);
+  if (recovered) *recovered = 0;
+  *out = NULL;
+  if (!readonly && make_parents(path, why, why_size) != 0) return SCREE_ERROR_CACHE;
+  char real[PATH_MAX];
+  scree_status st = scree__cache_trust_resolve(path, real, sizeof real, why, why_size);
+  if (st == SCREE_OK) st = scree__cache_open(real, readonly, out, recovered, why, why_size);
+  if (st != SCREE_OK) return st;
+  char *p = strdup(path);
+  if (!p) {
+    scree__cache_close(*out);
+    *out = NULL;
+    return SCREE_ERROR_OUT_OF_MEMORY;
+  }
+  free((*out)->path);
+  (*out)->path = p;
+  return SCREE_OK;
+}
+
 void scree__cache_close(scree__cache *c) {
   if (!c) return;
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(c->st[i]);
