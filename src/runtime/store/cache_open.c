@@ -270,7 +270,9 @@ open_result open_db(const char *path, int readonly, int wal,
             "version %d%s",
             path, (long long)uv, SCREE_VERSION_STRING, SCREE__CACHE_SCHEMA,
             uv > SCREE__CACHE_SCHEMA ? "; it was written by a newer scree"
-                                     : "; it was written by an older scree");
+            : uv < 0 ? "; no scree writes a negative version: it is not a scree cache, or a"
+                       " damaged one"
+                     : "; it was written by an older scree");
     goto fail;
   }
   if ((rc = query_int(db, "SELECT count(*) FROM sqlite_master", &ntab)) != SQLITE_OK) {

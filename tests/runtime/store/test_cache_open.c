@@ -120,6 +120,13 @@ START_TEST(other_schema_version_refused) {
   ck_assert_int_eq(scree__cache_open(path, 0, &c, &rec, why, sizeof why),
                    SCREE_ERROR_CACHE);
   ck_assert_msg(strstr(why, "version 7"), "why: %s", why);
+  /* A negative version is nobody's: never "an older scree". */
+  db_exec(path, "PRAGMA user_version = -1");
+  ck_assert_int_eq(scree__cache_open(path, 1, &c, NULL, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, "version -1") && strstr(why, "not a scree cache") &&
+                    !strstr(why, "older"),
+                "why: %s", why);
+  ck_assert_int_eq(db_int(path, "PRAGMA user_version"), -1);
 
   /* Somebody else's SQLite database is not ours to move or fill. */
   char *foreign = pjoin(dir, "foreign.db");
