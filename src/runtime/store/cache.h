@@ -62,6 +62,9 @@ typedef struct scree__ckey {
   char src_hash[65]; /* sha256 hex of every implementation's kernel source */
 } scree__ckey;
 
+/* 1 if a and b are the same key, field by field; else 0. */
+int scree__ckey_same(const scree__ckey *a, const scree__ckey *b);
+
 typedef struct scree__centry {
   scree__ckey key;
   char config[128]; /* "tpr=128,rows=1,vec=8,cache=4" */
