@@ -108,12 +108,15 @@ void scree__centry_free(scree__centry *e);
  * SQLite cannot create the -shm) reads it as immutable when no -wal file
  * with changes is beside it, and fails with a reason when one is.
  *
- * A file that is corrupt, truncated or not SQLite at all (or a directory in
- * the file's place): a read-write open renames it aside to
+ * A damaged scree cache (a file that begins with the SQLite header of a
+ * scree cache, this schema version, but is corrupt or truncated past it): a
+ * read-write open renames it aside to
  * "<path>.corrupt-<unix time>" (its -wal/-journal files with it), creates a
  * fresh cache in its place, sets *recovered = 1 (if recovered is not NULL),
  * says so in why and returns SCREE_OK. A read-only open returns
- * SCREE_ERROR_CACHE. Other failures (permissions, an unwritable file on a
+ * SCREE_ERROR_CACHE. Anything else that is not a cache (a file that is not
+ * SQLite, another program's database, a directory) is SCREE_ERROR_CACHE and
+ * left as it is. Other failures (permissions, an unwritable file on a
  * read-write open) return SCREE_ERROR_CACHE; SCREE_ERROR_INVALID_ARGUMENT
  * and SCREE_ERROR_OUT_OF_MEMORY as usual. Every handle bounds the values
  * it reads (SCREE__CACHE_MAX_VALUE) and does not trust the file's schema

@@ -184,9 +184,9 @@ static int check_tables(sqlite3 *db, const char *path, open_result *res, char *w
   return -1;
 }
 
-/* Opens and validates path. OPEN_CORRUPT means the file (or a directory in
- * its place) is not a readable SQLite database; OPEN_FAIL any other failure,
- * with *st set. */
+/* Opens and validates path. OPEN_CORRUPT means the file is not a readable
+ * SQLite database; OPEN_FAIL any other failure (a directory in its place
+ * included), with *st set. */
 open_result open_db(const char *path, int readonly, int wal,
                            sqlite3 **out, scree_status *st, char *why,
                            size_t why_size) {
@@ -195,8 +195,8 @@ open_result open_db(const char *path, int readonly, int wal,
   struct stat sb;
   if (stat(path, &sb) == 0) {
     if (S_ISDIR(sb.st_mode)) {
-      put_why(why, why_size, "%s is a directory", path);
-      return OPEN_CORRUPT;
+      put_why(why, why_size, "%s is a directory, not a cache file", path);
+      return OPEN_FAIL;
     }
     if (!S_ISREG(sb.st_mode)) {
       put_why(why, why_size, "%s is not a regular file", path);
@@ -374,6 +374,21 @@ static int move_aside(const char *path, char *aside, size_t aside_size) {
   return rename(path, aside);
 }
 
+/* 1 if the file at path begins as a scree cache does: an SQLite header
+ * whose user_version (big-endian, at offset 60) is this scree's schema
+ * version. Only such a file, damaged past that header, is moved aside: a
+ * file of anything else is not scree's to move. */
+static int has_scree_header(const char *path) {
+  unsigned char h[100];
+  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, h, sizeof h);
+  close(fd);
+  if (n != (ssize_t)sizeof h || memcmp(h, "SQLite format 3", 16)) return 0;
+  const uint32_t uv = (uint32_t)h[60] << 24 | (uint32_t)h[61] << 16 | (uint32_t)h[62] << 8 | h[63];
+  return uv == SCREE__CACHE_SCHEMA;
+}
+
 /* Serialises recoveries of one cache between processes: an exclusive flock
  * on the directory that holds it. Best effort: -1 if it cannot be had. */
 static int lock_dir(const char *path) {
@@ -452,6 +467,13 @@ scree_status scree__cache_open(const char *path, int readonly,
     int dfd = lock_dir(path);
     /* Someone may have recovered it while we waited for the lock. */
     r = open_db(path, 0, 1, &db, &st, reason, sizeof reason);
+    if (r == OPEN_CORRUPT && !has_scree_header(path)) {
+      put_why(why, why_size,
+              "%s; it is not a damaged scree cache (no scree cache header), so it is left as it"
+              " is: move it away or give another path", reason);
+      unlock_dir(dfd);
+      return SCREE_ERROR_CACHE;
+    }
     if (r == OPEN_CORRUPT) {
       char aside[4200];
       if (move_aside(path, aside, sizeof aside) != 0) {
