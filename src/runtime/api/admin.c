@@ -720,7 +720,8 @@ scree_status scree__admin_compile_shipped(scree__admin_cache *c,
       e.nvrtc_version = n->nvrtc_version;
       e.cubin = src->cubin;
       e.cubin_size = src->size;
-      const scree_status st = scree__cache_put(c, &e, NULL);
+      int written = 0;
+      const scree_status st = scree__cache_put(c, &e, &written);
       if (st) {
         n->failed++;
         r->st = st;
@@ -729,8 +730,10 @@ scree_status scree__admin_compile_shipped(scree__admin_cache *c,
           rc = SCREE_ERROR_CACHE;
           set_why(why, why_size, "%s", r->why);
         }
-      } else {
+      } else if (written) {
         n->stored++;
+      } else {
+        n->cached++; /* a good row at least as fast stays: nothing was stored */
       }
     }
     if (fn && fn(user, r)) break;

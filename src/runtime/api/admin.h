@@ -248,6 +248,8 @@ typedef struct scree__admin_compile_counts {
   char arch[16];      /* "" when every arch was compiled */
   int nvrtc_version;
   int total;          /* entries to compile */
+  /* stored: rows written; cached: keys the cache held a good row of, not
+   * compiled, or compiled but kept (a good row at least as fast stayed). */
   int stored, compiles, cached, stale, other, failed;
   double seconds;
 } scree__admin_compile_counts;

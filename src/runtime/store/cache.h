@@ -40,6 +40,15 @@
 #define SCREE__CACHE_SCHEMA 1
 /* Busy timeout and write-retry budget, milliseconds. */
 #define SCREE__CACHE_BUSY_MS 10000
+/* The smallest median a cache row or a shipped tuned config may hold,
+ * microseconds: no kernel launch takes less (a launch alone costs
+ * microseconds), so a smaller one is damage or a forgery that would win
+ * every keep-the-faster comparison. Reads, writes and the text configs
+ * refuse it alike (docs/cache.md). */
+#define SCREE__CACHE_MIN_MEDIAN_US 0.01
+/* 1 if the median v (a finite number) is below SCREE__CACHE_MIN_MEDIAN_US,
+ * with "<name> is ..." in why; else 0. */
+int scree__median_below_floor(double v, const char *name, char *why, size_t why_size);
 /* The largest cubin a cache may hold, bytes: put refuses bigger ones and a
  * read refuses the row (real cubins are tens to hundreds of KiB). */
 #define SCREE__CACHE_MAX_CUBIN (64 << 20)
@@ -147,7 +156,8 @@ void scree__cache_last_error(scree__cache *c, char *buf, size_t size);
 /* Every row read from the file is checked before it is used (docs/cache.md,
  * "Rows read from a file"): text fields fit their fixed fields with no NUL
  * (key parts and configs: printable ASCII without blanks), numbers have
- * their column's type and range, medians are finite and positive, causal is
+ * their column's type and range, medians are finite and at least
+ * SCREE__CACHE_MIN_MEDIAN_US, causal is
  * 0 or 1, a cubin is a blob of 1..SCREE__CACHE_MAX_CUBIN bytes. Iterations
  * skip a row that fails, get returns SCREE_ERROR_CACHE for it; both count
  * it here. Returns how many rows this handle refused since it was opened,
@@ -169,10 +179,12 @@ scree_status scree__cache_get(scree__cache *c, const scree__ckey *k,
 /* Upsert that keeps the faster entry: if a row with the same key exists and
  * its median_us is <= e->median_us, the existing row stays (*replaced = 0);
  * otherwise e is written (*replaced = 1); an existing row that fails the
- * read checks is always replaced. replaced may be NULL. cubin_hash is
+ * read checks, or whose cubin fails its hash check, is always replaced.
+ * replaced may be NULL. cubin_hash is
  * computed from the cubin bytes (the caller's is ignored). e must pass the
  * checks a read applies (a non-empty cubin of at most
- * SCREE__CACHE_MAX_CUBIN bytes, median_us finite and > 0, key and config
+ * SCREE__CACHE_MAX_CUBIN bytes, median_us finite and at least
+ * SCREE__CACHE_MIN_MEDIAN_US, key and config
  * printable ASCII that fits), else SCREE_ERROR_INVALID_ARGUMENT with the
  * reason in scree__cache_last_error. Atomic under concurrent writers from
  * several processes and threads. SCREE_ERROR_CACHE on a read-only cache. */

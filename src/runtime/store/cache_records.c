@@ -211,15 +211,27 @@ int drop_if_refused(scree__cache *c, const scree__ckey *k) {
   if (!s) return rc;
   bind_key(s, k);
   rc = step_lookup(c, s);
-  int64_t rowid = -1;
+  int64_t rowid = -1, intact = -1;
+  char why[256];
   if (rc == SQLITE_ROW) {
     scree__centry e;
-    char why[256];
-    if (read_winner(s, 0, &e, why, sizeof why) != SCREE_OK) rowid = sqlite3_column_int64(s, 18);
+    if (read_winner(s, 0, &e, why, sizeof why) != SCREE_OK)
+      rowid = sqlite3_column_int64(s, 18);
+    else
+      intact = sqlite3_column_int64(s, 18);
   }
   if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
   done(s);
-  if (rc != SQLITE_OK || rowid < 0) return rc;
+  if (rc != SQLITE_OK) return rc;
+  /* A row whose cubin fails its hash check is damaged too: whatever its
+   * median says, it would otherwise keep out every good row. */
+  if (intact >= 0) {
+    scree__centry e;
+    const scree_status st = get_rowid_locked(c, intact, &e, why, sizeof why);
+    if (st == SCREE_ERROR_PARSE || (st == SCREE_OK && !e.cubin_ok)) rowid = intact;
+    if (st == SCREE_OK) scree__centry_free(&e);
+  }
+  if (rowid < 0) return rc;
   if (!(s = stmt(c, ST_DEL_ROWID, &rc))) return rc;
   sqlite3_bind_int64(s, 1, rowid);
   rc = sqlite3_step(s);

@@ -846,9 +846,75 @@ START_TEST(lookups_never_return_another_key) {
 }
 END_TEST
 
+/* A damaged row (its cubin fails its hash check) loses to any good one,
+ * whatever its median; a median below the floor is refused on write and
+ * on read. */
+START_TEST(damaged_rows_lose) {
+  char *dir = tdir();
+  char *path = pjoin(dir, "tune.db");
+  scree__cache *c = open_rw(path);
+  scree__ckey k = keyi(0);
+  put_ok(c, &k, CFG[0], 10, 1, 1);
+  scree__cache_close(c);
+  db_exec(path, "UPDATE winners SET median_us = 0.5, cubin_hash ="
+                " 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'");
+  c = open_rw(path);
+  scree__centry g;
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
+  ck_assert_int_eq(g.cubin_ok, 0);
+  scree__centry_free(&g);
+  put_ok(c, &k, CFG[1], 20, 2, 1); /* slower, and good: it replaces the damaged row */
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
+  ck_assert_int_eq(g.cubin_ok, 1);
+  ck_assert(g.median_us == 20);
+  ck_assert_str_eq(g.config, CFG[1]);
+  scree__centry_free(&g);
+  put_ok(c, &k, CFG[2], 30, 3, 0); /* a good row keeps the slower one out */
+  scree__cache_close(c);
+
+  /* Merge: a good source row replaces a damaged destination row. */
+  char *src = pjoin(dir, "src.db");
+  c = open_rw(src);
+  put_ok(c, &k, CFG[3], 40, 4, 1);
+  scree__cache_close(c);
+  db_exec(path, "UPDATE winners SET median_us = 0.5, cubin_hash ="
+                " 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb'");
+  c = open_rw(path);
+  scree__merge_counts n;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_merge(c, src, 0, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
+  ck_assert_int_eq(g.cubin_ok, 1);
+  ck_assert_str_eq(g.config, CFG[3]);
+  scree__centry_free(&g);
+
+  /* The floor: refused on write, however small, and a row below it on read. */
+  static const double tiny[] = {0.001, 1e-300, 0x1p-1074, 0.0099};
+  for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+    scree__centry e = entry(&k, CFG[0], tiny[i], 5, 600);
+    ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_ERROR_INVALID_ARGUMENT);
+    char err[512];
+    scree__cache_last_error(c, err, sizeof err);
+    ck_assert_msg(strstr(err, "median_us") && strstr(err, "below"), "%s", err);
+    scree__centry_free(&e);
+  }
+  scree__centry e = entry(&k, CFG[0], 0.01, 5, 600);
+  ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_OK);
+  scree__centry_free(&e);
+  scree__cache_close(c);
+  db_exec(path, "UPDATE winners SET median_us = 0.001");
+  c = open_rw(path);
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_ERROR_CACHE);
+  char err[512];
+  scree__cache_last_error(c, err, sizeof err);
+  ck_assert_msg(strstr(err, "below"), "%s", err);
+  scree__cache_close(c);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "cache_records", .setup_once = base_setup, .teardown_once = base_teardown,
                 .tests = SCREE_TESTS(put_get_roundtrip, put_keeps_the_faster,
                                      put_checks_what_it_writes, cubin_hash_mismatch_detected,
                                      bad_configs, misses, concurrent_processes,
                                      threads_share_one_handle, key_comparison,
-                                     lookups_never_return_another_key))
+                                     lookups_never_return_another_key, damaged_rows_lose))
