@@ -318,7 +318,7 @@ int cmd_show(int argc, char **argv) {
   const int skipped = cli_report_refused(cache, "show");
   if (c.json)
     printf("\n], \"skipped\": %d}\n", skipped);
-  else if (!l.n)
+  else if (!l.n && st == SCREE_OK)
     printf("no matching entry in %s\n", scree__admin_path(cache));
   rc = cli_cache_failed(cache, st, "show");
   scree__admin_close(cache);

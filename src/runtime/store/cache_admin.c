@@ -227,6 +227,13 @@ scree_status scree__cache_merge(
     st = status_of(rc);
     goto fail;
   }
+  /* The limit every reading command holds to: a merge never builds a
+   * cache that they refuse. */
+  if ((rc = over_limit(c, "winners")) != SQLITE_OK ||
+      (rc = over_limit(c, "bad_configs")) != SQLITE_OK) {
+    st = SCREE_ERROR_CACHE;
+    goto fail;
+  }
   if ((rc = txn_commit(c)) != SQLITE_OK) {
     st = status_of(rc);
     put_why(why, why_size, "%s", c->err);

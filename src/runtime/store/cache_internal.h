@@ -188,6 +188,11 @@ void txn_rollback(scree__cache *c);
 void release(scree__cache *c);
 #define wrap scree__cache_wrap
 scree_status wrap(sqlite3 *db, const char *path, int readonly, scree__cache **out);
+#define over_limit scree__cache_over_limit
+/* Inside a write transaction: SQLITE_FULL, with the reason in c's message,
+ * if table holds more than SCREE__CACHE_MAX_ROWS rows; else an SQLite
+ * code (SQLITE_OK). */
+int over_limit(scree__cache *c, const char *table);
 #define write_winner scree__cache_write_winner
 int write_winner(scree__cache *c, const scree__centry *e, const char *hash, int *changed);
 

@@ -267,8 +267,9 @@ typedef struct put_txn {
 
 static int put_body(scree__cache *c, void *user) {
   put_txn *p = user;
-  const int rc = drop_if_refused(c, &p->e->key);
-  return rc != SQLITE_OK ? rc : write_winner(c, p->e, p->hash, &p->changed);
+  int rc = drop_if_refused(c, &p->e->key);
+  if (rc == SQLITE_OK) rc = write_winner(c, p->e, p->hash, &p->changed);
+  return rc == SQLITE_OK && p->changed ? over_limit(c, "winners") : rc;
 }
 
 scree_status scree__cache_put(scree__cache *c, const scree__centry *e,
