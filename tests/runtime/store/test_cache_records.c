@@ -849,6 +849,12 @@ END_TEST
 /* A damaged row (its cubin fails its hash check) loses to any good one,
  * whatever its median; a median below the floor is refused on write and
  * on read. */
+/* Every winner of path gets a fast median and a cubin_hash of the right
+ * form that its cubin fails. */
+static void damage_winners(const char *path) {
+  db_exec(path, "UPDATE winners SET median_us = 0.5, cubin_hash = printf('%064d', 0)");
+}
+
 START_TEST(damaged_rows_lose) {
   char *dir = tdir();
   char *path = pjoin(dir, "tune.db");
@@ -856,8 +862,7 @@ START_TEST(damaged_rows_lose) {
   scree__ckey k = keyi(0);
   put_ok(c, &k, CFG[0], 10, 1, 1);
   scree__cache_close(c);
-  db_exec(path, "UPDATE winners SET median_us = 0.5, cubin_hash ="
-                " 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'");
+  damage_winners(path);
   c = open_rw(path);
   scree__centry g;
   ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
@@ -877,8 +882,7 @@ START_TEST(damaged_rows_lose) {
   c = open_rw(src);
   put_ok(c, &k, CFG[3], 40, 4, 1);
   scree__cache_close(c);
-  db_exec(path, "UPDATE winners SET median_us = 0.5, cubin_hash ="
-                " 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb'");
+  damage_winners(path);
   c = open_rw(path);
   scree__merge_counts n;
   char why[1024];
