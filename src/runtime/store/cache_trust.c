@@ -83,6 +83,13 @@ static int walk(const char *path, uid_t me, char *real, size_t real_size, char *
       return 0;
     }
     if (S_ISLNK(sb.st_mode)) {
+      /* A link's mode means nothing, its owner does: in a sticky directory
+       * the owner may replace it. */
+      if (sb.st_uid != 0 && sb.st_uid != me) {
+        put_why(why, why_size, "the link %s is owned by uid %u, neither you (uid %u) nor root",
+                cand, (unsigned)sb.st_uid, (unsigned)me);
+        return 1;
+      }
       const ssize_t ln = readlink(cand, link, sizeof link - 1);
       if (ln < 0 || ++hops > 40) {
         put_why(why, why_size, "cannot follow the link %s: %s", cand,
