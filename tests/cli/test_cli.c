@@ -452,6 +452,40 @@ END_TEST
 
 /* import refuses a source that others could change, and says how to
  * accept it; the flag or the environment variable does. */
+/* A cache name is the file it names: never a URI, and never a directory or
+ * a foreign file to move aside. */
+START_TEST(cache_names_are_files_and_foreign_files_stay) {
+  char sub[400], notes[500];
+  snprintf(sub, sizeof sub, "%s/names", dir);
+  ck_assert_int_eq(mkdir(sub, 0700), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "export '%s/out.db' --cache '%s'", sub, db), 0);
+  /* "file:out.db" is not out.db: export writes a new file of that name. */
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && '%s' export file:out.db --cache '%s' 2>&1",
+                         sub, SCREE_TUNE_BIN, db), 0);
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && '%s' merge 'file:x.db?mode=memory'"
+                         " --cache file:out.db 2>&1", sub, SCREE_TUNE_BIN), 4);
+  ck_assert_msg(strstr(out, "file:x.db?mode=memory"), "%s", out);
+  snprintf(notes, sizeof notes, "%s/file:out.db", sub);
+  ck_assert_int_eq(access(notes, F_OK), 0);
+  /* A directory and a text file given as --cache: an error, nothing moved. */
+  ck_assert_int_eq(tune(out, sizeof out, "clear --op softmax --cache '%s'", sub), 4);
+  ck_assert_msg(strstr(out, "is a directory"), "%s", out);
+  snprintf(notes, sizeof notes, "%s/notes.txt", sub);
+  FILE *f = fopen(notes, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("not a cache\n", f);
+  fclose(f);
+  ck_assert_int_eq(tune(out, sizeof out, "clear --op softmax --cache '%s'", notes), 4);
+  ck_assert_msg(strstr(out, "not a damaged scree cache"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "ls '%s' | grep -c corrupt", sub), 1);
+  ck_assert_str_eq(out, "0\n");
+  ck_assert_int_eq(shell(out, sizeof out, "ls -d '%s'.corrupt-* 2>/dev/null | wc -l", sub), 0);
+  ck_assert_str_eq(out, "0\n");
+  ck_assert_int_eq(shell(out, sizeof out, "cat '%s'", notes), 0);
+  ck_assert_str_eq(out, "not a cache\n");
+}
+END_TEST
+
 START_TEST(import_refuses_loose_permissions) {
   char src[400], saved[400];
   snprintf(src, sizeof src, "%s/src.db", dir);
@@ -1045,6 +1079,7 @@ int main(void) {
   tcase_add_test(tc, wal_cache_in_a_read_only_directory);
   tcase_add_test(tc, relative_home_is_not_used);
   tcase_add_test(tc, import_refuses_loose_permissions);
+  tcase_add_test(tc, cache_names_are_files_and_foreign_files_stay);
   tcase_add_test(tc, reading_commands_do_not_touch_the_file);
   tcase_add_test(tc, rows_that_fail_their_checks);
   tcase_add_test(tc, import_and_export_report_skipped_rows);

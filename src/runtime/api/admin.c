@@ -74,7 +74,10 @@ scree_status scree__admin_default_path(char *buf, size_t size) {
 
 scree_status scree__admin_open(const char *path, int readonly, scree__admin_cache **out,
                                int *recovered, char *why, size_t why_size) {
-  return scree__cache_open(path, readonly, out, recovered, why, why_size);
+  /* What a command writes, the runtime loads and runs: a file others could
+   * change is refused as the runtime would refuse it. */
+  return scree__cache_open_trusted(path, readonly, !readonly && scree__cache_strict_modes(), out,
+                                   recovered, why, why_size);
 }
 
 void scree__admin_close(scree__admin_cache *c) { scree__cache_close(c); }
@@ -717,7 +720,8 @@ scree_status scree__admin_compile_shipped(scree__admin_cache *c,
       e.nvrtc_version = n->nvrtc_version;
       e.cubin = src->cubin;
       e.cubin_size = src->size;
-      const scree_status st = scree__cache_put(c, &e, NULL);
+      int written = 0;
+      const scree_status st = scree__cache_put(c, &e, &written);
       if (st) {
         n->failed++;
         r->st = st;
@@ -726,8 +730,10 @@ scree_status scree__admin_compile_shipped(scree__admin_cache *c,
           rc = SCREE_ERROR_CACHE;
           set_why(why, why_size, "%s", r->why);
         }
-      } else {
+      } else if (written) {
         n->stored++;
+      } else {
+        n->cached++; /* a good row at least as fast stays: nothing was stored */
       }
     }
     if (fn && fn(user, r)) break;

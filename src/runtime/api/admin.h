@@ -56,7 +56,9 @@ scree_status scree__admin_default_path(char *buf, size_t size);
  * missing or empty file is SCREE_ERROR_NOT_FOUND (nothing cached yet); a
  * path that cannot be reached is SCREE_ERROR_CACHE; a path too long for
  * the system SCREE_ERROR_INVALID_ARGUMENT. readonly = 0 creates it and
- * moves a corrupt file aside, saying so in why with *recovered = 1. */
+ * moves a corrupt file aside, saying so in why with *recovered = 1; it
+ * first passes the trust check (scree__cache_open_trusted, unless
+ * SCREE_CACHE_STRICT_MODES=0): SCREE_ERROR_CACHE with the reason if not. */
 scree_status scree__admin_open(const char *path, int readonly, scree__admin_cache **out,
                                int *recovered, char *why, size_t why_size);
 /* NULL-safe. */
@@ -246,6 +248,8 @@ typedef struct scree__admin_compile_counts {
   char arch[16];      /* "" when every arch was compiled */
   int nvrtc_version;
   int total;          /* entries to compile */
+  /* stored: rows written; cached: keys the cache held a good row of, not
+   * compiled, or compiled but kept (a good row at least as fast stayed). */
   int stored, compiles, cached, stale, other, failed;
   double seconds;
 } scree__admin_compile_counts;

@@ -40,6 +40,15 @@
 #define SCREE__CACHE_SCHEMA 1
 /* Busy timeout and write-retry budget, milliseconds. */
 #define SCREE__CACHE_BUSY_MS 10000
+/* The smallest median a cache row or a shipped tuned config may hold,
+ * microseconds: no kernel launch takes less (a launch alone costs
+ * microseconds), so a smaller one is damage or a forgery that would win
+ * every keep-the-faster comparison. Reads, writes and the text configs
+ * refuse it alike (docs/cache.md). */
+#define SCREE__CACHE_MIN_MEDIAN_US 0.01
+/* 1 if the median v (a finite number) is below SCREE__CACHE_MIN_MEDIAN_US,
+ * with "<name> is ..." in why; else 0. */
+int scree__median_below_floor(double v, const char *name, char *why, size_t why_size);
 /* The largest cubin a cache may hold, bytes: put refuses bigger ones and a
  * read refuses the row (real cubins are tens to hundreds of KiB). */
 #define SCREE__CACHE_MAX_CUBIN (64 << 20)
@@ -61,6 +70,9 @@ typedef struct scree__ckey {
   char arch[16];     /* "sm_90" */
   char src_hash[65]; /* sha256 hex of every implementation's kernel source */
 } scree__ckey;
+
+/* 1 if a and b are the same key, field by field; else 0. */
+int scree__ckey_same(const scree__ckey *a, const scree__ckey *b);
 
 typedef struct scree__centry {
   scree__ckey key;
@@ -105,12 +117,15 @@ void scree__centry_free(scree__centry *e);
  * SQLite cannot create the -shm) reads it as immutable when no -wal file
  * with changes is beside it, and fails with a reason when one is.
  *
- * A file that is corrupt, truncated or not SQLite at all (or a directory in
- * the file's place): a read-write open renames it aside to
+ * A damaged scree cache (a file that begins with the SQLite header of a
+ * scree cache, this schema version, but is corrupt or truncated past it): a
+ * read-write open renames it aside to
  * "<path>.corrupt-<unix time>" (its -wal/-journal files with it), creates a
  * fresh cache in its place, sets *recovered = 1 (if recovered is not NULL),
  * says so in why and returns SCREE_OK. A read-only open returns
- * SCREE_ERROR_CACHE. Other failures (permissions, an unwritable file on a
+ * SCREE_ERROR_CACHE. Anything else that is not a cache (a file that is not
+ * SQLite, another program's database, a directory) is SCREE_ERROR_CACHE and
+ * left as it is. Other failures (permissions, an unwritable file on a
  * read-write open) return SCREE_ERROR_CACHE; SCREE_ERROR_INVALID_ARGUMENT
  * and SCREE_ERROR_OUT_OF_MEMORY as usual. Every handle bounds the values
  * it reads (SCREE__CACHE_MAX_VALUE) and does not trust the file's schema
@@ -141,7 +156,8 @@ void scree__cache_last_error(scree__cache *c, char *buf, size_t size);
 /* Every row read from the file is checked before it is used (docs/cache.md,
  * "Rows read from a file"): text fields fit their fixed fields with no NUL
  * (key parts and configs: printable ASCII without blanks), numbers have
- * their column's type and range, medians are finite and positive, causal is
+ * their column's type and range, medians are finite and at least
+ * SCREE__CACHE_MIN_MEDIAN_US, causal is
  * 0 or 1, a cubin is a blob of 1..SCREE__CACHE_MAX_CUBIN bytes. Iterations
  * skip a row that fails, get returns SCREE_ERROR_CACHE for it; both count
  * it here. Returns how many rows this handle refused since it was opened,
@@ -163,10 +179,12 @@ scree_status scree__cache_get(scree__cache *c, const scree__ckey *k,
 /* Upsert that keeps the faster entry: if a row with the same key exists and
  * its median_us is <= e->median_us, the existing row stays (*replaced = 0);
  * otherwise e is written (*replaced = 1); an existing row that fails the
- * read checks is always replaced. replaced may be NULL. cubin_hash is
+ * read checks, or whose cubin fails its hash check, is always replaced.
+ * replaced may be NULL. cubin_hash is
  * computed from the cubin bytes (the caller's is ignored). e must pass the
  * checks a read applies (a non-empty cubin of at most
- * SCREE__CACHE_MAX_CUBIN bytes, median_us finite and > 0, key and config
+ * SCREE__CACHE_MAX_CUBIN bytes, median_us finite and at least
+ * SCREE__CACHE_MIN_MEDIAN_US, key and config
  * printable ASCII that fits), else SCREE_ERROR_INVALID_ARGUMENT with the
  * reason in scree__cache_last_error. Atomic under concurrent writers from
  * several processes and threads. SCREE_ERROR_CACHE on a read-only cache. */
@@ -251,14 +269,30 @@ scree_status scree__cache_foreach_bad(scree__cache *c, const char *arch,
  * runs, so a file that a user other than this one (the effective uid) and
  * root could change is refused, as ssh refuses loose key permissions.
  * SCREE_OK if the file is owned by this user or root and writable by
- * neither its group nor others, and so is every directory that leads to it
- * (symlinks resolved, and as the path is given), a directory with the
- * sticky bit set being fine even when others may write it. Else
- * SCREE_ERROR_CACHE with the reason and the way out in why. A path that
- * does not stat as a regular file is SCREE_OK: the open that follows says
- * what is wrong with it. Permission bits and owners are read, not tried,
- * so the answer is the same for root. */
+ * neither its group nor others, and so is every directory that leads to it:
+ * those of the path as given and those on the way through every symbolic
+ * link, each hop of each link resolved by hand, a directory with the sticky
+ * bit set being fine even when others may write it. The -wal, -shm and
+ * -journal beside the file, where present, pass the file's rules too and
+ * may not be links. Else SCREE_ERROR_CACHE with the reason and the way out
+ * in why. A path that does not lead to a regular file is SCREE_OK (once
+ * the directories on the way passed): the open that follows says what is
+ * wrong with it. Permission bits and owners are read, not tried, so the
+ * answer is the same for root. */
 scree_status scree__cache_trust_check(const char *path, char *why, size_t why_size);
+/* The same, and on SCREE_OK the path resolved in real (real_size at least
+ * PATH_MAX): absolute, without links, on directories only this user and
+ * root can change; the file to open, so that what is opened is what was
+ * checked. real is "" on failure. */
+scree_status scree__cache_trust_resolve(const char *path, char *real, size_t real_size,
+                                       char *why, size_t why_size);
+/* scree__cache_open of the path that scree__cache_trust_resolve gives for
+ * path (its parent directories created first on a read-write open) when
+ * strict is 1, the handle still named path; a plain scree__cache_open when
+ * strict is 0. A refusal is SCREE_ERROR_CACHE with the reason in why. */
+scree_status scree__cache_open_trusted(const char *path, int readonly, int strict,
+                                       scree__cache **out, int *recovered, char *why,
+                                       size_t why_size);
 /* 0 if the operator turned the trust check off (SCREE_CACHE_STRICT_MODES=0
  * in the environment), else 1. */
 int scree__cache_strict_modes(void);
@@ -343,11 +377,14 @@ typedef struct scree__cache_stack {
  * else $HOME/.cache/scree/tune.db (HOME unset or not absolute: the passwd
  * entry's home, if absolute). Empty variables count as unset.
  * SCREE_ERROR_NOT_FOUND if there is no home directory either,
- * SCREE_ERROR_INVALID_ARGUMENT if buf is too small. */
+ * SCREE_ERROR_INVALID_ARGUMENT if SCREE_CACHE_DIR is set but not absolute
+ * (it would follow the working directory) or buf is too small. */
 scree_status scree__cache_default_path(char *buf, size_t size);
 /* Opens the stack: user_path (NULL = the default path) read-write, and each
  * path of the colon-separated search_path (NULL = $SCREE_CACHE_PATH; empty
- * components are ignored) read-only. A shipped cache that fails
+ * components are ignored) read-only. Each is opened with
+ * scree__cache_open_trusted (strict unless SCREE_CACHE_STRICT_MODES=0): a
+ * user cache that fails the check is not used. A shipped cache that fails
  * scree__cache_trust_check (unless SCREE_CACHE_STRICT_MODES=0) or fails to
  * open is skipped and described in warn (appended, one line each, separated by
  * '\n' with none after the last; "" if all went well). If the user

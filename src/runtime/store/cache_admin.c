@@ -121,11 +121,7 @@ scree_status scree__cache_merge(
   char w2[1024] = "";
   scree__cache *src = NULL;
   scree_status st;
-  if (strict && (st = scree__cache_trust_check(src_path, w2, sizeof w2)) != SCREE_OK) {
-    put_why(why, why_size, "cannot merge: %s", w2);
-    return st;
-  }
-  st = scree__cache_open(src_path, 1, &src, NULL, w2, sizeof w2);
+  st = scree__cache_open_trusted(src_path, 1, strict, &src, NULL, w2, sizeof w2);
   if (st != SCREE_OK) {
     put_why(why, why_size, "cannot merge: %s", w2);
     return st;
@@ -229,6 +225,13 @@ scree_status scree__cache_merge(
   if (rc != SQLITE_DONE) {
     set_err(c, "reading %s: %s", src_path, sqlite3_errmsg(src->db));
     st = status_of(rc);
+    goto fail;
+  }
+  /* The limit every reading command holds to: a merge never builds a
+   * cache that they refuse. */
+  if ((rc = over_limit(c, "winners")) != SQLITE_OK ||
+      (rc = over_limit(c, "bad_configs")) != SQLITE_OK) {
+    st = SCREE_ERROR_CACHE;
     goto fail;
   }
   if ((rc = txn_commit(c)) != SQLITE_OK) {

@@ -94,8 +94,15 @@ static int col_int(sqlite3_stmt *s, int col, int64_t lo, int64_t hi, int64_t *ou
   return 0;
 }
 
-/* Checks a time in microseconds: a finite number, > 0 (positive = 1) or
- * >= 0. */
+int scree__median_below_floor(double v, const char *name, char *why, size_t why_size) {
+  if (v >= SCREE__CACHE_MIN_MEDIAN_US) return 0;
+  put_why(why, why_size, "%s is %g, below the %g us that the fastest kernel takes", name, v,
+          SCREE__CACHE_MIN_MEDIAN_US);
+  return 1;
+}
+
+/* Checks a time in microseconds: a finite number, > 0 (positive = 1, a
+ * median: at least SCREE__CACHE_MIN_MEDIAN_US) or >= 0. */
 static int col_us(sqlite3_stmt *s, int col, int positive, double *out, const char *name,
                   char *why, size_t why_size) {
   const int t = sqlite3_column_type(s, col);
@@ -109,6 +116,7 @@ static int col_us(sqlite3_stmt *s, int col, int positive, double *out, const cha
             positive ? "positive" : "non-negative");
     return -1;
   }
+  if (positive && scree__median_below_floor(v, name, why, why_size)) return -1;
   *out = v;
   return 0;
 }
@@ -269,6 +277,7 @@ int entry_ok(const scree__centry *e, char *why, size_t why_size) {
     put_why(why, why_size, "median_us is %g, not a finite positive number", e->median_us);
     return 0;
   }
+  if (scree__median_below_floor(e->median_us, "median_us", why, why_size)) return 0;
   if (!isfinite(e->spread_us) || e->spread_us < 0) {
     put_why(why, why_size, "spread_us is %g, not a finite non-negative number",
             e->spread_us);

@@ -268,3 +268,23 @@ int check_writable(scree__cache *c, const char *what) {
   return 0;
 }
 
+int over_limit(scree__cache *c, const char *table) {
+  char sql[96];
+  snprintf(sql, sizeof sql, "SELECT count(*) > %d FROM %s", SCREE__CACHE_MAX_ROWS, table);
+  sqlite3_stmt *s = NULL;
+  int rc = sqlite3_prepare_v2(c->db, sql, -1, &s, NULL);
+  int over = 0;
+  if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    over = sqlite3_column_int(s, 0);
+    rc = SQLITE_OK;
+  }
+  if (rc != SQLITE_OK) set_err(c, "%s: counting %s: %s", c->path, table, sqlite3_errmsg(c->db));
+  sqlite3_finalize(s);
+  if (rc == SQLITE_OK && over) {
+    set_err(c, "%s: %s would hold more than %d rows, the most a cache holds (every command"
+               " that reads it reads at most that many); nothing written", c->path, table,
+            SCREE__CACHE_MAX_ROWS);
+    rc = SQLITE_FULL;
+  }
+  return rc;
+}

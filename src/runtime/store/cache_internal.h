@@ -139,7 +139,8 @@ scree_status get_rowid_locked(scree__cache *c, int64_t rowid, scree__centry *out
                               size_t why_size);
 #define drop_if_refused scree__cache_drop_if_refused
 /* Inside a write transaction: deletes k's winner row if it fails the read
- * checks, so that a valid entry can take its place. An SQLite code. */
+ * checks or its cubin fails its hash check, so that a valid entry takes its
+ * place whatever the damaged row's median. An SQLite code. */
 int drop_if_refused(scree__cache *c, const scree__ckey *k);
 #define grow scree__cache_grow
 int grow(void **p, size_t *cap, size_t n, size_t elem);
@@ -187,6 +188,11 @@ void txn_rollback(scree__cache *c);
 void release(scree__cache *c);
 #define wrap scree__cache_wrap
 scree_status wrap(sqlite3 *db, const char *path, int readonly, scree__cache **out);
+#define over_limit scree__cache_over_limit
+/* Inside a write transaction: SQLITE_FULL, with the reason in c's message,
+ * if table holds more than SCREE__CACHE_MAX_ROWS rows; else an SQLite
+ * code (SQLITE_OK). */
+int over_limit(scree__cache *c, const char *table);
 #define write_winner scree__cache_write_winner
 int write_winner(scree__cache *c, const scree__centry *e, const char *hash, int *changed);
 

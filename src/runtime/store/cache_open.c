@@ -114,20 +114,25 @@ fail:
 
 /* sqlite3_open_v2 of path with scree's settings: read-only or read-write
  * (creating), and with immutable = 1 as an immutable file (a URI, so the
- * path is percent-encoded where a URI needs it). An SQLite code; *db may
- * be set even on failure. */
+ * path is percent-encoded where a URI needs it). SQLite as Debian builds it
+ * reads any name that starts with "file:" as a URI, whatever the flags: such
+ * a relative name is given as "./file:...", so that the file opened is the
+ * one named, never one that a URI's path or parameters pick. An SQLite code;
+ * *db may be set even on failure. */
 static int open_handle(const char *path, int readonly, int immutable, sqlite3 **db) {
   *db = NULL;
   const int flags = SQLITE_OPEN_FULLMUTEX |
                     (readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  const size_t n = strlen(path);
+  const char *dot = strncmp(path, "file:", 5) ? "" : "./";
+  char *name = malloc(3 * n + 32);
+  if (!name) return SQLITE_NOMEM;
   int rc;
   if (!immutable) {
-    rc = sqlite3_open_v2(path, db, flags, NULL);
+    sprintf(name, "%s%s", dot, path);
+    rc = sqlite3_open_v2(name, db, flags, NULL);
   } else {
-    const size_t n = strlen(path);
-    char *uri = malloc(3 * n + 32);
-    if (!uri) return SQLITE_NOMEM;
-    char *o = uri + sprintf(uri, "file:");
+    char *o = name + sprintf(name, "file:%s", dot);
     for (size_t i = 0; i < n; i++) {
       const unsigned char ch = (unsigned char)path[i];
       if (ch == '%' || ch == '?' || ch == '#' || ch < 0x20 || ch >= 0x7f)
@@ -136,9 +141,9 @@ static int open_handle(const char *path, int readonly, int immutable, sqlite3 **
         *o++ = (char)ch;
     }
     strcpy(o, "?immutable=1");
-    rc = sqlite3_open_v2(uri, db, flags | SQLITE_OPEN_URI, NULL);
-    free(uri);
+    rc = sqlite3_open_v2(name, db, flags | SQLITE_OPEN_URI, NULL);
   }
+  free(name);
   if (rc != SQLITE_OK) return rc;
   sqlite3_extended_result_codes(*db, 1);
   sqlite3_busy_timeout(*db, SCREE__CACHE_BUSY_MS);
@@ -179,9 +184,9 @@ static int check_tables(sqlite3 *db, const char *path, open_result *res, char *w
   return -1;
 }
 
-/* Opens and validates path. OPEN_CORRUPT means the file (or a directory in
- * its place) is not a readable SQLite database; OPEN_FAIL any other failure,
- * with *st set. */
+/* Opens and validates path. OPEN_CORRUPT means the file is not a readable
+ * SQLite database; OPEN_FAIL any other failure (a directory in its place
+ * included), with *st set. */
 open_result open_db(const char *path, int readonly, int wal,
                            sqlite3 **out, scree_status *st, char *why,
                            size_t why_size) {
@@ -190,8 +195,8 @@ open_result open_db(const char *path, int readonly, int wal,
   struct stat sb;
   if (stat(path, &sb) == 0) {
     if (S_ISDIR(sb.st_mode)) {
-      put_why(why, why_size, "%s is a directory", path);
-      return OPEN_CORRUPT;
+      put_why(why, why_size, "%s is a directory, not a cache file", path);
+      return OPEN_FAIL;
     }
     if (!S_ISREG(sb.st_mode)) {
       put_why(why, why_size, "%s is not a regular file", path);
@@ -265,7 +270,9 @@ open_result open_db(const char *path, int readonly, int wal,
             "version %d%s",
             path, (long long)uv, SCREE_VERSION_STRING, SCREE__CACHE_SCHEMA,
             uv > SCREE__CACHE_SCHEMA ? "; it was written by a newer scree"
-                                     : "; it was written by an older scree");
+            : uv < 0 ? "; no scree writes a negative version: it is not a scree cache, or a"
+                       " damaged one"
+                     : "; it was written by an older scree");
     goto fail;
   }
   if ((rc = query_int(db, "SELECT count(*) FROM sqlite_master", &ntab)) != SQLITE_OK) {
@@ -367,6 +374,21 @@ static int move_aside(const char *path, char *aside, size_t aside_size) {
   return rename(path, aside);
 }
 
+/* 1 if the file at path begins as a scree cache does: an SQLite header
+ * whose user_version (big-endian, at offset 60) is this scree's schema
+ * version. Only such a file, damaged past that header, is moved aside: a
+ * file of anything else is not scree's to move. */
+static int has_scree_header(const char *path) {
+  unsigned char h[100];
+  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, h, sizeof h);
+  close(fd);
+  if (n != (ssize_t)sizeof h || memcmp(h, "SQLite format 3", 16)) return 0;
+  const uint32_t uv = (uint32_t)h[60] << 24 | (uint32_t)h[61] << 16 | (uint32_t)h[62] << 8 | h[63];
+  return uv == SCREE__CACHE_SCHEMA;
+}
+
 /* Serialises recoveries of one cache between processes: an exclusive flock
  * on the directory that holds it. Best effort: -1 if it cannot be had. */
 static int lock_dir(const char *path) {
@@ -445,6 +467,13 @@ scree_status scree__cache_open(const char *path, int readonly,
     int dfd = lock_dir(path);
     /* Someone may have recovered it while we waited for the lock. */
     r = open_db(path, 0, 1, &db, &st, reason, sizeof reason);
+    if (r == OPEN_CORRUPT && !has_scree_header(path)) {
+      put_why(why, why_size,
+              "%s; it is not a damaged scree cache (no scree cache header), so it is left as it"
+              " is: move it away or give another path", reason);
+      unlock_dir(dfd);
+      return SCREE_ERROR_CACHE;
+    }
     if (r == OPEN_CORRUPT) {
       char aside[4200];
       if (move_aside(path, aside, sizeof aside) != 0) {
@@ -480,6 +509,29 @@ scree_status scree__cache_open(const char *path, int readonly,
     return st;
   }
   return wrap(db, path, readonly, out);
+}
+
+scree_status scree__cache_open_trusted(const char *path, int readonly, int strict,
+                                       scree__cache **out, int *recovered, char *why,
+                                       size_t why_size) {
+  if (!strict || !path || !*path || !out || strlen(path) >= PATH_MAX)
+    return scree__cache_open(path, readonly, out, recovered, why, why_size);
+  if (recovered) *recovered = 0;
+  *out = NULL;
+  if (!readonly && make_parents(path, why, why_size) != 0) return SCREE_ERROR_CACHE;
+  char real[PATH_MAX];
+  scree_status st = scree__cache_trust_resolve(path, real, sizeof real, why, why_size);
+  if (st == SCREE_OK) st = scree__cache_open(real, readonly, out, recovered, why, why_size);
+  if (st != SCREE_OK) return st;
+  char *p = strdup(path);
+  if (!p) {
+    scree__cache_close(*out);
+    *out = NULL;
+    return SCREE_ERROR_OUT_OF_MEMORY;
+  }
+  free((*out)->path);
+  (*out)->path = p;
+  return SCREE_OK;
 }
 
 void scree__cache_close(scree__cache *c) {

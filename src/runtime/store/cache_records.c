@@ -87,11 +87,24 @@ static scree_status read_winner(sqlite3_stmt *s, int with_cubin, scree__centry *
 
 /* Lookup with the lock held. with_cubin = 0 leaves cubin NULL and puts the
  * stored size into cubin_size. */
+int scree__ckey_same(const scree__ckey *a, const scree__ckey *b) {
+  return !strcmp(a->op, b->op) && !strcmp(a->bucket, b->bucket) && !strcmp(a->dtype, b->dtype) &&
+         a->causal == b->causal && !strcmp(a->arch, b->arch) && !strcmp(a->src_hash, b->src_hash);
+}
+
 scree_status get_locked(scree__cache *c, const scree__ckey *k,
                                scree__centry *out, int with_cubin) {
   int rc;
   sqlite3_stmt *s = stmt(c, ST_GET_META, &rc);
   if (!s) return status_of(rc);
+  /* The row and its cubin are two reads: one read transaction (one
+   * snapshot) holds them together, so that a writer that deletes this key
+   * and inserts another under the same rowid meanwhile is not seen. */
+  const int own_txn = with_cubin && sqlite3_get_autocommit(c->db);
+  if (own_txn && (rc = sqlite3_exec(c->db, "BEGIN", NULL, NULL, NULL)) != SQLITE_OK) {
+    set_err(c, "%s: lookup failed: %s", c->path, sqlite3_errmsg(c->db));
+    return status_of(rc);
+  }
   bind_key(s, k);
   scree_status st;
   int64_t rowid = -1;
@@ -106,10 +119,17 @@ scree_status get_locked(scree__cache *c, const scree__ckey *k,
   }
   done(s);
   /* The cubin only once the row passed and its size is known to be
-   * bounded; the row is read again by its rowid (an upsert keeps it). */
+   * bounded; the row is read again by its rowid, and is used only if it
+   * still holds the key asked for. */
   if (st == SCREE_OK && with_cubin) {
     st = get_rowid_locked(c, rowid, out, why, sizeof why);
+    if (st == SCREE_OK && !scree__ckey_same(&out->key, k)) {
+      scree__centry_free(out);
+      st = SCREE_ERROR_NOT_FOUND;
+    }
   }
+  if (own_txn && sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
   if (st == SCREE_ERROR_PARSE) {
     set_err(c, "%s: the row of %s %s was refused: %s", c->path, k->op, k->bucket, why);
     st = SCREE_ERROR_CACHE;
@@ -191,15 +211,27 @@ int drop_if_refused(scree__cache *c, const scree__ckey *k) {
   if (!s) return rc;
   bind_key(s, k);
   rc = step_lookup(c, s);
-  int64_t rowid = -1;
+  int64_t rowid = -1, intact = -1;
+  char why[256];
   if (rc == SQLITE_ROW) {
     scree__centry e;
-    char why[256];
-    if (read_winner(s, 0, &e, why, sizeof why) != SCREE_OK) rowid = sqlite3_column_int64(s, 18);
+    if (read_winner(s, 0, &e, why, sizeof why) != SCREE_OK)
+      rowid = sqlite3_column_int64(s, 18);
+    else
+      intact = sqlite3_column_int64(s, 18);
   }
   if (rc == SQLITE_ROW || rc == SQLITE_DONE) rc = SQLITE_OK;
   done(s);
-  if (rc != SQLITE_OK || rowid < 0) return rc;
+  if (rc != SQLITE_OK) return rc;
+  /* A row whose cubin fails its hash check is damaged too: whatever its
+   * median says, it would otherwise keep out every good row. */
+  if (intact >= 0) {
+    scree__centry e;
+    const scree_status st = get_rowid_locked(c, intact, &e, why, sizeof why);
+    if (st == SCREE_ERROR_PARSE || (st == SCREE_OK && !e.cubin_ok)) rowid = intact;
+    if (st == SCREE_OK) scree__centry_free(&e);
+  }
+  if (rowid < 0) return rc;
   if (!(s = stmt(c, ST_DEL_ROWID, &rc))) return rc;
   sqlite3_bind_int64(s, 1, rowid);
   rc = sqlite3_step(s);
@@ -235,8 +267,9 @@ typedef struct put_txn {
 
 static int put_body(scree__cache *c, void *user) {
   put_txn *p = user;
-  const int rc = drop_if_refused(c, &p->e->key);
-  return rc != SQLITE_OK ? rc : write_winner(c, p->e, p->hash, &p->changed);
+  int rc = drop_if_refused(c, &p->e->key);
+  if (rc == SQLITE_OK) rc = write_winner(c, p->e, p->hash, &p->changed);
+  return rc == SQLITE_OK && p->changed ? over_limit(c, "winners") : rc;
 }
 
 scree_status scree__cache_put(scree__cache *c, const scree__centry *e,

@@ -18,6 +18,9 @@ scree_status scree__cache_default_path(char *buf, size_t size) {
   const char *h = getenv("HOME");
   char pwbuf[4096];
   if (d && *d) {
+    /* A relative one would follow the working directory: refused, not
+     * passed over, since the operator asked for a place. */
+    if (d[0] != '/') return SCREE_ERROR_INVALID_ARGUMENT;
     base = d;
     tail = "/tune.db";
   } else if (x && x[0] == '/') {
@@ -63,8 +66,7 @@ static scree_status open_shipped(void *user, const char *p) {
   scree__cache_stack *s = o->s;
   char why[2048] = "";
   scree__cache *c = NULL;
-  scree_status st = o->strict ? scree__cache_trust_check(p, why, sizeof why) : SCREE_OK;
-  if (st == SCREE_OK) st = scree__cache_open(p, 1, &c, NULL, why, sizeof why);
+  scree_status st = scree__cache_open_trusted(p, 1, o->strict, &c, NULL, why, sizeof why);
   if (st != SCREE_OK) {
     append_line(o->warn, o->warn_size, "shipped cache %s skipped: %s", p, why);
     return SCREE_OK;
@@ -98,16 +100,17 @@ scree_status scree__cache_stack_open(scree__cache_stack *s,
       up = dflt;
     } else {
       append_line(warn, warn_size,
-                  "no user cache: cannot find a default path (%s: set "
-                  "SCREE_CACHE_DIR or HOME); running without one",
-                  scree_status_name(d));
+                  "no user cache: %s; running without one",
+                  d == SCREE_ERROR_INVALID_ARGUMENT
+                      ? "SCREE_CACHE_DIR is not an absolute path (or the path is too long)"
+                      : "cannot find a default path (set SCREE_CACHE_DIR or HOME)");
     }
   }
   if (up) {
     int rec = 0;
     why[0] = 0;
-    scree_status st = scree__cache_open(up, 0, &s->user, &rec, why,
-                                        sizeof why);
+    scree_status st = scree__cache_open_trusted(up, 0, scree__cache_strict_modes(), &s->user,
+                                                &rec, why, sizeof why);
     if (st == SCREE_ERROR_OUT_OF_MEMORY) return st;
     if (st != SCREE_OK)
       append_line(warn, warn_size,

@@ -65,6 +65,7 @@ static int parse_line(char *s, scree__tentry *e, char *why, size_t n) {
     put_why(why, n, "median_us is \"%s\", not a finite number > 0", f[7]);
     return -1;
   }
+  if (scree__median_below_floor(e->median_us, "median_us", why, n)) return -1;
   /* What a cache row that leaves its file must be (merge, export). */
   scree__centry c;
   memset(&c, 0, sizeof c);

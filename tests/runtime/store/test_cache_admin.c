@@ -608,9 +608,47 @@ START_TEST(exported_cache_opens_readonly_anywhere) {
 }
 END_TEST
 
+/* One limit: no write makes a cache of more winners than a listing reads. */
+START_TEST(row_limit_held_where_rows_are_written) {
+  char *dir = tdir();
+  char *path = pjoin(dir, "tune.db"), *src = pjoin(dir, "src.db");
+  scree__cache *c = open_rw(path);
+  scree__cache_close(c);
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+           " INSERT INTO winners SELECT 'rmsnorm', 'b' || i, 'x', 0, 'sm_90', '%s', 'c', 1, 0,"
+           " 'd', 0, 0, 0, 'v', 0, 'h', x'00' FROM n",
+           SCREE__CACHE_MAX_ROWS, g_src);
+  db_exec(path, sql);
+  c = open_rw(src);
+  scree__ckey k = keyi(0);
+  put_ok(c, &k, CFG[0], 10, 1, 1);
+  scree__cache_close(c);
+  c = open_rw(path);
+  scree__merge_counts n;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_merge(c, src, 0, &n, NULL, NULL, why, sizeof why),
+                   SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, "more than 100000 rows") && strstr(why, "nothing merged"), "%s", why);
+  scree__centry e = entry(&k, CFG[0], 10, 1, 600);
+  ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_ERROR_CACHE);
+  scree__centry_free(&e);
+  scree__cache_close(c);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM winners"), SCREE__CACHE_MAX_ROWS);
+  /* One row fewer: there is room for exactly one more. */
+  db_exec(path, "DELETE FROM winners WHERE bucket = 'b1'");
+  c = open_rw(path);
+  ck_assert_int_eq(scree__cache_merge(c, src, 0, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(n.added, 1);
+  scree__cache_close(c);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "cache_admin", .setup_once = base_setup, .teardown_once = base_teardown,
                 .tests = SCREE_TESTS(clear_with_filters, merge_semantics,
                                      merge_refuses_what_it_cannot_check,
                                      export_refuses_what_it_cannot_check,
                                      sizes_from_a_file_are_bounded, export_with_filters,
-                                     exported_cache_opens_readonly_anywhere))
+                                     exported_cache_opens_readonly_anywhere,
+                                     row_limit_held_where_rows_are_written))

@@ -120,6 +120,13 @@ START_TEST(other_schema_version_refused) {
   ck_assert_int_eq(scree__cache_open(path, 0, &c, &rec, why, sizeof why),
                    SCREE_ERROR_CACHE);
   ck_assert_msg(strstr(why, "version 7"), "why: %s", why);
+  /* A negative version is nobody's: never "an older scree". */
+  db_exec(path, "PRAGMA user_version = -1");
+  ck_assert_int_eq(scree__cache_open(path, 1, &c, NULL, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, "version -1") && strstr(why, "not a scree cache") &&
+                    !strstr(why, "older"),
+                "why: %s", why);
+  ck_assert_int_eq(db_int(path, "PRAGMA user_version"), -1);
 
   /* Somebody else's SQLite database is not ours to move or fill. */
   char *foreign = pjoin(dir, "foreign.db");
@@ -501,11 +508,69 @@ static void check_fresh_cache_works(scree__cache *c, const char *path) {
   ck_assert_int_eq(count_entries(c, NULL, NULL), 1);
 }
 
+/* n bytes (n >= 100) of a damaged scree cache: a scree cache's SQLite
+ * header (its first 100 bytes), then garbage. */
+static void damaged_cache(uint8_t *buf, size_t n, uint32_t seed) {
+  char *tmp = pjoin(tdir(), "header.db");
+  scree__cache_close(open_rw(tmp));
+  size_t hn;
+  void *h = read_all(tmp, &hn);
+  ck_assert_uint_ge(hn, 100);
+  fill_bytes(buf, n, seed);
+  memcpy(buf, h, 100);
+  free(h);
+}
+
+/* Only a damaged scree cache is moved aside: a file of anything else, or a
+ * directory, is refused and left exactly as it is. */
+START_TEST(foreign_files_never_moved) {
+  char *dir = tdir();
+  char *path = pjoin(dir, "notes.txt");
+  const char text[] = "my notes: not a cache\n";
+  write_all(path, text, sizeof text - 1);
+  scree__cache *c = NULL;
+  char why[2048] = "";
+  int rec = -1;
+  ck_assert_int_eq(scree__cache_open(path, 0, &c, &rec, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(rec, 0);
+  ck_assert_msg(strstr(why, path) && strstr(why, "not a damaged scree cache"), "why: %s", why);
+  ck_assert_int_eq(asides(path, NULL, 0), 0);
+  size_t n;
+  void *b = read_all(path, &n);
+  ck_assert_uint_eq(n, sizeof text - 1);
+  ck_assert_int_eq(memcmp(b, text, n), 0);
+  free(b);
+  /* Random bytes, and another program's SQLite file damaged the same way. */
+  uint8_t garbage[8192];
+  fill_bytes(garbage, sizeof garbage, 99);
+  char *g = pjoin(dir, "garbage.db");
+  write_all(g, garbage, sizeof garbage);
+  ck_assert_int_eq(scree__cache_open(g, 0, &c, &rec, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_int_eq(asides(g, NULL, 0), 0);
+  damaged_cache(garbage, sizeof garbage, 99);
+  garbage[63] ^= 0x40; /* user_version: not scree's */
+  write_all(g, garbage, sizeof garbage);
+  ck_assert_int_eq(scree__cache_open(g, 0, &c, &rec, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_int_eq(asides(g, NULL, 0), 0);
+  /* A directory in the file's place. */
+  char *d = pjoin(dir, "tune.db");
+  ck_assert_int_eq(mkdir(d, 0755), 0);
+  ck_assert_int_eq(scree__cache_open(d, 1, &c, &rec, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_int_eq(scree__cache_open(d, 0, &c, &rec, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, "is a directory"), "why: %s", why);
+  ck_assert_int_eq(asides(d, NULL, 0), 0);
+  struct stat sb;
+  ck_assert_int_eq(stat(d, &sb), 0);
+  ck_assert(S_ISDIR(sb.st_mode));
+}
+END_TEST
+
 START_TEST(recover_garbage_file) {
   char *dir = tdir();
   char *path = pjoin(dir, "tune.db");
   uint8_t garbage[8192];
-  fill_bytes(garbage, sizeof garbage, 1234);
+  damaged_cache(garbage, sizeof garbage, 1234);
   write_all(path, garbage, sizeof garbage);
 
   /* Read-only: refused, file untouched. */
@@ -541,7 +606,7 @@ START_TEST(recover_garbage_file) {
   scree__cache_close(c);
 
   /* Again, with recovered NULL: a second aside with a distinct name. */
-  write_all(path, garbage, 100); /* shorter than one SQLite header */
+  write_all(path, garbage, 100); /* a scree cache's header and nothing more */
   ck_assert_int_eq(scree__cache_open(path, 0, &c, NULL, why, sizeof why),
                    SCREE_OK);
   ck_assert_int_eq(asides(path, NULL, 0), 2);
@@ -590,38 +655,13 @@ START_TEST(recover_truncated_cache) {
 }
 END_TEST
 
-START_TEST(recover_directory_in_place) {
-  char *dir = tdir();
-  char *path = pjoin(dir, "tune.db");
-  ck_assert_int_eq(mkdir(path, 0755), 0);
-  scree__cache *c = NULL;
-  char why[2048] = "";
-  int rec = -1;
-  ck_assert_int_eq(scree__cache_open(path, 1, &c, &rec, why, sizeof why),
-                   SCREE_ERROR_CACHE);
-  ck_assert_int_eq(scree__cache_open(path, 0, &c, &rec, why, sizeof why),
-                   SCREE_OK);
-  ck_assert_int_eq(rec, 1);
-  ck_assert_msg(strstr(why, "is a directory"), "why: %s", why);
-  char aside[1024];
-  ck_assert_int_eq(asides(path, aside, sizeof aside), 1);
-  struct stat sb;
-  ck_assert_int_eq(stat(aside, &sb), 0);
-  ck_assert(S_ISDIR(sb.st_mode));
-  ck_assert_int_eq(stat(path, &sb), 0);
-  ck_assert(S_ISREG(sb.st_mode));
-  check_fresh_cache_works(c, path);
-  scree__cache_close(c);
-}
-END_TEST
-
 /* A stale -wal beside a damaged file must not be replayed into the fresh
  * cache: it is moved aside with it (or already discarded by SQLite). */
 START_TEST(recover_moves_journals_aside) {
   char *dir = tdir();
   char *path = pjoin(dir, "tune.db"), *wal = pjoin(dir, "tune.db-wal");
   uint8_t garbage[4096];
-  fill_bytes(garbage, sizeof garbage, 77);
+  damaged_cache(garbage, sizeof garbage, 77);
   write_all(path, garbage, sizeof garbage);
   write_all(wal, garbage, 1000);
   scree__cache *c = NULL;
@@ -673,7 +713,7 @@ START_TEST(concurrent_recovery) {
   char *dir = tdir();
   char *path = pjoin(dir, "tune.db");
   uint8_t garbage[8192];
-  fill_bytes(garbage, sizeof garbage, 4321);
+  damaged_cache(garbage, sizeof garbage, 4321);
   write_all(path, garbage, sizeof garbage);
   pid_t pids[NCHILD];
   for (int ch = 0; ch < NCHILD; ch++) {
@@ -750,12 +790,46 @@ START_TEST(tune_lock_one_holder_per_bucket) {
 }
 END_TEST
 
+/* A name that starts with "file:" names a file, never a URI: the file
+ * opened is the one named, with the name as it is. */
+START_TEST(file_colon_names_are_files) {
+  char *dir = tdir();
+  char cwd[1024];
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  ck_assert_int_eq(chdir(dir), 0);
+  scree__cache *c = open_rw("x.db");
+  scree__ckey k = keyi(0);
+  put_ok(c, &k, CFG[0], 10, 1, 1);
+  scree__cache_close(c);
+  /* Read-only: "file:x.db" is no cache, x.db is not read in its place. */
+  scree__cache *r = NULL;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_open("file:x.db", 1, &r, NULL, why, sizeof why),
+                   SCREE_ERROR_NOT_FOUND);
+  ck_assert_ptr_null(r);
+  /* Read-write: a new file of that very name, x.db untouched. */
+  c = open_rw("file:x.db");
+  ck_assert_int_eq(count_entries(c, NULL, NULL), 0);
+  put_ok(c, &k, CFG[1], 5, 2, 1);
+  scree__cache_close(c);
+  ck_assert(exists("file:x.db"));
+  c = open_rw("file:y.db?mode=memory");
+  put_ok(c, &k, CFG[1], 5, 2, 1);
+  scree__cache_close(c);
+  ck_assert(exists("file:y.db?mode=memory"));
+  c = open_ro("x.db");
+  ck_assert_int_eq(count_entries(c, NULL, NULL), 1);
+  scree__cache_close(c);
+  ck_assert_int_eq(chdir(cwd), 0);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "cache_open", .setup_once = base_setup, .teardown_once = base_teardown,
                 .tests = SCREE_TESTS(fresh_file_gets_schema, new_directories_are_0700,
                                      other_schema_version_refused, invalid_arguments,
                                      readonly_is_never_written, unreachable_paths,
                                      views_and_without_rowid_refused, reader_racing_creation,
                                      wal_cache_in_a_read_only_directory, recover_garbage_file,
-                                     recover_truncated_cache, recover_directory_in_place,
+                                     recover_truncated_cache, foreign_files_never_moved,
                                      recover_moves_journals_aside, concurrent_recovery,
-                                     tune_lock_one_holder_per_bucket))
+                                     tune_lock_one_holder_per_bucket, file_colon_names_are_files))

@@ -725,8 +725,200 @@ START_TEST(threads_share_one_handle) {
 }
 END_TEST
 
+/* Keys compare field by field. */
+START_TEST(key_comparison) {
+  scree__ckey a = keyi(0), b = keyi(0);
+  ck_assert(scree__ckey_same(&a, &b));
+  b.causal = 1;
+  ck_assert(!scree__ckey_same(&a, &b));
+  b = a;
+  snprintf(b.dtype, sizeof b.dtype, "x=bf16,w=bf16,y=bf16");
+  ck_assert(!scree__ckey_same(&a, &b));
+  b = a;
+  snprintf(b.arch, sizeof b.arch, "sm_80");
+  ck_assert(!scree__ckey_same(&a, &b));
+  b = keyi(1);
+  ck_assert(!scree__ckey_same(&a, &b));
+  b = a;
+  b.src_hash[0] = b.src_hash[0] == '0' ? '1' : '0';
+  ck_assert(!scree__ckey_same(&a, &b));
+  b = a;
+  snprintf(b.op, sizeof b.op, "softmax");
+  ck_assert(!scree__ckey_same(&a, &b));
+}
+END_TEST
+
+/* Readers against a writer that deletes one key and inserts another under
+ * the same rowid, for a bounded time: every lookup returns its own key (or
+ * nothing), never the other key's row. */
+typedef struct swap_reader {
+  const char *path;
+  volatile int *stop;
+  long lookups, wrong, errors;
+} swap_reader;
+
+static void *swap_read(void *p) {
+  swap_reader *r = p;
+  scree__cache *c = NULL;
+  char why[1024];
+  if (scree__cache_open(r->path, 1, &c, NULL, why, sizeof why) != SCREE_OK) {
+    r->errors++;
+    return NULL;
+  }
+  for (long i = 0; !*r->stop; i++) {
+    scree__ckey k = keyi((int)(i & 1));
+    scree__centry g;
+    const scree_status st = scree__cache_get(c, &k, &g);
+    if (st == SCREE_OK) {
+      r->lookups++;
+      if (!scree__ckey_same(&g.key, &k) || !g.cubin_ok) r->wrong++;
+      scree__centry_free(&g);
+    } else if (st != SCREE_ERROR_NOT_FOUND) {
+      r->errors++;
+    }
+  }
+  scree__cache_close(c);
+  return NULL;
+}
+
+static double mono_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+START_TEST(lookups_never_return_another_key) {
+  char *path = pjoin(tdir(), "tune.db");
+  scree__cache *c = open_rw(path);
+  scree__ckey k0 = keyi(0), k1 = keyi(1);
+  put_ok(c, &k0, CFG[0], 10, 1, 1);
+  put_ok(c, &k1, CFG[1], 20, 2, 1);
+  scree__cache_close(c);
+  sqlite3 *w = NULL;
+  ck_assert_int_eq(sqlite3_open(path, &w), SQLITE_OK);
+  sqlite3_busy_timeout(w, 5000);
+  ck_assert_int_eq(sqlite3_exec(w, "ATTACH ':memory:' AS m; CREATE TABLE m.saved AS SELECT *"
+                                   " FROM main.winners; DELETE FROM main.winners WHERE rowid > 1",
+                                NULL, NULL, NULL),
+                   SQLITE_OK);
+  volatile int stop = 0;
+  enum { NREAD = 2 };
+  swap_reader r[NREAD];
+  pthread_t th[NREAD];
+  for (int i = 0; i < NREAD; i++) {
+    r[i] = (swap_reader){.path = path, .stop = &stop};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, swap_read, &r[i]), 0);
+  }
+  /* Each swap empties the table and inserts the other key's row: SQLite
+   * gives it rowid 1 again. */
+  sqlite3_stmt *del = NULL, *ins = NULL;
+  ck_assert_int_eq(sqlite3_prepare_v2(w, "DELETE FROM main.winners", -1, &del, NULL), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_prepare_v2(w, "INSERT INTO main.winners SELECT * FROM m.saved"
+                                         " WHERE bucket = ?1", -1, &ins, NULL),
+                   SQLITE_OK);
+  const double t0 = mono_now();
+  long swaps = 0;
+  while (mono_now() - t0 < 2.0) {
+    const scree__ckey *k = swaps++ & 1 ? &k0 : &k1;
+    int rc1 = sqlite3_step(del);
+    sqlite3_reset(del);
+    sqlite3_bind_text(ins, 1, k->bucket, -1, SQLITE_STATIC);
+    int rc2 = sqlite3_step(ins);
+    sqlite3_reset(ins);
+    ck_assert_int_eq(rc1, SQLITE_DONE);
+    ck_assert_int_eq(rc2, SQLITE_DONE);
+    ck_assert_int_eq(sqlite3_last_insert_rowid(w), 1);
+  }
+  stop = 1;
+  for (int i = 0; i < NREAD; i++) pthread_join(th[i], NULL);
+  sqlite3_finalize(del);
+  sqlite3_finalize(ins);
+  sqlite3_close(w);
+  long lookups = 0;
+  for (int i = 0; i < NREAD; i++) {
+    ck_assert_int_eq(r[i].errors, 0);
+    ck_assert_msg(r[i].wrong == 0, "%ld of %ld lookups returned the other key's row", r[i].wrong,
+                  r[i].lookups);
+    lookups += r[i].lookups;
+  }
+  ck_assert_int_gt(lookups, 0);
+  ck_assert_int_gt(swaps, 10);
+}
+END_TEST
+
+/* A damaged row (its cubin fails its hash check) loses to any good one,
+ * whatever its median; a median below the floor is refused on write and
+ * on read. */
+/* Every winner of path gets a fast median and a cubin_hash of the right
+ * form that its cubin fails. */
+static void damage_winners(const char *path) {
+  db_exec(path, "UPDATE winners SET median_us = 0.5, cubin_hash = printf('%064d', 0)");
+}
+
+START_TEST(damaged_rows_lose) {
+  char *dir = tdir();
+  char *path = pjoin(dir, "tune.db");
+  scree__cache *c = open_rw(path);
+  scree__ckey k = keyi(0);
+  put_ok(c, &k, CFG[0], 10, 1, 1);
+  scree__cache_close(c);
+  damage_winners(path);
+  c = open_rw(path);
+  scree__centry g;
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
+  ck_assert_int_eq(g.cubin_ok, 0);
+  scree__centry_free(&g);
+  put_ok(c, &k, CFG[1], 20, 2, 1); /* slower, and good: it replaces the damaged row */
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
+  ck_assert_int_eq(g.cubin_ok, 1);
+  ck_assert(g.median_us == 20);
+  ck_assert_str_eq(g.config, CFG[1]);
+  scree__centry_free(&g);
+  put_ok(c, &k, CFG[2], 30, 3, 0); /* a good row keeps the slower one out */
+  scree__cache_close(c);
+
+  /* Merge: a good source row replaces a damaged destination row. */
+  char *src = pjoin(dir, "src.db");
+  c = open_rw(src);
+  put_ok(c, &k, CFG[3], 40, 4, 1);
+  scree__cache_close(c);
+  damage_winners(path);
+  c = open_rw(path);
+  scree__merge_counts n;
+  char why[1024];
+  ck_assert_int_eq(scree__cache_merge(c, src, 0, &n, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_OK);
+  ck_assert_int_eq(g.cubin_ok, 1);
+  ck_assert_str_eq(g.config, CFG[3]);
+  scree__centry_free(&g);
+
+  /* The floor: refused on write, however small, and a row below it on read. */
+  static const double tiny[] = {0.001, 1e-300, 0x1p-1074, 0.0099};
+  for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+    scree__centry e = entry(&k, CFG[0], tiny[i], 5, 600);
+    ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_ERROR_INVALID_ARGUMENT);
+    char err[512];
+    scree__cache_last_error(c, err, sizeof err);
+    ck_assert_msg(strstr(err, "median_us") && strstr(err, "below"), "%s", err);
+    scree__centry_free(&e);
+  }
+  scree__centry e = entry(&k, CFG[0], 0.01, 5, 600);
+  ck_assert_int_eq(scree__cache_put(c, &e, NULL), SCREE_OK);
+  scree__centry_free(&e);
+  scree__cache_close(c);
+  db_exec(path, "UPDATE winners SET median_us = 0.001");
+  c = open_rw(path);
+  ck_assert_int_eq(scree__cache_get(c, &k, &g), SCREE_ERROR_CACHE);
+  char err[512];
+  scree__cache_last_error(c, err, sizeof err);
+  ck_assert_msg(strstr(err, "below"), "%s", err);
+  scree__cache_close(c);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "cache_records", .setup_once = base_setup, .teardown_once = base_teardown,
                 .tests = SCREE_TESTS(put_get_roundtrip, put_keeps_the_faster,
                                      put_checks_what_it_writes, cubin_hash_mismatch_detected,
                                      bad_configs, misses, concurrent_processes,
-                                     threads_share_one_handle))
+                                     threads_share_one_handle, key_comparison,
+                                     lookups_never_return_another_key, damaged_rows_lose))
