@@ -82,36 +82,16 @@ const char *const usage_verify =
 
 /* ---- the buckets to tune -------------------------------------------------------- */
 
-typedef struct tasks {
-  scree__admin_task *t;
-  int n, cap;
-} tasks;
+typedef scree__admin_tasks tasks;
 
-/* Adds a task unless its bucket is there already (then a miss marks the
- * one there, and the first shape given stays); 0, or 1 when out of
- * memory. The callback of the admin task sources. */
-static int add_task(void *user, const scree__admin_task *t) {
-  tasks *ts = user;
-  for (int i = 0; i < ts->n; i++) {
-    scree__admin_task *x = &ts->t[i];
-    if (strcmp(x->op, t->op) || strcmp(x->bucket, t->bucket) || strcmp(x->variant, t->variant))
-      continue;
-    if (!x->shape[0]) snprintf(x->shape, sizeof x->shape, "%s", t->shape);
-    if (t->from_miss && !x->from_miss) {
-      x->from_miss = 1;
-      x->miss = t->miss;
-    }
-    return 0;
-  }
-  if (ts->n == ts->cap) {
-    const int cap = ts->cap ? ts->cap * 2 : 64;
-    scree__admin_task *n = realloc(ts->t, (size_t)cap * sizeof *n);
-    if (!n) return 1;
-    ts->t = n;
-    ts->cap = cap;
-  }
-  ts->t[ts->n++] = *t;
-  return 0;
+/* Says why the last add to ts failed, if it did: CLI_OK, CLI_FAIL (out of
+ * memory) or CLI_USAGE (more buckets than a prewarm takes). */
+static int tasks_failed(const tasks *ts) {
+  if (ts->failed == 1) fprintf(stderr, "scree-tune prewarm: out of memory\n");
+  if (ts->failed == 2)
+    fprintf(stderr, "scree-tune prewarm: more than %d buckets to tune, the most one prewarm "
+                    "takes: give fewer shapes, models or values\n", SCREE__ADMIN_MAX_TASKS);
+  return ts->failed == 1 ? CLI_FAIL : ts->failed ? CLI_USAGE : CLI_OK;
 }
 
 /* One call shape as a task; CLI_OK or CLI_USAGE with the reason said. */
@@ -123,11 +103,8 @@ static int add_shape(tasks *ts, const char *op, const char *shape, const char *v
     fprintf(stderr, "scree-tune prewarm: %s\n", why);
     return CLI_USAGE;
   }
-  if (add_task(ts, &t)) {
-    fprintf(stderr, "scree-tune prewarm: out of memory\n");
-    return CLI_FAIL;
-  }
-  return CLI_OK;
+  scree__admin_tasks_add(ts, &t);
+  return tasks_failed(ts);
 }
 
 /* "1,2,3": positive integers, at most cap. */
@@ -158,7 +135,7 @@ static int add_model(tasks *ts, const char *model, const char *presets_file,
                      const scree_dtype *dts, int ndt) {
   char why[1536];
   const scree_status st =
-      scree__admin_model_tasks(model, presets_file, dts, ndt, add_task, ts, why, sizeof why);
+      scree__admin_model_tasks(model, presets_file, dts, ndt, scree__admin_tasks_add, ts, why, sizeof why);
   if (st == SCREE_ERROR_NOT_FOUND) {
     fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:\n", model);
     scree__admin_presets(presets_file, print_preset, NULL, why, sizeof why);
@@ -169,7 +146,7 @@ static int add_model(tasks *ts, const char *model, const char *presets_file,
                                                                                : why);
     return st == SCREE_ERROR_OUT_OF_MEMORY ? CLI_FAIL : CLI_USAGE;
   }
-  return CLI_OK;
+  return tasks_failed(ts);
 }
 
 /* The misses of cache for arch and op as tasks; unreadable ones said. */
@@ -177,7 +154,7 @@ static int add_misses(tasks *ts, scree__admin_cache *cache, const char *arch, co
   int unreadable = 0;
   char why[1024];
   const scree_status st =
-      scree__admin_miss_tasks(cache, arch, op, add_task, ts, &unreadable, why, sizeof why);
+      scree__admin_miss_tasks(cache, arch, op, scree__admin_tasks_add, ts, &unreadable, why, sizeof why);
   if (st) {
     fprintf(stderr, "scree-tune prewarm: %s: %s\n", scree_status_name(st), cli_esc(why));
     return CLI_CACHE;
@@ -185,7 +162,7 @@ static int add_misses(tasks *ts, scree__admin_cache *cache, const char *arch, co
   if (unreadable)
     fprintf(stderr, "scree-tune prewarm: skipping %d miss(es) this build cannot read (first: "
                     "%s)\n", unreadable, cli_esc(why));
-  return CLI_OK;
+  return tasks_failed(ts);
 }
 
 enum { ID_LEN = 320 };
@@ -203,10 +180,7 @@ static int apply_shard(tasks *ts, const cli_shard *s) {
       p[i] = ids + (size_t)i * ID_LEN;
     }
     if (cli_shard_select(p, ts->n, s, keep) >= 0) {
-      int m = 0;
-      for (int i = 0; i < ts->n; i++)
-        if (keep[i]) ts->t[m++] = ts->t[i];
-      ts->n = m;
+      scree__admin_tasks_keep(ts, keep);
       rc = 0;
     }
   }
@@ -866,10 +840,11 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   }
   if (p.shapes) {
     char why[1536];
-    if (scree__admin_shapes_file_tasks(p.shapes, add_task, tsp, why, sizeof why) < 0) {
+    if (scree__admin_shapes_file_tasks(p.shapes, scree__admin_tasks_add, tsp, why, sizeof why) < 0) {
       fprintf(stderr, "scree-tune prewarm: --shapes: %s\n", why);
       return CLI_USAGE;
     }
+    if ((rc = tasks_failed(tsp))) return rc;
   }
   if (!p.from_misses && tsp->n == 0) {
     fprintf(stderr, "scree-tune prewarm: nothing to tune: give --op/--cols/--rows, "
@@ -884,7 +859,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
 int cmd_prewarm(int argc, char **argv) {
   tasks ts = {0};
   const int rc = prewarm(argc, argv, &ts); /* every path leaves ts to us */
-  free(ts.t);
+  scree__admin_tasks_free(&ts);
   return rc;
 }
 

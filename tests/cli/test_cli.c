@@ -1027,6 +1027,54 @@ START_TEST(doctor_reports_what_a_bug_report_needs) {
 }
 END_TEST
 
+/* Writes text to dir/name; the path in a static buffer. */
+static const char *write_file(const char *name, const char *text, size_t len) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+  fclose(f);
+  return path;
+}
+
+/* A preset of 65536 distinct buckets is listed at once (each bucket was
+ * looked for in a linear scan: quadratic, 124k buckets took a minute);
+ * more than a prewarm takes, or a line of too many shapes, is an error. */
+START_TEST(prewarm_presets_scale) {
+  static char big[1 << 20];
+  size_t n = 0;
+  for (int v = 0; v < 2; v++) {
+    n += (size_t)snprintf(big + n, sizeof big - n, "let %c = 1", 'A' + v);
+    for (int i = 2; i <= 64; i++) n += (size_t)snprintf(big + n, sizeof big - n, ",%d", i);
+    n += (size_t)snprintf(big + n, sizeof big - n, "\n");
+  }
+  n += (size_t)snprintf(big + n, sizeof big - n, "let R = 1..32768\nlet S = 1..2\n");
+  const size_t lets = n;
+  n += (size_t)snprintf(big + n, sizeof big - n, "model wider -- a line of 131072 shapes\n"
+                        "rmsnorm rows={R*S},cols={A*64+B}\n");
+  char wider[512];
+  snprintf(wider, sizeof wider, "%s", write_file("wider.txt", big, n));
+  n = lets + (size_t)snprintf(big + lets, sizeof big - lets, "model wide -- 65536 buckets\n"
+                              "rmsnorm rows={R},cols={A*64+B}\n");
+  const char *presets = write_file("wide.txt", big, n);
+  const double t0 = scree__now();
+  ck_assert_int_eq(shell(out, sizeof out, "timeout 20 '%s' prewarm --model wide --presets '%s' "
+                         "--dtype fp16 --dry-run 2>&1 >/dev/null", SCREE_TUNE_BIN, presets),
+                   0);
+  ck_assert_msg(strstr(out, "dry run: 65536 bucket(s)"), "%s", out);
+  ck_assert_msg(scree__now() - t0 < 10, "took %.1f s", scree__now() - t0);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model wide --presets '%s' --dtype fp16,bf16 "
+                        "--dry-run", presets),
+                   2);
+  ck_assert_msg(strstr(out, "more than 100000 buckets to tune"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model wider --presets '%s' --dry-run",
+                        wider),
+                   2);
+  ck_assert_msg(strstr(out, "wider.txt:6: the line makes more than 65536 call shapes"), "%s", out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -1061,6 +1109,7 @@ int main(void) {
   tcase_add_test(tc, list_columns_fit_their_cells);
   tcase_add_test(tc, show_says_what_a_shipped_row_lacks);
   tcase_add_test(tc, doctor_reports_what_a_bug_report_needs);
+  tcase_add_test(tc, prewarm_presets_scale);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

@@ -284,6 +284,27 @@ typedef struct scree__admin_task {
   scree__admin_key miss; /* the miss row to delete once the bucket is tuned */
 } scree__admin_task;
 
+/* The most buckets one prewarm takes (docs/cli.md): past it a task list
+ * refuses more. */
+#define SCREE__ADMIN_MAX_TASKS 100000
+
+/* The buckets of a prewarm, each once, in the order first given: a hash
+ * set on (op, bucket, variant) finds the one there. Zero it to start. */
+typedef struct scree__admin_tasks {
+  scree__admin_task *t;
+  int n, cap;
+  int failed;       /* why the last add failed: 0, 1 out of memory, 2 past the cap */
+  void *index;      /* the hash set (NULL until the first add, or after a keep) */
+} scree__admin_tasks;
+/* Adds t (user: a scree__admin_tasks) unless its bucket is there already:
+ * then a miss marks the one there, and the first shape given stays. 0,
+ * or 1 with ts->failed set (out of memory, or SCREE__ADMIN_MAX_TASKS
+ * reached). The callback the task sources below take. */
+int scree__admin_tasks_add(void *ts, const scree__admin_task *t);
+/* Keeps the tasks whose keep[i] is set, in their order. */
+void scree__admin_tasks_keep(scree__admin_tasks *ts, const unsigned char *keep);
+void scree__admin_tasks_free(scree__admin_tasks *ts);
+
 /* The task of one call shape of op, in its shape fields
  * ("rows=16000,cols=4096"), tuned as variant (the op's canonical text) or,
  * when variant is NULL, with every dtype field at dtype and the others

@@ -225,6 +225,16 @@ static int expand_line(const scree__preset *p, const scree__preset_line *l, scre
       (l->variant[0] &&
        expand(l->variant, p, NULL, dt, variant, sizeof variant, &used, err, sizeof err)))
     return fn(user, l, NULL, NULL, err);
+  int64_t shapes = 1;
+  for (int k = 0; k < p->nvars; k++) {
+    if (!(used & (1u << k))) continue;
+    shapes *= p->vars[k].n; /* stops past the cap: at most 2^16 * 64 */
+    if (shapes > SCREE__PRESET_MAX_SHAPES) {
+      snprintf(err, sizeof err, "the line makes more than %d call shapes (the values of the "
+               "variables it names, multiplied)", SCREE__PRESET_MAX_SHAPES);
+      return fn(user, l, NULL, NULL, err);
+    }
+  }
   int at[SCREE__PRESET_MAX_VARS] = {0};
   for (;;) {
     if (expand(l->shape, p, at, dt, shape, sizeof shape, NULL, err, sizeof err) ||
