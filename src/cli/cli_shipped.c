@@ -122,6 +122,16 @@ static int shipped_counts(const cli_common *c, const scree__admin_shipped_summar
   return sum->warn[0] ? CLI_FAIL : CLI_OK;
 }
 
+/* Says why the kernel sources cannot be read, if they cannot (every
+ * shipped config would look stale): CLI_FAIL, else CLI_OK. */
+static int sources_unreadable(const char *cmd) {
+  char why[4200];
+  if (!scree__admin_kernel_sources(why, sizeof why)) return CLI_OK;
+  fprintf(stderr, "scree-tune %s: cannot read the kernel sources, so no shipped config can be "
+                  "matched to them: %s\n", cmd, cli_esc(why));
+  return CLI_FAIL;
+}
+
 int cli_shipped_summary(const cli_common *c) {
   scree__admin_shipped_summary s;
   const scree__admin_filter f = cli_filter(c);
@@ -133,6 +143,7 @@ int cli_shipped_summary(const cli_common *c) {
 }
 
 int cli_verify_shipped(const cli_common *c) {
+  if (sources_unreadable("verify")) return CLI_FAIL;
   static const char *const heads[] = {"op", "bucket", "dtype", "arch", "device", "config",
                                       "verdict"};
   rows_out s = {.c = c, .first = 1};
@@ -194,7 +205,9 @@ static int on_compiled(void *user, const scree__admin_compiled *r) {
 
 int cli_prewarm_from_shipped(const cli_common *c, int force) {
   scree__admin_cache *user = NULL;
-  int rc = cli_open_user_cache(c, &user, "prewarm", 0);
+  int rc = sources_unreadable("prewarm");
+  if (rc) return rc;
+  rc = cli_open_user_cache(c, &user, "prewarm", 0);
   if (rc) return rc;
   static const char *const heads[] = {"op", "bucket", "dtype", "config", "us (shipped)",
                                       "tuned on", "target", "cubin"};
@@ -227,13 +240,15 @@ int cli_prewarm_from_shipped(const cli_common *c, int force) {
     fprintf(stderr, "scree-tune prewarm: warning: %s\n", why);
   if (c->json)
     printf("\n], \"stored\": %d, \"compiles\": %d, \"cached\": %d, \"stale\": %d, "
-           "\"other_arch\": %d, \"failed\": %d, \"seconds\": %.3f}\n",
-           n.stored, n.compiles, n.cached, n.stale, n.other, n.failed, n.seconds);
+           "\"other_arch\": %d, \"other_op\": %d, \"failed\": %d, \"seconds\": %.3f}\n",
+           n.stored, n.compiles, n.cached, n.stale, n.other_arch, n.other_op, n.failed,
+           n.seconds);
   else if (!c->quiet)
     printf("%d shipped config(s) compiled (%d compile(s), %.1f s) into %s for %s, %d cached "
-           "already, %d stale, %d for other archs, %d failed\n",
+           "already, %d stale, %d for other archs, %d for other ops, %d failed\n",
            n.stored, n.compiles, n.seconds, scree__admin_path(user),
-           n.arch[0] ? n.arch : "every arch", n.cached, n.stale, n.other, n.failed);
+           n.arch[0] ? cli_esc(n.arch) : "every arch", n.cached, n.stale, n.other_arch,
+           n.other_op, n.failed);
   scree__admin_close(user);
   if (st == SCREE_ERROR_CACHE) return CLI_CACHE;
   if (st) return CLI_FAIL;

@@ -43,6 +43,10 @@ const char *scree__admin_op_name(int i);
 /* The SHA-256 (hex) of every kernel source of op as this build compiles
  * it, the hash cache rows are keyed by; NULL for an unknown op. */
 const char *scree__admin_source_hash(const char *op);
+/* 0 when this build's kernel sources can all be read, else -1 with the
+ * first that cannot and why ("SCREE_KERNEL_DIR: /x/rmsnorm.cu: No such
+ * file or directory"): without them every row looks stale. */
+int scree__admin_kernel_sources(char *why, size_t why_size);
 
 /* ---- cache files ------------------------------------------------------------- */
 
@@ -246,7 +250,8 @@ typedef struct scree__admin_compile_counts {
   char arch[16];      /* "" when every arch was compiled */
   int nvrtc_version;
   int total;          /* entries to compile */
-  int stored, compiles, cached, stale, other, failed;
+  int stored, compiles, cached, stale, failed;
+  int other_arch, other_op; /* entries --arch or --op left out */
   double seconds;
 } scree__admin_compile_counts;
 typedef struct scree__admin_compile_opts {
