@@ -153,11 +153,15 @@ static int bad_option(const cli_args *a, int ch) {
   const char *name = !strncmp(text, "--", 2) ? text + 2 : text;
   const size_t len = strcspn(name, "=");
   const int i = find_long(a->opts, name, len);
+  /* What the user typed, made safe for a terminal. */
+  char typed[256];
+  snprintf(typed, sizeof typed, "%.*s", (int)len, name);
+  const char *shown = cli_esc(typed);
   if (ch == ':') {
-    fprintf(stderr, "scree-tune %s: --%.*s needs a value%s\n", cmd, (int)len, name,
+    fprintf(stderr, "scree-tune %s: --%s needs a value%s\n", cmd, shown,
             empty_hint(i >= 0 ? a->opts[i].name : ""));
   } else if (i == -2) {
-    fprintf(stderr, "scree-tune %s: --%.*s is ambiguous:", cmd, (int)len, name);
+    fprintf(stderr, "scree-tune %s: --%s is ambiguous:", cmd, shown);
     for (int k = 0; a->opts[k].name; k++)
       if (!strncmp(a->opts[k].name, name, len)) fprintf(stderr, " --%s", a->opts[k].name);
     fprintf(stderr, "\n");
@@ -168,11 +172,11 @@ static int bad_option(const cli_args *a, int ch) {
     for (size_t k = 0; k < sizeof all_options / sizeof all_options[0]; k++)
       if (strlen(all_options[k]) == len && !strncmp(all_options[k], name, len)) elsewhere = 1;
     if (elsewhere)
-      fprintf(stderr, "scree-tune %s: --%.*s is not an option of %s (see scree-tune %s --help)\n",
-              cmd, (int)len, name, cmd, cmd);
+      fprintf(stderr, "scree-tune %s: --%s is not an option of %s (see scree-tune %s --help)\n",
+              cmd, shown, cmd, cmd);
     else
-      fprintf(stderr, "scree-tune %s: unknown option %.*s (see scree-tune %s --help)\n", cmd,
-              (int)(name - text + len), text, cmd);
+      fprintf(stderr, "scree-tune %s: unknown option %s%s (see scree-tune %s --help)\n", cmd,
+              name != text ? "--" : "", shown, cmd);
   }
   return CLI_BAD_OPTION;
 }
@@ -239,7 +243,7 @@ scree__admin_filter cli_filter(const cli_common *c) {
 
 int cli_unexpected(const char *cmd, const char *arg) {
   fprintf(stderr, "scree-tune %s: unexpected argument '%s' (see scree-tune %s --help)\n", cmd,
-          arg, cmd);
+          cli_esc(arg), cmd);
   return CLI_USAGE;
 }
 
@@ -252,14 +256,17 @@ int cli_parse_dtypes(const char *cmd, const char *s, scree_dtype *out, int cap, 
     for (int i = 0; i < 3; i++)
       if (strlen(scree_dtype_name(all[i])) == len && !strncmp(p, scree_dtype_name(all[i]), len))
         found = i;
+    char piece[64];
+    snprintf(piece, sizeof piece, "%.*s", (int)len, p);
     if (found < 0) {
-      fprintf(stderr, "scree-tune %s: --dtype %s: unknown dtype %s%.*s (fp32, fp16 or bf16)\n",
-              cmd, s, len ? "" : "\"\"", (int)len, p);
+      fprintf(stderr, "scree-tune %s: --dtype %s: unknown dtype %s%s (fp32, fp16 or bf16)\n",
+              cmd, cli_esc(s), len ? "" : "\"\"", cli_esc(piece));
       return CLI_USAGE;
     }
     for (int k = 0; k < *n; k++)
       if (out[k] == all[found]) {
-        fprintf(stderr, "scree-tune %s: --dtype %s: %.*s is given twice\n", cmd, s, (int)len, p);
+        fprintf(stderr, "scree-tune %s: --dtype %s: %s is given twice\n", cmd, cli_esc(s),
+                piece);
         return CLI_USAGE;
       }
     if (*n == cap) return CLI_USAGE; /* cannot happen: each of three at most once */
@@ -275,8 +282,8 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long
   errno = 0;
   const long v = strtol(s, &end, 10);
   if (errno || end == s || *end || v < lo || v > hi) {
-    fprintf(stderr, "scree-tune %s: --%s %s: expected an integer from %ld to %ld\n", cmd, opt, s,
-            lo, hi);
+    fprintf(stderr, "scree-tune %s: --%s %s: expected an integer from %ld to %ld\n", cmd, opt,
+            cli_esc(s), lo, hi);
     return CLI_USAGE;
   }
   *out = v;
@@ -902,7 +909,7 @@ int main(int argc, char **argv) {
     }
     return finish_stdout(commands[i].run(argc - 1, argv + 1));
   }
-  fprintf(stderr, "scree-tune: unknown command '%s'\n\n", argv[1]);
+  fprintf(stderr, "scree-tune: unknown command '%s'\n\n", cli_esc(argv[1]));
   usage(stderr);
   return CLI_USAGE;
 }

@@ -100,7 +100,7 @@ static int add_shape(tasks *ts, const char *op, const char *shape, const char *v
   scree__admin_task t;
   char why[1024];
   if (scree__admin_task_of_shape(op, shape, variant, dt, &t, why, sizeof why)) {
-    fprintf(stderr, "scree-tune prewarm: %s\n", why);
+    fprintf(stderr, "scree-tune prewarm: %s\n", cli_esc(why));
     return CLI_USAGE;
   }
   scree__admin_tasks_add(ts, &t);
@@ -116,7 +116,7 @@ static int parse_list(const char *opt, const char *s, long *out, int cap, int *n
     const long v = strtol(p, &end, 10);
     if (end == p || errno || v < 1 || v > (1L << 40) || (*end && *end != ',') || *n == cap) {
       fprintf(stderr, "scree-tune prewarm: --%s %s: give at most %d integers from 1 to 2^40, "
-                      "separated by commas\n", opt, s, cap);
+                      "separated by commas\n", opt, cli_esc(s), cap);
       return CLI_USAGE;
     }
     out[(*n)++] = v;
@@ -137,13 +137,13 @@ static int add_model(tasks *ts, const char *model, const char *presets_file,
   const scree_status st =
       scree__admin_model_tasks(model, presets_file, dts, ndt, scree__admin_tasks_add, ts, why, sizeof why);
   if (st == SCREE_ERROR_NOT_FOUND) {
-    fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:\n", model);
+    fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:\n", cli_esc(model));
     scree__admin_presets(presets_file, print_preset, NULL, why, sizeof why);
     return CLI_USAGE;
   }
   if (st) {
-    fprintf(stderr, "scree-tune prewarm: %s\n", st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory"
-                                                                               : why);
+    fprintf(stderr, "scree-tune prewarm: %s\n",
+            st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory" : cli_esc(why));
     return st == SCREE_ERROR_OUT_OF_MEMORY ? CLI_FAIL : CLI_USAGE;
   }
   return tasks_failed(ts);
@@ -396,12 +396,13 @@ static int parse_devices(const char *spec, int *ords, int *n) {
     if (end == s || errno || d < 0 || d > 1024 || (*end && *end != ',') ||
         *n == CLI_MAX_DEVICES) {
       fprintf(stderr, "scree-tune prewarm: --devices %s: give all, or GPU ordinals separated by"
-                      " commas (at most %d), such as 0,1,2\n", spec, CLI_MAX_DEVICES);
+                      " commas (at most %d), such as 0,1,2\n", cli_esc(spec), CLI_MAX_DEVICES);
       return CLI_USAGE;
     }
     for (int k = 0; k < *n; k++)
       if (ords[k] == d) {
-        fprintf(stderr, "scree-tune prewarm: --devices %s: GPU %ld is named twice\n", spec, d);
+        fprintf(stderr, "scree-tune prewarm: --devices %s: GPU %ld is named twice\n",
+                cli_esc(spec), d);
         return CLI_USAGE;
       }
     ords[(*n)++] = (int)d;
@@ -774,7 +775,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     return CLI_USAGE;
   }
   if (c->op && !scree__admin_source_hash(c->op)) {
-    fprintf(stderr, "scree-tune prewarm: unknown op %s (ops:", c->op);
+    fprintf(stderr, "scree-tune prewarm: unknown op %s (ops:", cli_esc(c->op));
     for (int i = 0; scree__admin_op_name(i); i++) fprintf(stderr, " %s", scree__admin_op_name(i));
     fprintf(stderr, ")\n");
     return CLI_USAGE;
@@ -841,7 +842,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   if (p.shapes) {
     char why[1536];
     if (scree__admin_shapes_file_tasks(p.shapes, scree__admin_tasks_add, tsp, why, sizeof why) < 0) {
-      fprintf(stderr, "scree-tune prewarm: --shapes: %s\n", why);
+      fprintf(stderr, "scree-tune prewarm: --shapes: %s\n", cli_esc(why));
       return CLI_USAGE;
     }
     if ((rc = tasks_failed(tsp))) return rc;

@@ -1075,6 +1075,31 @@ START_TEST(prewarm_presets_scale) {
 }
 END_TEST
 
+/* Argument text in messages is escaped: an escape sequence given as a
+ * command, an option, a value or an argument reaches the terminal as
+ * \x1b, never raw. */
+START_TEST(argument_text_is_escaped) {
+  static const char *const lines[] = {
+      "$'bad\e[31m'",
+      "list $'--bo\egus'",
+      "list $'arg\e[2J'",
+      "prewarm --op $'x\e]0;t\a' --shape rows=1 --dry-run",
+      "prewarm --op rmsnorm --cols 64 --rows 1 --dtype $'fp16,\e[31m' --dry-run",
+      "prewarm --op rmsnorm --cols $'64\e' --rows 1 --dry-run",
+      "prewarm --op rmsnorm --cols 64 --rows 1 --reps $'1\e' --dry-run",
+      "prewarm --op attention --shape $'batch=1\e[1m' --dry-run",
+      "prewarm --op rmsnorm --shape rows=1,cols=64 --devices $'0,\e'",
+      "prewarm --op rmsnorm --shape rows=1,cols=64 --shard $'1/\e' --dry-run",
+      "prewarm --model $'none\e[31m' --dry-run",
+  };
+  for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
+    ck_assert_int_eq(shell(out, sizeof out, "bash -c \"'%s' %s\" 2>&1", SCREE_TUNE_BIN, lines[i]),
+                     2);
+    ck_assert_msg(!strchr(out, '\033') && strstr(out, "\\x1b"), "%s: %s", lines[i], out);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -1110,6 +1135,7 @@ int main(void) {
   tcase_add_test(tc, show_says_what_a_shipped_row_lacks);
   tcase_add_test(tc, doctor_reports_what_a_bug_report_needs);
   tcase_add_test(tc, prewarm_presets_scale);
+  tcase_add_test(tc, argument_text_is_escaped);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
