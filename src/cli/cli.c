@@ -106,8 +106,15 @@ static const char *const all_options[] = {
     "rows-max", "shape", "shapes", "variant", "model", "presets", "from-misses",
     "from-shipped", "shard", "shard-count", "dry-run", "explore", "force", "reps"};
 
+/* --json was given to a command that takes it (even after a bad option),
+ * and its JSON document was started: see json_error. */
+static int json_wanted, json_opened;
+
 void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv,
                    const struct option *opts, const char *shortopts) {
+  for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+    for (int k = 0; opts[k].name; k++)
+      if (opts[k].val == OPT_JSON && !strcmp(argv[i], "--json")) json_wanted = 1;
   a->cmd = cmd;
   a->argc = argc;
   a->argv = argv;
@@ -356,7 +363,8 @@ void cli_json_key_start(const scree__admin_key *k) {
 }
 
 void cli_json_begin(void) {
-  printf("{\"scree_version\": ");
+  cli_json_open();
+  printf("\"scree_version\": ");
   cli_json_str(stdout, scree_version());
 }
 
@@ -409,9 +417,10 @@ int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const cha
   /* Reading commands never create, convert or move a cache: a shipped file
    * stays byte for byte as it was. A file that is not there, or is empty,
    * holds nothing yet; one that cannot be reached is an error. */
-  scree_status st = scree__admin_open(path, readonly, out, &recovered, why, sizeof why);
+  scree_status st = scree__admin_open(path, readonly != 0, out, &recovered, why, sizeof why);
   if (readonly && st == SCREE_ERROR_NOT_FOUND) {
-    if (!c->quiet && !c->json) fprintf(stderr, "scree-tune %s: %s\n", cmd, why);
+    if ((!c->quiet && !c->json) || readonly == CLI_CACHE_NEEDED)
+      fprintf(stderr, "scree-tune %s: %s\n", cmd, cli_esc(why));
     return CLI_OK;
   }
   if (st != SCREE_OK) {
@@ -842,6 +851,73 @@ static int cmd_demo(int argc, char **argv) {
   return rc;
 }
 
+/* ---- --json failures ---------------------------------------------------------
+ * A command given --json prints one JSON document. One that fails before
+ * it starts its document (a usage error, a cache that is not there) gets
+ * {"error": {...}} from main, with the first thing it said on stderr:
+ * stderr goes through a stream that keeps that line as it writes. */
+
+static char first_error[1024];
+static size_t first_error_len;
+static int first_error_done;
+
+void cli_json_open(void) {
+  json_opened = 1;
+  fputc('{', stdout);
+}
+
+/* The stream behind stderr: writes through to fd 2, keeping the first
+ * line that is not a warning. */
+static ssize_t stderr_write(void *cookie, const char *buf, size_t n) {
+  (void)cookie;
+  for (size_t i = 0; i < n && !first_error_done; i++) {
+    if (buf[i] == '\n') {
+      first_error[first_error_len] = 0;
+      if (strstr(first_error, ": warning: ")) first_error_len = 0;
+      else if (first_error_len) first_error_done = 1;
+    } else if (buf[i] != '\r' && first_error_len + 1 < sizeof first_error) {
+      first_error[first_error_len++] = buf[i];
+    }
+  }
+  for (size_t done = 0; done < n;) {
+    const ssize_t w = write(2, buf + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return done ? (ssize_t)done : -1;
+    done += (size_t)w;
+  }
+  return (ssize_t)n;
+}
+
+static void keep_first_error(void) {
+  static cookie_io_functions_t io = {.write = stderr_write};
+  FILE *f = fopencookie(NULL, "w", io);
+  if (!f) return; /* stderr as it was: the error object then has no message */
+  setvbuf(f, NULL, _IONBF, 0);
+  stderr = f;
+}
+
+static const char *exit_kind(int rc) {
+  switch (rc) {
+    case CLI_FAIL: return "failure";
+    case CLI_USAGE: return "usage";
+    case CLI_NO_GPU: return "no_gpu";
+    case CLI_CACHE: return "cache";
+    default: return "error";
+  }
+}
+
+/* The error object of a --json command that failed without a document. */
+static int json_error(const char *cmd, int rc) {
+  if (!json_wanted || json_opened || rc == CLI_OK) return rc;
+  first_error[first_error_len < sizeof first_error ? first_error_len : 0] = 0;
+  printf("{\"error\": {\"command\": ");
+  cli_json_str(stdout, cmd);
+  printf(", \"exit_code\": %d, \"kind\": \"%s\", \"message\": ", rc, exit_kind(rc));
+  cli_json_str(stdout, first_error);
+  printf("}}\n");
+  return rc;
+}
+
 /* Flushes and closes stdout: a command whose output was lost (a full disk,
  * /dev/full) fails with CLI_FAIL and a message, whatever it returned. */
 static int finish_stdout(int rc) {
@@ -907,7 +983,8 @@ int main(int argc, char **argv) {
       fputs(*commands[i].usage, stdout);
       return finish_stdout(CLI_OK);
     }
-    return finish_stdout(commands[i].run(argc - 1, argv + 1));
+    keep_first_error();
+    return finish_stdout(json_error(commands[i].name, commands[i].run(argc - 1, argv + 1)));
   }
   fprintf(stderr, "scree-tune: unknown command '%s'\n\n", cli_esc(argv[1]));
   usage(stderr);

@@ -18,7 +18,7 @@ int cli_export_text(const cli_common *c, const char *out) {
     return CLI_USAGE;
   }
   scree__admin_cache *cache;
-  int rc = cli_open_user_cache(c, &cache, "export", 1);
+  int rc = cli_open_user_cache(c, &cache, "export", CLI_CACHE_NEEDED);
   if (rc) return rc;
   if (!cache) return CLI_CACHE;
   char *buf = NULL, why[1024];
@@ -52,7 +52,8 @@ int cli_export_text(const cli_common *c, const char *out) {
     fprintf(stderr, "scree-tune export: warning: skipped %d winner(s) that fail their checks "
                     "(first: %s)\n", skipped, cli_esc(why));
   if (c->json) {
-    printf("{\"path\": ");
+    cli_json_open();
+    printf("\"path\": ");
     cli_json_str(stdout, out);
     printf(", \"text\": true, \"exported\": %d, \"skipped\": %d}\n", n, skipped + refused);
   } else if (!c->quiet && !to_stdout) {
@@ -148,7 +149,10 @@ int cli_verify_shipped(const cli_common *c) {
                                       "verdict"};
   rows_out s = {.c = c, .first = 1};
   cli_table_init(&s.table, 7, heads, "lllllll");
-  if (c->json) printf("{\"shipped\": [");
+  if (c->json) {
+    cli_json_open();
+    printf("\"shipped\": [");
+  }
   scree__admin_shipped_summary sum;
   const scree__admin_filter f = cli_filter(c);
   const scree_status st = scree__admin_shipped(&f, on_shipped, &s, &sum);
@@ -215,7 +219,10 @@ int cli_prewarm_from_shipped(const cli_common *c, int force) {
   cli_table_init(&p.table, 8, heads, "llllrllr");
   cli_progress bar;
   cli_progress_init(&bar, c->quiet || c->json, "shipped configs");
-  if (c->json) printf("{\"compiled\": [");
+  if (c->json) {
+    cli_json_open();
+    printf("\"compiled\": [");
+  }
   fflush(stdout);
   scree__admin_compile_counts n;
   char why[4096];

@@ -502,7 +502,8 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
       printf("gpu %d: %s (%s, %d SMs), model group %d\n", g[k].ordinal, cli_esc(g[k].dev.name),
              g[k].dev.arch, g[k].dev.sm_count, g[k].group);
   if (c.json) {
-    printf("{\"device\": ");
+    cli_json_open();
+    printf("\"device\": ");
     cli_json_str(stdout, dev->name);
     printf(", \"arch\": \"%s\", ", dev->arch);
     if (r.multi) {
@@ -608,7 +609,8 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
     return CLI_FAIL;
   }
   if (c->json) {
-    printf("{\"buckets\": [");
+    cli_json_open();
+    printf("\"buckets\": [");
     for (int i = 0; i < ts->n; i++) {
       const scree__admin_task *t = &ts->t[i];
       printf("%s\n {\"op\": ", i ? "," : "");
@@ -950,9 +952,11 @@ int cmd_verify(int argc, char **argv) {
   int rc = cli_open_user_cache(&c, &cache, "verify", 1);
   if (rc) return rc;
   if (!cache) {
-    if (c.json)
-      printf("{\"arch\": null, \"entries\": [], \"checked\": 0, \"wrong\": 0, \"slower\": 0, "
+    if (c.json) {
+      cli_json_open();
+      printf("\"arch\": null, \"entries\": [], \"checked\": 0, \"wrong\": 0, \"slower\": 0, "
              "\"stale\": 0, \"other_arch\": 0, \"other_compiler\": 0, \"skipped\": 0}\n");
+    }
     return CLI_OK; /* nothing cached: nothing to verify */
   }
   scree_context *ctx = NULL;
@@ -967,7 +971,10 @@ int cmd_verify(int argc, char **argv) {
             .driver_here = ri.driver_version};
   scree_device_info dev;
   scree_context_device(ctx, &dev);
-  if (c.json) printf("{\"arch\": \"%s\", \"entries\": [", dev.arch);
+  if (c.json) {
+    cli_json_open();
+    printf("\"arch\": \"%s\", \"entries\": [", dev.arch);
+  }
   scree__admin_verify_counts n;
   const scree__admin_filter f = cli_filter(&c);
   scree_status st = scree__admin_verify(ctx, cache, &f, retime, on_verdict, &x, &n);

@@ -929,6 +929,44 @@ START_TEST(json_everywhere) {
   ck_assert_msg(strstr(out, "\"deleted\": 3}"), "%s", out);
   /* --text - is the text on stdout: not with --json. */
   ck_assert_int_eq(tune(out, sizeof out, "export --text - --json --cache '%s'", db), 2);
+  /* A command that fails before its document prints an error object (show
+   * and verify printed nothing, or a document that hid the failure). */
+  static const struct {
+    const char *args;
+    int rc;
+    const char *message;
+  } failing[] = {
+      {"show --json --cache '%s/none.db'", 1, "no cache at "},
+      {"export '%s/x.db' --json --cache '%s/none.db'", 4, "no cache at "},
+      {"list --bogus --json --cache '%s'", 2, "unknown option --bogus"},
+      {"verify --json --shipped --retime", 2, "not with --retime"},
+      {"prewarm --json --op rmsnorm --shape rows=-1,cols=64 --dry-run", 2, "rows=-1"},
+  };
+  for (size_t i = 0; i < sizeof failing / sizeof failing[0]; i++) {
+    char args[1200];
+    snprintf(args, sizeof args, failing[i].args, dir, dir);
+    const int rc = shell(out, sizeof out, "'%s' %s 2>/dev/null", SCREE_TUNE_BIN, args);
+    ck_assert_msg(rc == failing[i].rc, "%s: exit %d", args, rc);
+    ck_assert_msg(json_ok(out) && !strncmp(out, "{\"error\": {\"command\": ", 22) &&
+                      strstr(out, failing[i].message),
+                  "%s: %s", args, out);
+  }
+}
+END_TEST
+
+/* --quiet still says why a command failed (show and export failed
+ * silently without a cache). */
+START_TEST(quiet_still_says_errors) {
+  static const char *const cmds[] = {"show -q --cache '%s/none.db'",
+                                     "export '%s/x.db' -q --cache '%s/none.db'",
+                                     "export --text - -q --cache '%s/none.db'"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    char args[1200];
+    snprintf(args, sizeof args, cmds[i], dir, dir);
+    const int rc = shell(out, sizeof out, "'%s' %s 2>&1 >/dev/null", SCREE_TUNE_BIN, args);
+    ck_assert_msg(rc != 0, "%s: exit 0", args);
+    ck_assert_msg(strstr(out, "no cache at "), "%s: said \"%s\"", args, out);
+  }
 }
 END_TEST
 
@@ -1136,6 +1174,7 @@ int main(void) {
   tcase_add_test(tc, doctor_reports_what_a_bug_report_needs);
   tcase_add_test(tc, prewarm_presets_scale);
   tcase_add_test(tc, argument_text_is_escaped);
+  tcase_add_test(tc, quiet_still_says_errors);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
