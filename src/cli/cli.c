@@ -115,6 +115,20 @@ void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv,
   for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
     for (int k = 0; opts[k].name; k++)
       if (opts[k].val == OPT_JSON && !strcmp(argv[i], "--json")) json_wanted = 1;
+  /* One command line per process: the room for its arguments stays (and
+   * stays reachable) until the process ends. */
+  static char **room;
+  static int room_size;
+  if (argc > room_size) {
+    char **r = realloc(room, (size_t)argc * sizeof *r);
+    if (!r) {
+      fprintf(stderr, "scree-tune %s: out of memory\n", cmd);
+      exit(CLI_FAIL);
+    }
+    room = r;
+    room_size = argc;
+  }
+  a->pos = room;
   a->cmd = cmd;
   a->argc = argc;
   a->argv = argv;
@@ -197,21 +211,13 @@ int cli_next(cli_args *a, const char **val) {
   snprintf(so, sizeof so, "-:%s", a->shortopts ? a->shortopts : "");
   int idx = -1, ch;
   while ((optopt = 0, ch = getopt_long(a->argc, a->argv, so, a->opts, &idx)) == 1) {
-    if (a->npos == CLI_MAX_POSITIONAL) {
-      fprintf(stderr, "scree-tune %s: more than %d arguments\n", a->cmd, CLI_MAX_POSITIONAL);
-      return CLI_BAD_OPTION;
-    }
-    a->pos[a->npos++] = optarg;
+    a->pos[a->npos++] = optarg; /* at most argc - 1 of them */
     idx = -1;
   }
   *val = optarg;
   if (ch == -1) {
     /* What follows "--" is arguments. */
-    while (optind < a->argc && a->npos < CLI_MAX_POSITIONAL) a->pos[a->npos++] = a->argv[optind++];
-    if (optind < a->argc) {
-      fprintf(stderr, "scree-tune %s: more than %d arguments\n", a->cmd, CLI_MAX_POSITIONAL);
-      return CLI_BAD_OPTION;
-    }
+    while (optind < a->argc) a->pos[a->npos++] = a->argv[optind++];
     return -1;
   }
   if (ch == '?' || ch == ':') return bad_option(a, ch);

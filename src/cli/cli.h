@@ -46,9 +46,6 @@ enum {
 /* What cli_next returns for a bad option, after saying why on stderr. */
 #define CLI_BAD_OPTION (-2)
 
-/* The most arguments (not options) one command line may give. */
-#define CLI_MAX_POSITIONAL 256
-
 typedef struct cli_args {
   const char *cmd;            /* "list", for messages */
   int argc;
@@ -56,7 +53,7 @@ typedef struct cli_args {
   const struct option *opts;  /* ends with CLI_OPT_END */
   const char *shortopts;      /* "q", "qo:" */
   int npos;                   /* the arguments met so far */
-  char *pos[CLI_MAX_POSITIONAL];
+  char **pos;                 /* room for argc of them (merge takes any number) */
 } cli_args;
 
 /* Starts parsing a command's arguments. */

@@ -1138,6 +1138,21 @@ START_TEST(argument_text_is_escaped) {
 }
 END_TEST
 
+/* merge takes any number of sources: a cluster shards up to 65536 ways,
+ * and more than 256 arguments was a usage error. */
+START_TEST(merge_takes_any_number_of_sources) {
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && for i in $(seq 300); do cp tune.db s$i.db "
+                         "|| exit 1; done", dir),
+                   0);
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && '%s' merge s*.db --cache all.db 2>&1",
+                         dir, SCREE_TUNE_BIN),
+                   0);
+  ck_assert_int_eq(count_of(out, ": 4 added") + count_of(out, ": 0 added"), 300);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s/all.db'", dir), 0);
+  ck_assert_msg(strstr(out, "4 winner(s)"), "%s", out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -1175,6 +1190,7 @@ int main(void) {
   tcase_add_test(tc, prewarm_presets_scale);
   tcase_add_test(tc, argument_text_is_escaped);
   tcase_add_test(tc, quiet_still_says_errors);
+  tcase_add_test(tc, merge_takes_any_number_of_sources);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
