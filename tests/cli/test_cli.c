@@ -1153,6 +1153,27 @@ START_TEST(merge_takes_any_number_of_sources) {
 }
 END_TEST
 
+/* A NUL byte in a text input ended it there, silently: what followed (a
+ * deny line, more shapes) was ignored with exit 0. Each names file:line. */
+START_TEST(nul_bytes_in_inputs_are_refused) {
+  static const char shapes[] = "{\"shapes\": [[1, 4096]],\n\0 \"dtypes\": [\"fp16\"]}";
+  static const char presets[] = "model m -- m\nrmsnorm rows=1,cols=4096\n\0junk\n";
+  static const char tuned[] = "# tuned\n\0rmsnorm rows<=3,cols=4 x=bf16,w=bf16,y=bf16 0 x\n";
+  char path[512];
+  snprintf(path, sizeof path, "%s", write_file("s.json", shapes, sizeof shapes - 1));
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s' --dry-run", path), 2);
+  ck_assert_msg(strstr(out, "s.json:2: a NUL byte"), "%s", out);
+  snprintf(path, sizeof path, "%s", write_file("p.txt", presets, sizeof presets - 1));
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model m --presets '%s' --dry-run", path), 2);
+  ck_assert_msg(strstr(out, "p.txt:3: a NUL byte"), "%s", out);
+  snprintf(path, sizeof path, "%s", write_file("t.txt", tuned, sizeof tuned - 1));
+  ck_assert_int_ne(shell(out, sizeof out, "SCREE_TUNED_CONFIGS='%s' '%s' verify --shipped 2>&1",
+                         path, SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "t.txt:2: a NUL byte"), "%s", out);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -1191,6 +1212,7 @@ int main(void) {
   tcase_add_test(tc, argument_text_is_escaped);
   tcase_add_test(tc, quiet_still_says_errors);
   tcase_add_test(tc, merge_takes_any_number_of_sources);
+  tcase_add_test(tc, nul_bytes_in_inputs_are_refused);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
