@@ -1174,6 +1174,63 @@ START_TEST(nul_bytes_in_inputs_are_refused) {
 }
 END_TEST
 
+/* What an outside probe found accepted, each a usage error (exit 2) that
+ * names the value: shapes and variants go through the op's checks, numbers
+ * parse whole, lists are not cut, shapes files are strict JSON. */
+START_TEST(probed_inputs_are_usage_errors) {
+#define PROBE_ATTN(f) "prewarm --dry-run --op attention --shape batch=16,total_q=12081," \
+  "total_k=12081,max_seqlen_q=2048,max_seqlen_k=2048,heads_q=16,heads_kv=16," f
+  static const struct {
+    const char *args, *said;
+  } probes[] = {
+      {PROBE_ATTN("head_dim=7,window_left=-1,window_right=-1"), "head_dim=7"},
+      {PROBE_ATTN("head_dim=-128,window_left=-1,window_right=-1"), "head_dim=-128"},
+      {PROBE_ATTN("head_dim=4294967424,window_left=-1,window_right=-1"), "head_dim=4294967424"},
+      {PROBE_ATTN("head_dim=128,window_left=-5,window_right=-1"), "window_left=-5"},
+      {PROBE_ATTN("head_dim=128,window_left=-1,window_right=-1 --variant "
+                  "dtype=fp32,head_dim=128,causal=1,window=0"), "fp32"},
+      {PROBE_ATTN("head_dim=128,window_left=-1,window_right=-1 --variant "
+                  "dtype=fp16,head_dim=7,causal=1,window=0"), "head_dim=7"},
+      {"prewarm --dry-run --op attention --shape batch=-5,total_q=1,total_k=1,max_seqlen_q=1,"
+       "max_seqlen_k=1,heads_q=1,heads_kv=1,head_dim=64,window_left=-1,window_right=-1",
+       "batch=-5"},
+      {"prewarm --dry-run --op attention --shape batch=1,total_q=-1,total_k=1,max_seqlen_q=1,"
+       "max_seqlen_k=1,heads_q=1,heads_kv=1,head_dim=64,window_left=-1,window_right=-1",
+       "total_q=-1"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows-max 1e3", "--rows-max 1e3"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows-max 5x", "--rows-max 5x"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows 1 --device abc", "--device abc"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows 1 --reps abc", "--reps abc"},
+      {"prewarm --dry-run --op rmsnorm --rows 1 --cols 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,"
+       "17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,"
+       "46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65", "at most 64"},
+      {"prewarm --dry-run --op rmsnorm --cols 64 --rows 1 --dtype fp16,bf16,fp32,garbage",
+       "unknown dtype garbage"},
+      {"demo --op rmsnorm --shape rows=-1,cols=4096", "rows=-1"},
+      {"demo --op rmsnorm --shape rows=1,cols=0", "cols=0"},
+      {"demo --op attention --shape batch=1,total_q=1,total_k=1,max_seqlen_q=1,max_seqlen_k=1,"
+       "heads_q=1,heads_kv=1,head_dim=7,window_left=-1,window_right=-1", "head_dim=7"},
+  };
+#undef PROBE_ATTN
+  for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
+    ck_assert_msg(tune(out, sizeof out, "%s", probes[i].args) == 2, "%s: %s", probes[i].args,
+                  out);
+    ck_assert_msg(strstr(out, probes[i].said), "%s: %s", probes[i].args, out);
+  }
+  static const char *const files[][2] = {
+      {"{\"shapes\": [[1, 4096]], \"dtypes\": \"fp16\"}", "\"dtypes\" is a string"},
+      {"{\"shapes\": [[1, 4096],], \"dtypes\": [\"fp16\"]}", "line 1, column 22: a comma"},
+      {"{\"shapes\": [[1, 4096]]} x", "line 1, column 25: more text"},
+      {"{\"shapes\": [[01, 4096]]}", "line 1, column 14: a number with a leading zero"},
+  };
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    const char *path = write_file("probe.json", files[i][0], strlen(files[i][0]));
+    ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --shapes '%s'", path), 2);
+    ck_assert_msg(strstr(out, files[i][1]), "%s: %s", files[i][0], out);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -1213,6 +1270,7 @@ int main(void) {
   tcase_add_test(tc, quiet_still_says_errors);
   tcase_add_test(tc, merge_takes_any_number_of_sources);
   tcase_add_test(tc, nul_bytes_in_inputs_are_refused);
+  tcase_add_test(tc, probed_inputs_are_usage_errors);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
