@@ -106,8 +106,29 @@ static const char *const all_options[] = {
     "rows-max", "shape", "shapes", "variant", "model", "presets", "from-misses",
     "from-shipped", "shard", "shard-count", "dry-run", "explore", "force", "reps"};
 
+/* --json was given to a command that takes it (even after a bad option),
+ * and its JSON document was started: see json_error. */
+static int json_wanted, json_opened;
+
 void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv,
                    const struct option *opts, const char *shortopts) {
+  for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+    for (int k = 0; opts[k].name; k++)
+      if (opts[k].val == OPT_JSON && !strcmp(argv[i], "--json")) json_wanted = 1;
+  /* One command line per process: the room for its arguments stays (and
+   * stays reachable) until the process ends. */
+  static char **room;
+  static int room_size;
+  if (argc > room_size) {
+    char **r = realloc(room, (size_t)argc * sizeof *r);
+    if (!r) {
+      fprintf(stderr, "scree-tune %s: out of memory\n", cmd);
+      exit(CLI_FAIL);
+    }
+    room = r;
+    room_size = argc;
+  }
+  a->pos = room;
   a->cmd = cmd;
   a->argc = argc;
   a->argv = argv;
@@ -153,11 +174,15 @@ static int bad_option(const cli_args *a, int ch) {
   const char *name = !strncmp(text, "--", 2) ? text + 2 : text;
   const size_t len = strcspn(name, "=");
   const int i = find_long(a->opts, name, len);
+  /* What the user typed, made safe for a terminal. */
+  char typed[256];
+  snprintf(typed, sizeof typed, "%.*s", (int)len, name);
+  const char *shown = cli_esc(typed);
   if (ch == ':') {
-    fprintf(stderr, "scree-tune %s: --%.*s needs a value%s\n", cmd, (int)len, name,
+    fprintf(stderr, "scree-tune %s: --%s needs a value%s\n", cmd, shown,
             empty_hint(i >= 0 ? a->opts[i].name : ""));
   } else if (i == -2) {
-    fprintf(stderr, "scree-tune %s: --%.*s is ambiguous:", cmd, (int)len, name);
+    fprintf(stderr, "scree-tune %s: --%s is ambiguous:", cmd, shown);
     for (int k = 0; a->opts[k].name; k++)
       if (!strncmp(a->opts[k].name, name, len)) fprintf(stderr, " --%s", a->opts[k].name);
     fprintf(stderr, "\n");
@@ -168,11 +193,11 @@ static int bad_option(const cli_args *a, int ch) {
     for (size_t k = 0; k < sizeof all_options / sizeof all_options[0]; k++)
       if (strlen(all_options[k]) == len && !strncmp(all_options[k], name, len)) elsewhere = 1;
     if (elsewhere)
-      fprintf(stderr, "scree-tune %s: --%.*s is not an option of %s (see scree-tune %s --help)\n",
-              cmd, (int)len, name, cmd, cmd);
+      fprintf(stderr, "scree-tune %s: --%s is not an option of %s (see scree-tune %s --help)\n",
+              cmd, shown, cmd, cmd);
     else
-      fprintf(stderr, "scree-tune %s: unknown option %.*s (see scree-tune %s --help)\n", cmd,
-              (int)(name - text + len), text, cmd);
+      fprintf(stderr, "scree-tune %s: unknown option %s%s (see scree-tune %s --help)\n", cmd,
+              name != text ? "--" : "", shown, cmd);
   }
   return CLI_BAD_OPTION;
 }
@@ -186,21 +211,13 @@ int cli_next(cli_args *a, const char **val) {
   snprintf(so, sizeof so, "-:%s", a->shortopts ? a->shortopts : "");
   int idx = -1, ch;
   while ((optopt = 0, ch = getopt_long(a->argc, a->argv, so, a->opts, &idx)) == 1) {
-    if (a->npos == CLI_MAX_POSITIONAL) {
-      fprintf(stderr, "scree-tune %s: more than %d arguments\n", a->cmd, CLI_MAX_POSITIONAL);
-      return CLI_BAD_OPTION;
-    }
-    a->pos[a->npos++] = optarg;
+    a->pos[a->npos++] = optarg; /* at most argc - 1 of them */
     idx = -1;
   }
   *val = optarg;
   if (ch == -1) {
     /* What follows "--" is arguments. */
-    while (optind < a->argc && a->npos < CLI_MAX_POSITIONAL) a->pos[a->npos++] = a->argv[optind++];
-    if (optind < a->argc) {
-      fprintf(stderr, "scree-tune %s: more than %d arguments\n", a->cmd, CLI_MAX_POSITIONAL);
-      return CLI_BAD_OPTION;
-    }
+    while (optind < a->argc) a->pos[a->npos++] = a->argv[optind++];
     return -1;
   }
   if (ch == '?' || ch == ':') return bad_option(a, ch);
@@ -239,7 +256,7 @@ scree__admin_filter cli_filter(const cli_common *c) {
 
 int cli_unexpected(const char *cmd, const char *arg) {
   fprintf(stderr, "scree-tune %s: unexpected argument '%s' (see scree-tune %s --help)\n", cmd,
-          arg, cmd);
+          cli_esc(arg), cmd);
   return CLI_USAGE;
 }
 
@@ -252,14 +269,17 @@ int cli_parse_dtypes(const char *cmd, const char *s, scree_dtype *out, int cap, 
     for (int i = 0; i < 3; i++)
       if (strlen(scree_dtype_name(all[i])) == len && !strncmp(p, scree_dtype_name(all[i]), len))
         found = i;
+    char piece[64];
+    snprintf(piece, sizeof piece, "%.*s", (int)len, p);
     if (found < 0) {
-      fprintf(stderr, "scree-tune %s: --dtype %s: unknown dtype %s%.*s (fp32, fp16 or bf16)\n",
-              cmd, s, len ? "" : "\"\"", (int)len, p);
+      fprintf(stderr, "scree-tune %s: --dtype %s: unknown dtype %s%s (fp32, fp16 or bf16)\n",
+              cmd, cli_esc(s), len ? "" : "\"\"", cli_esc(piece));
       return CLI_USAGE;
     }
     for (int k = 0; k < *n; k++)
       if (out[k] == all[found]) {
-        fprintf(stderr, "scree-tune %s: --dtype %s: %.*s is given twice\n", cmd, s, (int)len, p);
+        fprintf(stderr, "scree-tune %s: --dtype %s: %s is given twice\n", cmd, cli_esc(s),
+                piece);
         return CLI_USAGE;
       }
     if (*n == cap) return CLI_USAGE; /* cannot happen: each of three at most once */
@@ -275,8 +295,8 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long
   errno = 0;
   const long v = strtol(s, &end, 10);
   if (errno || end == s || *end || v < lo || v > hi) {
-    fprintf(stderr, "scree-tune %s: --%s %s: expected an integer from %ld to %ld\n", cmd, opt, s,
-            lo, hi);
+    fprintf(stderr, "scree-tune %s: --%s %s: expected an integer from %ld to %ld\n", cmd, opt,
+            cli_esc(s), lo, hi);
     return CLI_USAGE;
   }
   *out = v;
@@ -349,7 +369,8 @@ void cli_json_key_start(const scree__admin_key *k) {
 }
 
 void cli_json_begin(void) {
-  printf("{\"scree_version\": ");
+  cli_json_open();
+  printf("\"scree_version\": ");
   cli_json_str(stdout, scree_version());
 }
 
@@ -402,9 +423,10 @@ int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const cha
   /* Reading commands never create, convert or move a cache: a shipped file
    * stays byte for byte as it was. A file that is not there, or is empty,
    * holds nothing yet; one that cannot be reached is an error. */
-  scree_status st = scree__admin_open(path, readonly, out, &recovered, why, sizeof why);
+  scree_status st = scree__admin_open(path, readonly != 0, out, &recovered, why, sizeof why);
   if (readonly && st == SCREE_ERROR_NOT_FOUND) {
-    if (!c->quiet && !c->json) fprintf(stderr, "scree-tune %s: %s\n", cmd, why);
+    if ((!c->quiet && !c->json) || readonly == CLI_CACHE_NEEDED)
+      fprintf(stderr, "scree-tune %s: %s\n", cmd, cli_esc(why));
     return CLI_OK;
   }
   if (st != SCREE_OK) {
@@ -835,6 +857,73 @@ static int cmd_demo(int argc, char **argv) {
   return rc;
 }
 
+/* ---- --json failures ---------------------------------------------------------
+ * A command given --json prints one JSON document. One that fails before
+ * it starts its document (a usage error, a cache that is not there) gets
+ * {"error": {...}} from main, with the first thing it said on stderr:
+ * stderr goes through a stream that keeps that line as it writes. */
+
+static char first_error[1024];
+static size_t first_error_len;
+static int first_error_done;
+
+void cli_json_open(void) {
+  json_opened = 1;
+  fputc('{', stdout);
+}
+
+/* The stream behind stderr: writes through to fd 2, keeping the first
+ * line that is not a warning. */
+static ssize_t stderr_write(void *cookie, const char *buf, size_t n) {
+  (void)cookie;
+  for (size_t i = 0; i < n && !first_error_done; i++) {
+    if (buf[i] == '\n') {
+      first_error[first_error_len] = 0;
+      if (strstr(first_error, ": warning: ")) first_error_len = 0;
+      else if (first_error_len) first_error_done = 1;
+    } else if (buf[i] != '\r' && first_error_len + 1 < sizeof first_error) {
+      first_error[first_error_len++] = buf[i];
+    }
+  }
+  for (size_t done = 0; done < n;) {
+    const ssize_t w = write(2, buf + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return done ? (ssize_t)done : -1;
+    done += (size_t)w;
+  }
+  return (ssize_t)n;
+}
+
+static void keep_first_error(void) {
+  static cookie_io_functions_t io = {.write = stderr_write};
+  FILE *f = fopencookie(NULL, "w", io);
+  if (!f) return; /* stderr as it was: the error object then has no message */
+  setvbuf(f, NULL, _IONBF, 0);
+  stderr = f;
+}
+
+static const char *exit_kind(int rc) {
+  switch (rc) {
+    case CLI_FAIL: return "failure";
+    case CLI_USAGE: return "usage";
+    case CLI_NO_GPU: return "no_gpu";
+    case CLI_CACHE: return "cache";
+    default: return "error";
+  }
+}
+
+/* The error object of a --json command that failed without a document. */
+static int json_error(const char *cmd, int rc) {
+  if (!json_wanted || json_opened || rc == CLI_OK) return rc;
+  first_error[first_error_len < sizeof first_error ? first_error_len : 0] = 0;
+  printf("{\"error\": {\"command\": ");
+  cli_json_str(stdout, cmd);
+  printf(", \"exit_code\": %d, \"kind\": \"%s\", \"message\": ", rc, exit_kind(rc));
+  cli_json_str(stdout, first_error);
+  printf("}}\n");
+  return rc;
+}
+
 /* Flushes and closes stdout: a command whose output was lost (a full disk,
  * /dev/full) fails with CLI_FAIL and a message, whatever it returned. */
 static int finish_stdout(int rc) {
@@ -900,9 +989,10 @@ int main(int argc, char **argv) {
       fputs(*commands[i].usage, stdout);
       return finish_stdout(CLI_OK);
     }
-    return finish_stdout(commands[i].run(argc - 1, argv + 1));
+    keep_first_error();
+    return finish_stdout(json_error(commands[i].name, commands[i].run(argc - 1, argv + 1)));
   }
-  fprintf(stderr, "scree-tune: unknown command '%s'\n\n", argv[1]);
+  fprintf(stderr, "scree-tune: unknown command '%s'\n\n", cli_esc(argv[1]));
   usage(stderr);
   return CLI_USAGE;
 }

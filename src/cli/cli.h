@@ -46,9 +46,6 @@ enum {
 /* What cli_next returns for a bad option, after saying why on stderr. */
 #define CLI_BAD_OPTION (-2)
 
-/* The most arguments (not options) one command line may give. */
-#define CLI_MAX_POSITIONAL 256
-
 typedef struct cli_args {
   const char *cmd;            /* "list", for messages */
   int argc;
@@ -56,7 +53,7 @@ typedef struct cli_args {
   const struct option *opts;  /* ends with CLI_OPT_END */
   const char *shortopts;      /* "q", "qo:" */
   int npos;                   /* the arguments met so far */
-  char *pos[CLI_MAX_POSITIONAL];
+  char **pos;                 /* room for argc of them (merge takes any number) */
 } cli_args;
 
 /* Starts parsing a command's arguments. */
@@ -98,8 +95,11 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long
 /* Opens the user cache (--cache or the default path). readonly = 1 for
  * commands that only read: a missing or empty file is then not created or
  * changed, *out is NULL and the result CLI_OK (nothing cached yet, said on
- * stderr unless --quiet or --json); a file that cannot be reached is
- * CLI_CACHE, a --cache path too long for the system CLI_USAGE. */
+ * stderr unless --quiet or --json); readonly = CLI_CACHE_NEEDED the same
+ * for commands that fail without a cache, said on stderr always. A file
+ * that cannot be reached is CLI_CACHE, a --cache path too long for the
+ * system CLI_USAGE. */
+#define CLI_CACHE_NEEDED 2
 int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const char *cmd,
                         int readonly);
 
@@ -127,6 +127,11 @@ typedef struct cli_progress {
 void cli_progress_init(cli_progress *p, int quiet, const char *label);
 void cli_progress_update(void *p, int done, int total, const char *stage);
 void cli_progress_done(cli_progress *p);
+
+/* Starts the JSON document a command prints ("{"), so that main knows
+ * one was printed: a command given --json that fails before printing
+ * one gets {"error": ...} from main instead (docs/cli.md). */
+void cli_json_open(void);
 
 /* Prints a string as a JSON string literal, valid and safe to show
  * (scree__admin_json_string). */

@@ -245,7 +245,10 @@ int cmd_list(int argc, char **argv) {
   if (rc) return rc;
   const char *what = misses ? "misses" : bad ? "bad" : "entries";
   if (!cache) {
-    if (c.json) printf("{\"cache\": null, \"%s\": [], \"skipped\": 0}\n", what);
+    if (c.json) {
+      cli_json_open();
+      printf("\"cache\": null, \"%s\": [], \"skipped\": 0}\n", what);
+    }
     return CLI_OK;
   }
   static const char *const winner_heads[] = {"op", "arch", "bucket", "dtype", "config", "us",
@@ -260,7 +263,8 @@ int cmd_list(int argc, char **argv) {
   else
     cli_table_init(&l.table, 8, winner_heads, "lllllrlr");
   if (c.json) {
-    printf("{\"cache\": ");
+    cli_json_open();
+    printf("\"cache\": ");
     cli_json_str(stdout, scree__admin_path(cache));
     printf(", \"%s\": [", what);
   }
@@ -301,16 +305,16 @@ int cmd_show(int argc, char **argv) {
   char **pos = cli_positional(&a, &npos);
   if (npos) return cli_unexpected("show", pos[0]);
   scree__admin_cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, "show", 1);
+  int rc = cli_open_user_cache(&c, &cache, "show", CLI_CACHE_NEEDED);
   if (rc) return rc;
-  if (!cache) {
-    if (c.json) printf("{\"entries\": [], \"skipped\": 0}\n");
-    return CLI_FAIL;
-  }
+  if (!cache) return CLI_FAIL;
   scree__admin_nvrtc nv;
   scree__admin_nvrtc_info(&nv);
   if (nv.loaded) l.nvrtc_here = nv.major * 1000 + nv.minor * 10;
-  if (c.json) printf("{\"entries\": [");
+  if (c.json) {
+    cli_json_open();
+    printf("\"entries\": [");
+  }
   scree__admin_filter f = cli_filter(&c);
   f.bucket = bucket;
   f.dtype = dtype;
@@ -357,7 +361,7 @@ int cmd_export(int argc, char **argv) {
     return CLI_USAGE;
   }
   scree__admin_cache *cache;
-  int rc = cli_open_user_cache(&c, &cache, "export", 1);
+  int rc = cli_open_user_cache(&c, &cache, "export", CLI_CACHE_NEEDED);
   if (rc) return rc;
   if (!cache) return CLI_CACHE;
   int n = 0, skipped = 0;
@@ -372,7 +376,8 @@ int cmd_export(int argc, char **argv) {
   /* Rows left out are said even with --quiet: the shipped file lacks them. */
   if (skipped) fprintf(stderr, "scree-tune export: warning: %s\n", cli_esc(why));
   if (c.json) {
-    printf("{\"path\": ");
+    cli_json_open();
+    printf("\"path\": ");
     cli_json_str(stdout, out);
     printf(", \"exported\": %d, \"skipped\": %d}\n", n, skipped);
   } else if (!c.quiet) {
@@ -445,7 +450,10 @@ int cmd_merge(int argc, char **argv) {
   if (rc) return rc;
   mctx m = {.c = &c, .first = 1};
   int ta = 0, tr = 0, tc = 0, ts = 0;
-  if (c.json) printf("{\"conflicts\": [");
+  if (c.json) {
+    cli_json_open();
+    printf("\"conflicts\": [");
+  }
   for (int s = 0; s < nsrc && !rc; s++) {
     scree__admin_merge_counts n;
     char why[1024] = "";
@@ -504,7 +512,8 @@ int cmd_clear(int argc, char **argv) {
   const scree__admin_filter f = cli_filter(&c);
   scree_status st = scree__admin_clear(cache, &f, &n);
   if (!st && c.json) {
-    printf("{\"cache\": ");
+    cli_json_open();
+    printf("\"cache\": ");
     cli_json_str(stdout, scree__admin_path(cache));
     printf(", \"deleted\": %d}\n", n);
   } else if (!st && !c.quiet) {

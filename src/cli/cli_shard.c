@@ -30,7 +30,7 @@ static int indexed_count(const char *count_opt, long *n) {
     return -1;
   }
   if (parse_int(v, 1, CLI_MAX_SHARDS, n)) {
-    fprintf(stderr, "scree-tune prewarm: %s %s: not a shard count in 1..%d\n", src, v,
+    fprintf(stderr, "scree-tune prewarm: %s %s: not a shard count in 1..%d\n", src, cli_esc(v),
             CLI_MAX_SHARDS);
     return -1;
   }
@@ -54,7 +54,8 @@ int cli_shard_parse(const char *spec, const char *count_opt, cli_shard *out) {
         fprintf(stderr, "scree-tune prewarm: --shard auto: SLURM_ARRAY_TASK_ID=%s, "
                         "SLURM_ARRAY_TASK_COUNT=%s, SLURM_ARRAY_TASK_MIN=%s, "
                         "SLURM_ARRAY_TASK_STEP=%s: need integers, a count in 1..%d\n",
-                id, cnt ? cnt : "(unset)", mn ? mn : "(unset)", st ? st : "(unset)",
+                cli_esc(id), cli_esc(cnt ? cnt : "(unset)"), cli_esc(mn ? mn : "(unset)"),
+                cli_esc(st ? st : "(unset)"),
                 CLI_MAX_SHARDS);
         return CLI_USAGE;
       }
@@ -73,7 +74,7 @@ int cli_shard_parse(const char *spec, const char *count_opt, cli_shard *out) {
       if (indexed_count(count_opt, &n)) return CLI_USAGE;
       if (parse_int(jci, 0, n - 1, &k)) {
         fprintf(stderr, "scree-tune prewarm: --shard auto: JOB_COMPLETION_INDEX=%s is not "
-                        "in 0..%ld\n", jci, n - 1);
+                        "in 0..%ld\n", cli_esc(jci), n - 1);
         return CLI_USAGE;
       }
       out->k = (int)k;
@@ -102,7 +103,7 @@ int cli_shard_parse(const char *spec, const char *count_opt, cli_shard *out) {
 bad:
   fprintf(stderr, "scree-tune prewarm: --shard %s: give K/N with N in 1..%d and K in "
                   "0..N-1 (shards count from 0, as Slurm array ids and Indexed Job "
-                  "indexes do), or auto\n", spec, CLI_MAX_SHARDS);
+                  "indexes do), or auto\n", cli_esc(spec), CLI_MAX_SHARDS);
   return CLI_USAGE;
 }
 

@@ -18,7 +18,7 @@ int cli_export_text(const cli_common *c, const char *out) {
     return CLI_USAGE;
   }
   scree__admin_cache *cache;
-  int rc = cli_open_user_cache(c, &cache, "export", 1);
+  int rc = cli_open_user_cache(c, &cache, "export", CLI_CACHE_NEEDED);
   if (rc) return rc;
   if (!cache) return CLI_CACHE;
   char *buf = NULL, why[1024];
@@ -52,7 +52,8 @@ int cli_export_text(const cli_common *c, const char *out) {
     fprintf(stderr, "scree-tune export: warning: skipped %d winner(s) that fail their checks "
                     "(first: %s)\n", skipped, cli_esc(why));
   if (c->json) {
-    printf("{\"path\": ");
+    cli_json_open();
+    printf("\"path\": ");
     cli_json_str(stdout, out);
     printf(", \"text\": true, \"exported\": %d, \"skipped\": %d}\n", n, skipped + refused);
   } else if (!c->quiet && !to_stdout) {
@@ -122,6 +123,16 @@ static int shipped_counts(const cli_common *c, const scree__admin_shipped_summar
   return sum->warn[0] ? CLI_FAIL : CLI_OK;
 }
 
+/* Says why the kernel sources cannot be read, if they cannot (every
+ * shipped config would look stale): CLI_FAIL, else CLI_OK. */
+static int sources_unreadable(const char *cmd) {
+  char why[4200];
+  if (!scree__admin_kernel_sources(why, sizeof why)) return CLI_OK;
+  fprintf(stderr, "scree-tune %s: cannot read the kernel sources, so no shipped config can be "
+                  "matched to them: %s\n", cmd, cli_esc(why));
+  return CLI_FAIL;
+}
+
 int cli_shipped_summary(const cli_common *c) {
   scree__admin_shipped_summary s;
   const scree__admin_filter f = cli_filter(c);
@@ -133,11 +144,15 @@ int cli_shipped_summary(const cli_common *c) {
 }
 
 int cli_verify_shipped(const cli_common *c) {
+  if (sources_unreadable("verify")) return CLI_FAIL;
   static const char *const heads[] = {"op", "bucket", "dtype", "arch", "device", "config",
                                       "verdict"};
   rows_out s = {.c = c, .first = 1};
   cli_table_init(&s.table, 7, heads, "lllllll");
-  if (c->json) printf("{\"shipped\": [");
+  if (c->json) {
+    cli_json_open();
+    printf("\"shipped\": [");
+  }
   scree__admin_shipped_summary sum;
   const scree__admin_filter f = cli_filter(c);
   const scree_status st = scree__admin_shipped(&f, on_shipped, &s, &sum);
@@ -194,7 +209,9 @@ static int on_compiled(void *user, const scree__admin_compiled *r) {
 
 int cli_prewarm_from_shipped(const cli_common *c, int force) {
   scree__admin_cache *user = NULL;
-  int rc = cli_open_user_cache(c, &user, "prewarm", 0);
+  int rc = sources_unreadable("prewarm");
+  if (rc) return rc;
+  rc = cli_open_user_cache(c, &user, "prewarm", 0);
   if (rc) return rc;
   static const char *const heads[] = {"op", "bucket", "dtype", "config", "us (shipped)",
                                       "tuned on", "target", "cubin"};
@@ -202,7 +219,10 @@ int cli_prewarm_from_shipped(const cli_common *c, int force) {
   cli_table_init(&p.table, 8, heads, "llllrllr");
   cli_progress bar;
   cli_progress_init(&bar, c->quiet || c->json, "shipped configs");
-  if (c->json) printf("{\"compiled\": [");
+  if (c->json) {
+    cli_json_open();
+    printf("\"compiled\": [");
+  }
   fflush(stdout);
   scree__admin_compile_counts n;
   char why[4096];
@@ -227,13 +247,15 @@ int cli_prewarm_from_shipped(const cli_common *c, int force) {
     fprintf(stderr, "scree-tune prewarm: warning: %s\n", why);
   if (c->json)
     printf("\n], \"stored\": %d, \"compiles\": %d, \"cached\": %d, \"stale\": %d, "
-           "\"other_arch\": %d, \"failed\": %d, \"seconds\": %.3f}\n",
-           n.stored, n.compiles, n.cached, n.stale, n.other, n.failed, n.seconds);
+           "\"other_arch\": %d, \"other_op\": %d, \"failed\": %d, \"seconds\": %.3f}\n",
+           n.stored, n.compiles, n.cached, n.stale, n.other_arch, n.other_op, n.failed,
+           n.seconds);
   else if (!c->quiet)
     printf("%d shipped config(s) compiled (%d compile(s), %.1f s) into %s for %s, %d cached "
-           "already, %d stale, %d for other archs, %d failed\n",
+           "already, %d stale, %d for other archs, %d for other ops, %d failed\n",
            n.stored, n.compiles, n.seconds, scree__admin_path(user),
-           n.arch[0] ? n.arch : "every arch", n.cached, n.stale, n.other, n.failed);
+           n.arch[0] ? cli_esc(n.arch) : "every arch", n.cached, n.stale, n.other_arch,
+           n.other_op, n.failed);
   scree__admin_close(user);
   if (st == SCREE_ERROR_CACHE) return CLI_CACHE;
   if (st) return CLI_FAIL;

@@ -82,36 +82,16 @@ const char *const usage_verify =
 
 /* ---- the buckets to tune -------------------------------------------------------- */
 
-typedef struct tasks {
-  scree__admin_task *t;
-  int n, cap;
-} tasks;
+typedef scree__admin_tasks tasks;
 
-/* Adds a task unless its bucket is there already (then a miss marks the
- * one there, and the first shape given stays); 0, or 1 when out of
- * memory. The callback of the admin task sources. */
-static int add_task(void *user, const scree__admin_task *t) {
-  tasks *ts = user;
-  for (int i = 0; i < ts->n; i++) {
-    scree__admin_task *x = &ts->t[i];
-    if (strcmp(x->op, t->op) || strcmp(x->bucket, t->bucket) || strcmp(x->variant, t->variant))
-      continue;
-    if (!x->shape[0]) snprintf(x->shape, sizeof x->shape, "%s", t->shape);
-    if (t->from_miss && !x->from_miss) {
-      x->from_miss = 1;
-      x->miss = t->miss;
-    }
-    return 0;
-  }
-  if (ts->n == ts->cap) {
-    const int cap = ts->cap ? ts->cap * 2 : 64;
-    scree__admin_task *n = realloc(ts->t, (size_t)cap * sizeof *n);
-    if (!n) return 1;
-    ts->t = n;
-    ts->cap = cap;
-  }
-  ts->t[ts->n++] = *t;
-  return 0;
+/* Says why the last add to ts failed, if it did: CLI_OK, CLI_FAIL (out of
+ * memory) or CLI_USAGE (more buckets than a prewarm takes). */
+static int tasks_failed(const tasks *ts) {
+  if (ts->failed == 1) fprintf(stderr, "scree-tune prewarm: out of memory\n");
+  if (ts->failed == 2)
+    fprintf(stderr, "scree-tune prewarm: more than %d buckets to tune, the most one prewarm "
+                    "takes: give fewer shapes, models or values\n", SCREE__ADMIN_MAX_TASKS);
+  return ts->failed == 1 ? CLI_FAIL : ts->failed ? CLI_USAGE : CLI_OK;
 }
 
 /* One call shape as a task; CLI_OK or CLI_USAGE with the reason said. */
@@ -120,14 +100,11 @@ static int add_shape(tasks *ts, const char *op, const char *shape, const char *v
   scree__admin_task t;
   char why[1024];
   if (scree__admin_task_of_shape(op, shape, variant, dt, &t, why, sizeof why)) {
-    fprintf(stderr, "scree-tune prewarm: %s\n", why);
+    fprintf(stderr, "scree-tune prewarm: %s\n", cli_esc(why));
     return CLI_USAGE;
   }
-  if (add_task(ts, &t)) {
-    fprintf(stderr, "scree-tune prewarm: out of memory\n");
-    return CLI_FAIL;
-  }
-  return CLI_OK;
+  scree__admin_tasks_add(ts, &t);
+  return tasks_failed(ts);
 }
 
 /* "1,2,3": positive integers, at most cap. */
@@ -139,7 +116,7 @@ static int parse_list(const char *opt, const char *s, long *out, int cap, int *n
     const long v = strtol(p, &end, 10);
     if (end == p || errno || v < 1 || v > (1L << 40) || (*end && *end != ',') || *n == cap) {
       fprintf(stderr, "scree-tune prewarm: --%s %s: give at most %d integers from 1 to 2^40, "
-                      "separated by commas\n", opt, s, cap);
+                      "separated by commas\n", opt, cli_esc(s), cap);
       return CLI_USAGE;
     }
     out[(*n)++] = v;
@@ -158,18 +135,18 @@ static int add_model(tasks *ts, const char *model, const char *presets_file,
                      const scree_dtype *dts, int ndt) {
   char why[1536];
   const scree_status st =
-      scree__admin_model_tasks(model, presets_file, dts, ndt, add_task, ts, why, sizeof why);
+      scree__admin_model_tasks(model, presets_file, dts, ndt, scree__admin_tasks_add, ts, why, sizeof why);
   if (st == SCREE_ERROR_NOT_FOUND) {
-    fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:\n", model);
+    fprintf(stderr, "scree-tune prewarm: unknown model %s; presets:\n", cli_esc(model));
     scree__admin_presets(presets_file, print_preset, NULL, why, sizeof why);
     return CLI_USAGE;
   }
   if (st) {
-    fprintf(stderr, "scree-tune prewarm: %s\n", st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory"
-                                                                               : why);
+    fprintf(stderr, "scree-tune prewarm: %s\n",
+            st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory" : cli_esc(why));
     return st == SCREE_ERROR_OUT_OF_MEMORY ? CLI_FAIL : CLI_USAGE;
   }
-  return CLI_OK;
+  return tasks_failed(ts);
 }
 
 /* The misses of cache for arch and op as tasks; unreadable ones said. */
@@ -177,7 +154,7 @@ static int add_misses(tasks *ts, scree__admin_cache *cache, const char *arch, co
   int unreadable = 0;
   char why[1024];
   const scree_status st =
-      scree__admin_miss_tasks(cache, arch, op, add_task, ts, &unreadable, why, sizeof why);
+      scree__admin_miss_tasks(cache, arch, op, scree__admin_tasks_add, ts, &unreadable, why, sizeof why);
   if (st) {
     fprintf(stderr, "scree-tune prewarm: %s: %s\n", scree_status_name(st), cli_esc(why));
     return CLI_CACHE;
@@ -185,7 +162,7 @@ static int add_misses(tasks *ts, scree__admin_cache *cache, const char *arch, co
   if (unreadable)
     fprintf(stderr, "scree-tune prewarm: skipping %d miss(es) this build cannot read (first: "
                     "%s)\n", unreadable, cli_esc(why));
-  return CLI_OK;
+  return tasks_failed(ts);
 }
 
 enum { ID_LEN = 320 };
@@ -203,10 +180,7 @@ static int apply_shard(tasks *ts, const cli_shard *s) {
       p[i] = ids + (size_t)i * ID_LEN;
     }
     if (cli_shard_select(p, ts->n, s, keep) >= 0) {
-      int m = 0;
-      for (int i = 0; i < ts->n; i++)
-        if (keep[i]) ts->t[m++] = ts->t[i];
-      ts->n = m;
+      scree__admin_tasks_keep(ts, keep);
       rc = 0;
     }
   }
@@ -422,12 +396,13 @@ static int parse_devices(const char *spec, int *ords, int *n) {
     if (end == s || errno || d < 0 || d > 1024 || (*end && *end != ',') ||
         *n == CLI_MAX_DEVICES) {
       fprintf(stderr, "scree-tune prewarm: --devices %s: give all, or GPU ordinals separated by"
-                      " commas (at most %d), such as 0,1,2\n", spec, CLI_MAX_DEVICES);
+                      " commas (at most %d), such as 0,1,2\n", cli_esc(spec), CLI_MAX_DEVICES);
       return CLI_USAGE;
     }
     for (int k = 0; k < *n; k++)
       if (ords[k] == d) {
-        fprintf(stderr, "scree-tune prewarm: --devices %s: GPU %ld is named twice\n", spec, d);
+        fprintf(stderr, "scree-tune prewarm: --devices %s: GPU %ld is named twice\n",
+                cli_esc(spec), d);
         return CLI_USAGE;
       }
     ords[(*n)++] = (int)d;
@@ -527,7 +502,8 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
       printf("gpu %d: %s (%s, %d SMs), model group %d\n", g[k].ordinal, cli_esc(g[k].dev.name),
              g[k].dev.arch, g[k].dev.sm_count, g[k].group);
   if (c.json) {
-    printf("{\"device\": ");
+    cli_json_open();
+    printf("\"device\": ");
     cli_json_str(stdout, dev->name);
     printf(", \"arch\": \"%s\", ", dev->arch);
     if (r.multi) {
@@ -633,7 +609,8 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
     return CLI_FAIL;
   }
   if (c->json) {
-    printf("{\"buckets\": [");
+    cli_json_open();
+    printf("\"buckets\": [");
     for (int i = 0; i < ts->n; i++) {
       const scree__admin_task *t = &ts->t[i];
       printf("%s\n {\"op\": ", i ? "," : "");
@@ -800,7 +777,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     return CLI_USAGE;
   }
   if (c->op && !scree__admin_source_hash(c->op)) {
-    fprintf(stderr, "scree-tune prewarm: unknown op %s (ops:", c->op);
+    fprintf(stderr, "scree-tune prewarm: unknown op %s (ops:", cli_esc(c->op));
     for (int i = 0; scree__admin_op_name(i); i++) fprintf(stderr, " %s", scree__admin_op_name(i));
     fprintf(stderr, ")\n");
     return CLI_USAGE;
@@ -866,10 +843,11 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   }
   if (p.shapes) {
     char why[1536];
-    if (scree__admin_shapes_file_tasks(p.shapes, add_task, tsp, why, sizeof why) < 0) {
-      fprintf(stderr, "scree-tune prewarm: --shapes: %s\n", why);
+    if (scree__admin_shapes_file_tasks(p.shapes, scree__admin_tasks_add, tsp, why, sizeof why) < 0) {
+      fprintf(stderr, "scree-tune prewarm: --shapes: %s\n", cli_esc(why));
       return CLI_USAGE;
     }
+    if ((rc = tasks_failed(tsp))) return rc;
   }
   if (!p.from_misses && tsp->n == 0) {
     fprintf(stderr, "scree-tune prewarm: nothing to tune: give --op/--cols/--rows, "
@@ -884,7 +862,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
 int cmd_prewarm(int argc, char **argv) {
   tasks ts = {0};
   const int rc = prewarm(argc, argv, &ts); /* every path leaves ts to us */
-  free(ts.t);
+  scree__admin_tasks_free(&ts);
   return rc;
 }
 
@@ -974,9 +952,11 @@ int cmd_verify(int argc, char **argv) {
   int rc = cli_open_user_cache(&c, &cache, "verify", 1);
   if (rc) return rc;
   if (!cache) {
-    if (c.json)
-      printf("{\"arch\": null, \"entries\": [], \"checked\": 0, \"wrong\": 0, \"slower\": 0, "
+    if (c.json) {
+      cli_json_open();
+      printf("\"arch\": null, \"entries\": [], \"checked\": 0, \"wrong\": 0, \"slower\": 0, "
              "\"stale\": 0, \"other_arch\": 0, \"other_compiler\": 0, \"skipped\": 0}\n");
+    }
     return CLI_OK; /* nothing cached: nothing to verify */
   }
   scree_context *ctx = NULL;
@@ -991,7 +971,10 @@ int cmd_verify(int argc, char **argv) {
             .driver_here = ri.driver_version};
   scree_device_info dev;
   scree_context_device(ctx, &dev);
-  if (c.json) printf("{\"arch\": \"%s\", \"entries\": [", dev.arch);
+  if (c.json) {
+    cli_json_open();
+    printf("\"arch\": \"%s\", \"entries\": [", dev.arch);
+  }
   scree__admin_verify_counts n;
   const scree__admin_filter f = cli_filter(&c);
   scree_status st = scree__admin_verify(ctx, cache, &f, retime, on_verdict, &x, &n);

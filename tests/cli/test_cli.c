@@ -963,6 +963,44 @@ START_TEST(json_everywhere) {
   ck_assert_msg(strstr(out, "\"deleted\": 3}"), "%s", out);
   /* --text - is the text on stdout: not with --json. */
   ck_assert_int_eq(tune(out, sizeof out, "export --text - --json --cache '%s'", db), 2);
+  /* A command that fails before its document prints an error object (show
+   * and verify printed nothing, or a document that hid the failure). */
+  static const struct {
+    const char *args;
+    int rc;
+    const char *message;
+  } failing[] = {
+      {"show --json --cache '%s/none.db'", 1, "no cache at "},
+      {"export '%s/x.db' --json --cache '%s/none.db'", 4, "no cache at "},
+      {"list --bogus --json --cache '%s'", 2, "unknown option --bogus"},
+      {"verify --json --shipped --retime", 2, "not with --retime"},
+      {"prewarm --json --op rmsnorm --shape rows=-1,cols=64 --dry-run", 2, "rows=-1"},
+  };
+  for (size_t i = 0; i < sizeof failing / sizeof failing[0]; i++) {
+    char args[1200];
+    snprintf(args, sizeof args, failing[i].args, dir, dir);
+    const int rc = shell(out, sizeof out, "'%s' %s 2>/dev/null", SCREE_TUNE_BIN, args);
+    ck_assert_msg(rc == failing[i].rc, "%s: exit %d", args, rc);
+    ck_assert_msg(json_ok(out) && !strncmp(out, "{\"error\": {\"command\": ", 22) &&
+                      strstr(out, failing[i].message),
+                  "%s: %s", args, out);
+  }
+}
+END_TEST
+
+/* --quiet still says why a command failed (show and export failed
+ * silently without a cache). */
+START_TEST(quiet_still_says_errors) {
+  static const char *const cmds[] = {"show -q --cache '%s/none.db'",
+                                     "export '%s/x.db' -q --cache '%s/none.db'",
+                                     "export --text - -q --cache '%s/none.db'"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    char args[1200];
+    snprintf(args, sizeof args, cmds[i], dir, dir);
+    const int rc = shell(out, sizeof out, "'%s' %s 2>&1 >/dev/null", SCREE_TUNE_BIN, args);
+    ck_assert_msg(rc != 0, "%s: exit 0", args);
+    ck_assert_msg(strstr(out, "no cache at "), "%s: said \"%s\"", args, out);
+  }
 }
 END_TEST
 
@@ -1061,6 +1099,172 @@ START_TEST(doctor_reports_what_a_bug_report_needs) {
 }
 END_TEST
 
+/* Writes text to dir/name; the path in a static buffer. */
+static const char *write_file(const char *name, const char *text, size_t len) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+  fclose(f);
+  return path;
+}
+
+/* A preset of 65536 distinct buckets is listed at once (each bucket was
+ * looked for in a linear scan: quadratic, 124k buckets took a minute);
+ * more than a prewarm takes, or a line of too many shapes, is an error. */
+START_TEST(prewarm_presets_scale) {
+  static char big[1 << 20];
+  size_t n = 0;
+  for (int v = 0; v < 2; v++) {
+    n += (size_t)snprintf(big + n, sizeof big - n, "let %c = 1", 'A' + v);
+    for (int i = 2; i <= 64; i++) n += (size_t)snprintf(big + n, sizeof big - n, ",%d", i);
+    n += (size_t)snprintf(big + n, sizeof big - n, "\n");
+  }
+  n += (size_t)snprintf(big + n, sizeof big - n, "let R = 1..32768\nlet S = 1..2\n");
+  const size_t lets = n;
+  n += (size_t)snprintf(big + n, sizeof big - n, "model wider -- a line of 131072 shapes\n"
+                        "rmsnorm rows={R*S},cols={A*64+B}\n");
+  char wider[512];
+  snprintf(wider, sizeof wider, "%s", write_file("wider.txt", big, n));
+  n = lets + (size_t)snprintf(big + lets, sizeof big - lets, "model wide -- 65536 buckets\n"
+                              "rmsnorm rows={R},cols={A*64+B}\n");
+  const char *presets = write_file("wide.txt", big, n);
+  const double t0 = scree__now();
+  ck_assert_int_eq(shell(out, sizeof out, "timeout 20 '%s' prewarm --model wide --presets '%s' "
+                         "--dtype fp16 --dry-run 2>&1 >/dev/null", SCREE_TUNE_BIN, presets),
+                   0);
+  ck_assert_msg(strstr(out, "dry run: 65536 bucket(s)"), "%s", out);
+  ck_assert_msg(scree__now() - t0 < 10, "took %.1f s", scree__now() - t0);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model wide --presets '%s' --dtype fp16,bf16 "
+                        "--dry-run", presets),
+                   2);
+  ck_assert_msg(strstr(out, "more than 100000 buckets to tune"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model wider --presets '%s' --dry-run",
+                        wider),
+                   2);
+  ck_assert_msg(strstr(out, "wider.txt:6: the line makes more than 65536 call shapes"), "%s", out);
+}
+END_TEST
+
+/* Argument text in messages is escaped: an escape sequence given as a
+ * command, an option, a value or an argument reaches the terminal as
+ * \x1b, never raw. */
+START_TEST(argument_text_is_escaped) {
+  static const char *const lines[] = {
+      "$'bad\e[31m'",
+      "list $'--bo\egus'",
+      "list $'arg\e[2J'",
+      "prewarm --op $'x\e]0;t\a' --shape rows=1 --dry-run",
+      "prewarm --op rmsnorm --cols 64 --rows 1 --dtype $'fp16,\e[31m' --dry-run",
+      "prewarm --op rmsnorm --cols $'64\e' --rows 1 --dry-run",
+      "prewarm --op rmsnorm --cols 64 --rows 1 --reps $'1\e' --dry-run",
+      "prewarm --op attention --shape $'batch=1\e[1m' --dry-run",
+      "prewarm --op rmsnorm --shape rows=1,cols=64 --devices $'0,\e'",
+      "prewarm --op rmsnorm --shape rows=1,cols=64 --shard $'1/\e' --dry-run",
+      "prewarm --model $'none\e[31m' --dry-run",
+  };
+  for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
+    ck_assert_int_eq(shell(out, sizeof out, "bash -c \"'%s' %s\" 2>&1", SCREE_TUNE_BIN, lines[i]),
+                     2);
+    ck_assert_msg(!strchr(out, '\033') && strstr(out, "\\x1b"), "%s: %s", lines[i], out);
+  }
+}
+END_TEST
+
+/* merge takes any number of sources: a cluster shards up to 65536 ways,
+ * and more than 256 arguments was a usage error. */
+START_TEST(merge_takes_any_number_of_sources) {
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && for i in $(seq 300); do cp tune.db s$i.db "
+                         "|| exit 1; done", dir),
+                   0);
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && '%s' merge s*.db --cache all.db 2>&1",
+                         dir, SCREE_TUNE_BIN),
+                   0);
+  ck_assert_int_eq(count_of(out, ": 4 added") + count_of(out, ": 0 added"), 300);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s/all.db'", dir), 0);
+  ck_assert_msg(strstr(out, "4 winner(s)"), "%s", out);
+}
+END_TEST
+
+/* A NUL byte in a text input ended it there, silently: what followed (a
+ * deny line, more shapes) was ignored with exit 0. Each names file:line. */
+START_TEST(nul_bytes_in_inputs_are_refused) {
+  static const char shapes[] = "{\"shapes\": [[1, 4096]],\n\0 \"dtypes\": [\"fp16\"]}";
+  static const char presets[] = "model m -- m\nrmsnorm rows=1,cols=4096\n\0junk\n";
+  static const char tuned[] = "# tuned\n\0rmsnorm rows<=3,cols=4 x=bf16,w=bf16,y=bf16 0 x\n";
+  char path[512];
+  snprintf(path, sizeof path, "%s", write_file("s.json", shapes, sizeof shapes - 1));
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --shapes '%s' --dry-run", path), 2);
+  ck_assert_msg(strstr(out, "s.json:2: a NUL byte"), "%s", out);
+  snprintf(path, sizeof path, "%s", write_file("p.txt", presets, sizeof presets - 1));
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model m --presets '%s' --dry-run", path), 2);
+  ck_assert_msg(strstr(out, "p.txt:3: a NUL byte"), "%s", out);
+  snprintf(path, sizeof path, "%s", write_file("t.txt", tuned, sizeof tuned - 1));
+  ck_assert_int_ne(shell(out, sizeof out, "SCREE_TUNED_CONFIGS='%s' '%s' verify --shipped 2>&1",
+                         path, SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "t.txt:2: a NUL byte"), "%s", out);
+}
+END_TEST
+
+/* What an outside probe found accepted, each a usage error (exit 2) that
+ * names the value: shapes and variants go through the op's checks, numbers
+ * parse whole, lists are not cut, shapes files are strict JSON. */
+START_TEST(probed_inputs_are_usage_errors) {
+#define PROBE_ATTN(f) "prewarm --dry-run --op attention --shape batch=16,total_q=12081," \
+  "total_k=12081,max_seqlen_q=2048,max_seqlen_k=2048,heads_q=16,heads_kv=16," f
+  static const struct {
+    const char *args, *said;
+  } probes[] = {
+      {PROBE_ATTN("head_dim=7,window_left=-1,window_right=-1"), "head_dim=7"},
+      {PROBE_ATTN("head_dim=-128,window_left=-1,window_right=-1"), "head_dim=-128"},
+      {PROBE_ATTN("head_dim=4294967424,window_left=-1,window_right=-1"), "head_dim=4294967424"},
+      {PROBE_ATTN("head_dim=128,window_left=-5,window_right=-1"), "window_left=-5"},
+      {PROBE_ATTN("head_dim=128,window_left=-1,window_right=-1 --variant "
+                  "dtype=fp32,head_dim=128,causal=1,window=0"), "fp32"},
+      {PROBE_ATTN("head_dim=128,window_left=-1,window_right=-1 --variant "
+                  "dtype=fp16,head_dim=7,causal=1,window=0"), "head_dim=7"},
+      {"prewarm --dry-run --op attention --shape batch=-5,total_q=1,total_k=1,max_seqlen_q=1,"
+       "max_seqlen_k=1,heads_q=1,heads_kv=1,head_dim=64,window_left=-1,window_right=-1",
+       "batch=-5"},
+      {"prewarm --dry-run --op attention --shape batch=1,total_q=-1,total_k=1,max_seqlen_q=1,"
+       "max_seqlen_k=1,heads_q=1,heads_kv=1,head_dim=64,window_left=-1,window_right=-1",
+       "total_q=-1"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows-max 1e3", "--rows-max 1e3"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows-max 5x", "--rows-max 5x"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows 1 --device abc", "--device abc"},
+      {"prewarm --dry-run --op rmsnorm --cols 4096 --rows 1 --reps abc", "--reps abc"},
+      {"prewarm --dry-run --op rmsnorm --rows 1 --cols 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,"
+       "17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,"
+       "46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65", "at most 64"},
+      {"prewarm --dry-run --op rmsnorm --cols 64 --rows 1 --dtype fp16,bf16,fp32,garbage",
+       "unknown dtype garbage"},
+      {"demo --op rmsnorm --shape rows=-1,cols=4096", "rows=-1"},
+      {"demo --op rmsnorm --shape rows=1,cols=0", "cols=0"},
+      {"demo --op attention --shape batch=1,total_q=1,total_k=1,max_seqlen_q=1,max_seqlen_k=1,"
+       "heads_q=1,heads_kv=1,head_dim=7,window_left=-1,window_right=-1", "head_dim=7"},
+  };
+#undef PROBE_ATTN
+  for (size_t i = 0; i < sizeof probes / sizeof *probes; i++) {
+    ck_assert_msg(tune(out, sizeof out, "%s", probes[i].args) == 2, "%s: %s", probes[i].args,
+                  out);
+    ck_assert_msg(strstr(out, probes[i].said), "%s: %s", probes[i].args, out);
+  }
+  static const char *const files[][2] = {
+      {"{\"shapes\": [[1, 4096]], \"dtypes\": \"fp16\"}", "\"dtypes\" is a string"},
+      {"{\"shapes\": [[1, 4096],], \"dtypes\": [\"fp16\"]}", "line 1, column 22: a comma"},
+      {"{\"shapes\": [[1, 4096]]} x", "line 1, column 25: more text"},
+      {"{\"shapes\": [[01, 4096]]}", "line 1, column 14: a number with a leading zero"},
+  };
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+    const char *path = write_file("probe.json", files[i][0], strlen(files[i][0]));
+    ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --shapes '%s'", path), 2);
+    ck_assert_msg(strstr(out, files[i][1]), "%s: %s", files[i][0], out);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cli");
   TCase *tc = tcase_create("commands");
@@ -1096,6 +1300,12 @@ int main(void) {
   tcase_add_test(tc, list_columns_fit_their_cells);
   tcase_add_test(tc, show_says_what_a_shipped_row_lacks);
   tcase_add_test(tc, doctor_reports_what_a_bug_report_needs);
+  tcase_add_test(tc, prewarm_presets_scale);
+  tcase_add_test(tc, argument_text_is_escaped);
+  tcase_add_test(tc, quiet_still_says_errors);
+  tcase_add_test(tc, merge_takes_any_number_of_sources);
+  tcase_add_test(tc, nul_bytes_in_inputs_are_refused);
+  tcase_add_test(tc, probed_inputs_are_usage_errors);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

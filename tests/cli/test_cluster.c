@@ -230,6 +230,18 @@ START_TEST(shipped_text_round_trip) {
                       "> bad.txt && SCREE_TUNED_CONFIGS=bad.txt $T verify --shipped"),
                    1);
   ck_assert_msg(strstr(out, "bad.txt:1: "), "%s", out);
+  /* Kernel sources that cannot be read made every shipped config look
+   * stale, with exit 0. */
+  ck_assert_int_eq(sh("SCREE_KERNEL_DIR=/nonexistent SCREE_TUNED_CONFIGS=shipped.txt $T verify "
+                      "--shipped"),
+                   1);
+  ck_assert_msg(strstr(out, "cannot read the kernel sources") &&
+                    strstr(out, "SCREE_KERNEL_DIR: /nonexistent/"),
+                "%s", out);
+  ck_assert_int_eq(sh("SCREE_KERNEL_DIR=/nonexistent SCREE_TUNED_CONFIGS=shipped.txt $T prewarm "
+                      "--from-shipped --cache new.db"),
+                   1);
+  ck_assert_msg(strstr(out, "cannot read the kernel sources"), "%s", out);
   /* prewarm --from-shipped: compiled with NVRTC, stored without timing. */
   const int rc = sh("SCREE_TUNED_CONFIGS=shipped.txt $T prewarm --from-shipped --arch sm_90 "
                     "--cache new.db");
@@ -239,7 +251,12 @@ START_TEST(shipped_text_round_trip) {
   }
   ck_assert_msg(rc == 0, "%s", out);
   ck_assert_msg(strstr(out, "1 shipped config(s) compiled (1 compile(s)"), "%s", out);
-  ck_assert_msg(strstr(out, "1 stale, 1 for other archs, 0 failed"), "%s", out);
+  ck_assert_msg(strstr(out, "1 stale, 1 for other archs, 0 for other ops, 0 failed"), "%s", out);
+  /* Entries --op leaves out are of other ops, not of other archs. */
+  ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=shipped.txt $T prewarm --from-shipped --arch sm_90 "
+                      "--op layernorm --cache new.db"),
+                   0);
+  ck_assert_msg(strstr(out, "0 stale, 1 for other archs, 2 for other ops, 0 failed"), "%s", out);
   ck_assert_int_eq(sh("$T list --cache new.db"), 0);
   ck_assert_msg(strstr(out, "tpr=128,rows=1,vec=8,cache=4") && strstr(out, "73.81") &&
                     strstr(out, "NVIDIA H100 80GB HBM3"),

@@ -59,6 +59,10 @@ const char *scree__admin_source_hash(const char *op) {
   return o ? scree__source_hash(o) : NULL;
 }
 
+int scree__admin_kernel_sources(char *why, size_t why_size) {
+  return scree__kernel_sources_error(why, why_size);
+}
+
 /* 1 if a row of op with this source hash was tuned for another kernel
  * source than this build's (or is of an op this build lacks). */
 static int is_stale(const char *op, const char *src_hash) {
@@ -649,8 +653,12 @@ scree_status scree__admin_compile_shipped(scree__admin_cache *c,
     memset(j, 0, sizeof *j);
     j->same_as = -1;
     j->e = e;
-    if ((arch && strcmp(arch, e->key.arch)) || (op && strcmp(op, e->key.op))) {
-      n->other++;
+    if (arch && strcmp(arch, e->key.arch)) {
+      n->other_arch++;
+      continue;
+    }
+    if (op && strcmp(op, e->key.op)) {
+      n->other_op++;
       continue;
     }
     j->op = scree__op_find(e->key.op);

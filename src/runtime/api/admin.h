@@ -43,6 +43,10 @@ const char *scree__admin_op_name(int i);
 /* The SHA-256 (hex) of every kernel source of op as this build compiles
  * it, the hash cache rows are keyed by; NULL for an unknown op. */
 const char *scree__admin_source_hash(const char *op);
+/* 0 when this build's kernel sources can all be read, else -1 with the
+ * first that cannot and why ("SCREE_KERNEL_DIR: /x/rmsnorm.cu: No such
+ * file or directory"): without them every row looks stale. */
+int scree__admin_kernel_sources(char *why, size_t why_size);
 
 /* ---- cache files ------------------------------------------------------------- */
 
@@ -250,7 +254,8 @@ typedef struct scree__admin_compile_counts {
   int total;          /* entries to compile */
   /* stored: rows written; cached: keys the cache held a good row of, not
    * compiled, or compiled but kept (a good row at least as fast stayed). */
-  int stored, compiles, cached, stale, other, failed;
+  int stored, compiles, cached, stale, failed;
+  int other_arch, other_op; /* entries --arch or --op left out */
   double seconds;
 } scree__admin_compile_counts;
 typedef struct scree__admin_compile_opts {
@@ -287,6 +292,27 @@ typedef struct scree__admin_task {
   int from_miss;
   scree__admin_key miss; /* the miss row to delete once the bucket is tuned */
 } scree__admin_task;
+
+/* The most buckets one prewarm takes (docs/cli.md): past it a task list
+ * refuses more. */
+#define SCREE__ADMIN_MAX_TASKS 100000
+
+/* The buckets of a prewarm, each once, in the order first given: a hash
+ * set on (op, bucket, variant) finds the one there. Zero it to start. */
+typedef struct scree__admin_tasks {
+  scree__admin_task *t;
+  int n, cap;
+  int failed;       /* why the last add failed: 0, 1 out of memory, 2 past the cap */
+  void *index;      /* the hash set (NULL until the first add, or after a keep) */
+} scree__admin_tasks;
+/* Adds t (user: a scree__admin_tasks) unless its bucket is there already:
+ * then a miss marks the one there, and the first shape given stays. 0,
+ * or 1 with ts->failed set (out of memory, or SCREE__ADMIN_MAX_TASKS
+ * reached). The callback the task sources below take. */
+int scree__admin_tasks_add(void *ts, const scree__admin_task *t);
+/* Keeps the tasks whose keep[i] is set, in their order. */
+void scree__admin_tasks_keep(scree__admin_tasks *ts, const unsigned char *keep);
+void scree__admin_tasks_free(scree__admin_tasks *ts);
 
 /* The task of one call shape of op, in its shape fields
  * ("rows=16000,cols=4096"), tuned as variant (the op's canonical text) or,

@@ -171,6 +171,85 @@ int scree__admin_task_of_shape(const char *op_name, const char *shape, const cha
   return 0;
 }
 
+/* The key of a task in the set: its bucket, zero-padded. */
+typedef struct task_key {
+  char op[32], bucket[96], variant[64];
+} task_key;
+
+static void key_of(const scree__admin_task *t, task_key *k) {
+  memset(k, 0, sizeof *k);
+  snprintf(k->op, sizeof k->op, "%s", t->op);
+  snprintf(k->bucket, sizeof k->bucket, "%s", t->bucket);
+  snprintf(k->variant, sizeof k->variant, "%s", t->variant);
+}
+
+/* The set of ts's tasks (rebuilt after a keep); NULL when out of memory. */
+static scree__htab *task_index(scree__admin_tasks *ts) {
+  if (ts->index) return ts->index;
+  scree__htab *h = malloc(sizeof *h);
+  if (!h) return NULL;
+  scree__htab_init(h, sizeof(task_key), sizeof(int));
+  for (int i = 0; i < ts->n; i++) {
+    task_key k;
+    key_of(&ts->t[i], &k);
+    if (!scree__htab_insert(h, &k, &i)) {
+      scree__htab_free(h);
+      free(h);
+      return NULL;
+    }
+  }
+  return ts->index = h;
+}
+
+int scree__admin_tasks_add(void *user, const scree__admin_task *t) {
+  scree__admin_tasks *ts = user;
+  scree__htab *h = task_index(ts);
+  if (!h) return ts->failed = 1;
+  task_key k;
+  key_of(t, &k);
+  const int *have = scree__htab_find(h, &k);
+  if (have) {
+    scree__admin_task *x = &ts->t[*have];
+    if (!x->shape[0]) snprintf(x->shape, sizeof x->shape, "%s", t->shape);
+    if (t->from_miss && !x->from_miss) {
+      x->from_miss = 1;
+      x->miss = t->miss;
+    }
+    return 0;
+  }
+  if (ts->n == SCREE__ADMIN_MAX_TASKS) return ts->failed = 2, 1;
+  if (ts->n == ts->cap) {
+    const int cap = ts->cap ? ts->cap * 2 : 64;
+    scree__admin_task *n = realloc(ts->t, (size_t)cap * sizeof *n);
+    if (!n) return ts->failed = 1;
+    ts->t = n;
+    ts->cap = cap;
+  }
+  if (!scree__htab_insert(h, &k, &ts->n)) return ts->failed = 1;
+  ts->t[ts->n++] = *t;
+  return 0;
+}
+
+static void drop_index(scree__admin_tasks *ts) {
+  if (ts->index) scree__htab_free(ts->index);
+  free(ts->index);
+  ts->index = NULL;
+}
+
+void scree__admin_tasks_keep(scree__admin_tasks *ts, const unsigned char *keep) {
+  int m = 0;
+  for (int i = 0; i < ts->n; i++)
+    if (keep[i]) ts->t[m++] = ts->t[i];
+  ts->n = m;
+  drop_index(ts); /* the indices moved */
+}
+
+void scree__admin_tasks_free(scree__admin_tasks *ts) {
+  drop_index(ts);
+  free(ts->t);
+  memset(ts, 0, sizeof *ts);
+}
+
 typedef struct preset_ctx {
   const scree__preset *p;
   scree_dtype dt;

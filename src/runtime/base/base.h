@@ -133,7 +133,8 @@ double scree__cgroup_cpus(const char *root);
 /* A whole regular file as a malloc'd NUL-terminated string, or NULL with
  * errno set and the reason, naming the path, in why ("<path>: a directory,
  * not a regular file"; why may be NULL). Directories, devices, FIFOs and
- * sockets are refused without being read. */
+ * sockets are refused without being read; a file holding a NUL byte is
+ * refused with EINVAL ("<path>:<line>: a NUL byte ..."). */
 char *scree__read_text(const char *path, char *why, size_t why_size);
 /* Sorts v and returns its median (0 when n is 0). */
 double scree__median(float *v, int n);

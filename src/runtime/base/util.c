@@ -206,6 +206,16 @@ char *scree__read_text(const char *path, char *why, size_t why_size) {
   }
   buf[n] = 0;
   close(fd);
+  /* Every reader takes the text line by line as C strings: a NUL byte
+   * would silently end the file there (a `deny` line after it unread). */
+  const char *nul = memchr(buf, 0, n);
+  if (nul) {
+    int line = 1;
+    for (const char *p = buf; p < nul; p++) line += *p == '\n';
+    scree__set_why(why, why_size, "%s:%d: a NUL byte (byte %zu): not a text file", path, line,
+                   (size_t)(nul - buf) + 1);
+    return read_failed(-1, buf, EINVAL);
+  }
   return buf;
 }
 

@@ -20,6 +20,11 @@ const char *scree__kernel_source(const char *file);
  * options: the cache key's src_hash. Computed once per process. "" if a
  * source is missing. Thread-safe. */
 const char *scree__source_hash(const scree__op *op);
+/* 0 when every kernel source of every op can be read (from
+ * SCREE_KERNEL_DIR, the build's kernel directory, or the embedded
+ * copies); else -1 with the first that cannot, and why, in why. Without
+ * its sources an op's hash is "", and every row for it looks stale. */
+int scree__kernel_sources_error(char *why, size_t why_size);
 /* The NVRTC target of an implementation on an arch: "sm_90", or "sm_90a"
  * for an arch-specific one on sm_90 and newer. Writes buf (16 bytes). */
 const char *scree__target_arch(const char *arch, int sm, const scree__impl *im,

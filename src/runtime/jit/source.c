@@ -14,15 +14,34 @@ extern const size_t scree__embedded_kernel_count;
 #define SCREE_DEFAULT_KERNEL_DIR ""
 #endif
 
-static char *read_one(const char *name) {
-  const char *dir = getenv("SCREE_KERNEL_DIR");
-  if (!dir || !*dir) dir = SCREE_DEFAULT_KERNEL_DIR;
+/* One kernel file, or NULL with the reason in why (may be NULL). */
+static char *read_file(const char *name, char *why, size_t why_size) {
+  const char *env = getenv("SCREE_KERNEL_DIR");
+  const char *dir = env && *env ? env : SCREE_DEFAULT_KERNEL_DIR;
   if (*dir) {
-    char path[4096];
+    char path[4096], err[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    return scree__read_text(path, NULL, 0); /* the caller says "not found" */
+    char *text = scree__read_text(path, err, sizeof err);
+    if (!text)
+      scree__set_why(why, why_size, "%s%s", env && *env ? "SCREE_KERNEL_DIR: " : "", err);
+    return text;
   }
-  return scree__embedded_text(scree__embedded_kernels, scree__embedded_kernel_count, name);
+  char *text =
+      scree__embedded_text(scree__embedded_kernels, scree__embedded_kernel_count, name);
+  if (!text) scree__set_why(why, why_size, "embedded kernel %s: not found or out of memory", name);
+  return text;
+}
+
+static char *read_one(const char *name) { return read_file(name, NULL, 0); }
+
+int scree__kernel_sources_error(char *why, size_t why_size) {
+  for (int i = 0; scree__ops[i]; i++)
+    for (int k = 0; k < scree__ops[i]->nimpls; k++) {
+      char *text = read_file(scree__ops[i]->impls[k].source, why, why_size);
+      if (!text) return -1;
+      free(text);
+    }
+  return 0;
 }
 
 /* Appends text to a growing buffer; -1 when out of memory. */

@@ -108,6 +108,14 @@ static int64_t atom(expr *x) {
   return 0;
 }
 
+/* v, or 0 with the reason kept, when an operation overflowed int64 or
+ * left [-2^40, 2^40]. */
+static int64_t in_range(expr *x, int overflow, int64_t v) {
+  if (!overflow && v <= VALUE_MAX && v >= -VALUE_MAX) return v;
+  if (!x->err) x->err = v < 0 ? "a value below -2^40" : "a value past 2^40";
+  return 0;
+}
+
 static int64_t product(expr *x) {
   int64_t v = atom(x);
   for (;;) {
@@ -117,17 +125,16 @@ static int64_t product(expr *x) {
     x->s++;
     const int64_t r = atom(x);
     if (op == '*') {
-      if (r && v > VALUE_MAX / r) {
-        if (!x->err) x->err = "a value past 2^40";
-        return 0;
-      }
-      v *= r;
+      int64_t p;
+      const int over = __builtin_mul_overflow(v, r, &p);
+      /* The sign of the true product, for the message. */
+      v = in_range(x, over, over ? ((v < 0) != (r < 0) ? -1 : 1) * (VALUE_MAX + 1) : p);
     } else {
       if (r <= 0) {
         if (!x->err) x->err = "a division by zero or a negative number";
         return 0;
       }
-      v = v >= 0 ? (v + r - 1) / r : -((-v) / r); /* rounds up */
+      v = v >= 0 ? (v + r - 1) / r : -((-v) / r); /* rounds up; |v| <= 2^40 */
     }
   }
 }
@@ -140,11 +147,12 @@ static int64_t sum(expr *x) {
     if (op != '+' && op != '-') return v;
     x->s++;
     const int64_t r = product(x);
-    v = op == '+' ? v + r : v - r;
-    if (v > VALUE_MAX || v < -VALUE_MAX) {
-      if (!x->err) x->err = "a value past 2^40";
-      return 0;
-    }
+    int64_t t;
+    /* Operands are within 2^40 (or 0 after an error): no int64 overflow,
+     * checked all the same. */
+    const int over =
+        op == '+' ? __builtin_add_overflow(v, r, &t) : __builtin_sub_overflow(v, r, &t);
+    v = in_range(x, over, over ? VALUE_MAX + 1 : t);
   }
 }
 
@@ -217,6 +225,16 @@ static int expand_line(const scree__preset *p, const scree__preset_line *l, scre
       (l->variant[0] &&
        expand(l->variant, p, NULL, dt, variant, sizeof variant, &used, err, sizeof err)))
     return fn(user, l, NULL, NULL, err);
+  int64_t shapes = 1;
+  for (int k = 0; k < p->nvars; k++) {
+    if (!(used & (1u << k))) continue;
+    shapes *= p->vars[k].n; /* stops past the cap: at most 2^16 * 64 */
+    if (shapes > SCREE__PRESET_MAX_SHAPES) {
+      snprintf(err, sizeof err, "the line makes more than %d call shapes (the values of the "
+               "variables it names, multiplied)", SCREE__PRESET_MAX_SHAPES);
+      return fn(user, l, NULL, NULL, err);
+    }
+  }
   int at[SCREE__PRESET_MAX_VARS] = {0};
   for (;;) {
     if (expand(l->shape, p, at, dt, shape, sizeof shape, NULL, err, sizeof err) ||

@@ -30,6 +30,9 @@
 #define SCREE__PRESET_MAX_VALUES 64 /* values of one variable */
 #define SCREE__PRESET_MAX_VARS 16   /* variables of one preset */
 #define SCREE__PRESET_MAX_LINES 256 /* op lines of one preset */
+/* Call shapes of one op line in one dtype: the values of the variables it
+ * names, multiplied. */
+#define SCREE__PRESET_MAX_SHAPES 65536
 
 typedef struct scree__preset_var {
   char name[32];

@@ -90,6 +90,26 @@ START_TEST(other_files_refused) {
 }
 END_TEST
 
+/* A NUL byte ended the text there for every line reader (a safelist's
+ * deny line after it was never read): the file is refused, naming the
+ * line. */
+START_TEST(nul_byte_refused) {
+  const char *path = in_dir("nul.txt");
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  static const char text[] = "one\ntwo\nth\0ree\n";
+  ck_assert_uint_eq(fwrite(text, 1, sizeof text - 1, f), sizeof text - 1);
+  fclose(f);
+  char why[512];
+  errno = 0;
+  ck_assert_ptr_null(scree__read_text(path, why, sizeof why));
+  ck_assert_int_eq(errno, EINVAL);
+  char want[512];
+  snprintf(want, sizeof want, "%s:3: a NUL byte (byte 11): not a text file", path);
+  ck_assert_str_eq(why, want);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "read_text", .setup = setup, .teardown = teardown,
                 .tests = SCREE_TESTS(regular_files_whole, missing_file, directory_refused,
-                                     other_files_refused))
+                                     other_files_refused, nul_byte_refused))

@@ -88,6 +88,12 @@ START_TEST(expressions_and_overrides) {
                    SCREE_OK);
   ck_assert_int_eq(ps.n, 1);
   ck_assert_str_eq(scree__preset_find(&ps, "m")->source, "b.txt");
+  /* Two negative factors make a positive product, not "a value past 2^40". */
+  ck_assert_msg(scree__presets_parse("model n\nrmsnorm rows={(0-2)*(0-3)},cols=64\n", "c.txt",
+                                     &ps, why, sizeof why) == SCREE_OK, "%s", why);
+  memset(&c, 0, sizeof c);
+  scree__preset_expand(scree__preset_find(&ps, "n"), SCREE_DTYPE_FP16, count, &c);
+  ck_assert_str_eq(c.last_shape, "rows=6,cols=64");
   scree__presets_free(&ps);
 }
 END_TEST
@@ -112,6 +118,11 @@ START_TEST(bad_files_name_the_line) {
       {"model m\nrmsnorm rows=1,cols=64 extra\n", "f.txt:2: \"extra\": expected variant=V or dtypes=a,b"},
       {"model m\nrmsnorm rows={1/0},cols=64\n", "f.txt:2: {1/0}: a division by zero"},
       {"model m\nrmsnorm rows={4096*4096*4096*4096},cols=64\n", "f.txt:2: {4096*4096*4096*4096}: a value past 2^40"},
+      /* Checked arithmetic: the product wrapped to 0 (undefined behaviour),
+       * leaving rows=5. */
+      {"model m\nrmsnorm rows={(0-1099511627776)*1099511627776+5},cols=64\n", "f.txt:2: {(0-1099511627776)*1099511627776+5}: a value below -2^40"},
+      {"model m\nrmsnorm rows={(0-1099511627776)*(0-1099511627776)},cols=64\n", "f.txt:2: {(0-1099511627776)*(0-1099511627776)}: a value past 2^40"},
+      {"model m\nrmsnorm rows={(0-1099511627776)-1},cols=64\n", "f.txt:2: {(0-1099511627776)-1}: a value below -2^40"},
       {"model bad name\n", "f.txt:1: model: one name, then optionally -- and a description"},
       {"model m\nrmsnorm\n", "f.txt:2: rmsnorm: the line needs a shape"},
   };

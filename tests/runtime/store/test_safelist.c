@@ -601,6 +601,32 @@ START_TEST(load_file_errors) {
   snprintf(want, sizeof want, "%s: a directory, not a regular file", dir);
   ck_assert_str_eq(why, want);
   ck_assert_int_eq(s.n, 0);
+  /* A NUL byte ended the text there, the deny line after it unread. */
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  static const char nul[] = "arch sm_90\n\0\nrmsnorm deny tpr=8,rows=16,vec=8,cache=1 -- bad\n";
+  ck_assert_uint_eq(fwrite(nul, 1, sizeof nul - 1, f), sizeof nul - 1);
+  fclose(f);
+  ck_assert_int_eq(scree__safelist_load_file(path, &s, why, sizeof why), SCREE_ERROR_IO);
+  snprintf(want, sizeof want, "%s:2: a NUL byte (byte 12): not a text file", path);
+  ck_assert_str_eq(why, want);
+  rm_tmpdir(dir);
+}
+END_TEST
+
+/* A FIFO named <arch>.txt in SCREE_SAFELIST_DIR is refused at once: the
+ * existence test opened it, waiting for a writer forever. */
+START_TEST(fifo_in_dir_refused) {
+  const char *dir = make_tmpdir();
+  char path[256], want[512], why[1024];
+  snprintf(path, sizeof path, "%s/sm_90.txt", dir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  ck_assert_int_eq(setenv("SCREE_SAFELIST_DIR", dir, 1), 0);
+  scree__safelist s;
+  ck_assert_int_eq(scree__safelist_for_arch("sm_90", &s, why, sizeof why), SCREE_ERROR_IO);
+  snprintf(want, sizeof want, "%s: a FIFO, not a regular file", path);
+  ck_assert_str_eq(why, want);
+  unsetenv("SCREE_SAFELIST_DIR");
   rm_tmpdir(dir);
 }
 END_TEST
@@ -730,6 +756,6 @@ SCREE_TEST_MAIN(.name = "safelist",
                                      good_file_entries, header_only_and_names_without_txt,
                                      error_names_the_path_and_embedded_name, legal_combinations,
                                      queries, write_round_trips, write_cuts_escaped_reasons_to_fit,
-                                     load_file_errors, embedded_fallback,
+                                     load_file_errors, fifo_in_dir_refused, embedded_fallback,
                                      dir_override_and_fallback),
                 .loops = SCREE_LOOPS({parse_errors, (int)(sizeof bad / sizeof *bad)}))
