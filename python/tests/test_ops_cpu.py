@@ -3,6 +3,7 @@ argument errors, torch.library.opcheck, torch.compile(fullgraph=True) of a
 LLaMA-style layer, and the HuggingFace attention path. The custom ops run
 the float64 references of tests/reference.py as CPU kernels here
 (cpu_kernels fixture), so everything around the kernels is exercised."""
+import contextlib
 import os
 import sys
 
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import bad_calls
 import reference as ref
 import scree
 from scree import _ops
@@ -114,7 +116,7 @@ def test_meta_tensors():
      ValueError, "'cu_seq_q'"),
     (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64),
                                _cuda(2, dtype=torch.int32), _cuda(2, dtype=torch.int32), 4, 4,
-                               window_size=3), ValueError, "'window_size'"),
+                               window_size=3), TypeError, "'window_size'"),
     (lambda: scree.flash_attn_varlen_func(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64),
                                           _cuda(2, dtype=torch.int32),
                                           _cuda(2, dtype=torch.int32), 4, 4, dropout_p=0.1),
@@ -130,37 +132,62 @@ def _i32(*shape):
     return _cuda(*shape, dtype=torch.int32)
 
 
-@pytest.mark.parametrize("call,arg,match", [
-    (lambda: scree.rms_norm(_cuda(4, 70000), [70000]), "normalized_shape",
-     "cols=70000 exceeds the supported maximum 65536"),
-    (lambda: scree.rms_norm(_cuda(4, 64), [64], eps=float("nan")), "eps", "eps"),
-    (lambda: scree.rms_norm(_cuda(4, 64), [64], eps=-1.0), "eps", "eps"),
-    (lambda: scree.cross_entropy(_cuda(4, (1 << 24) + 1), _cuda(4, dtype=torch.int64)), "input",
-     "vocab=16777217 exceeds the supported maximum"),
-    (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64), _i32(2),
-                               _i32(2), -1, 4), "max_q", "max_seqlen_q=-1"),
-    (lambda: scree.softmax(_cuda(4, 64), scale=float("inf")), "scale", "scale"),
-    (lambda: scree.varlen_attn(_cuda(4, 8, 64, dtype=torch.float32),
-                               _cuda(4, 2, 64, dtype=torch.float32),
-                               _cuda(4, 2, 64, dtype=torch.float32), _i32(2), _i32(2), 4, 4),
-     "query", "fp16 or bf16"),
-    (lambda: scree.varlen_attn(_cuda(4, 8, 48), _cuda(4, 2, 48), _cuda(4, 2, 48), _i32(2),
-                               _i32(2), 4, 4), "query", "head_dim=48"),
-    (lambda: scree.varlen_attn(_cuda(4, 6, 64), _cuda(4, 4, 64), _cuda(4, 4, 64), _i32(2),
-                               _i32(2), 4, 4), "query", "heads_q"),
-    (lambda: scree.varlen_attn(_cuda(4, 8, 64), _cuda(4, 2, 64), _cuda(4, 2, 64), _i32(2),
-                               _i32(2), 4, 4, window_size=(-3, -1)), "window_size",
-     "window_left"),
-    (lambda: scree.rope(_cuda(4, 2, 64), cu_seqlens=_i32(2), rotary_dim=3), "rotary_dim",
-     "rotary_dim"),
-])
-def test_fake_implementations_refuse_what_the_device_would(call, arg, match):
-    """The fake implementations check through the library (scree_check_args)
-    as the entry would on the device: ranges, dtypes, the op's own rules."""
-    with FakeTensorMode():
-        with pytest.raises(scree.ScreeArgumentError, match=match) as e:
-            call()
-    assert e.value.argument == arg
+def _meta(*shape, dtype=BF16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+# Fake CUDA tensors under FakeTensorMode, and meta tensors: both reach the
+# fake implementations (with no torch.compile).
+_MODES = {"fake": (FakeTensorMode, _cuda), "meta": (contextlib.nullcontext, _meta)}
+
+
+@pytest.mark.parametrize("mode", sorted(_MODES))
+@pytest.mark.parametrize("case", bad_calls.REFUSED, ids=[c[0] for c in bad_calls.REFUSED])
+def test_fake_implementations_refuse_what_the_device_would(case, mode):
+    """What the library refuses on the device is refused with fake and meta
+    tensors, through the public function and through torch.ops.scree (the
+    fake implementation alone: its check goes through scree_check_args,
+    the library's checks without a device), with a ScreeArgumentError
+    naming the argument. The GPU tests run the same cases on the device."""
+    _, public, through_op, arg, match = case
+    enter, mk = _MODES[mode]
+    for call in (public, through_op):
+        with enter():
+            with pytest.raises(scree.ScreeArgumentError, match=match) as e:
+                call(mk)
+        assert e.value.argument == arg, str(e.value)
+
+
+@pytest.mark.parametrize("mode", sorted(_MODES))
+@pytest.mark.parametrize("case", bad_calls.UNCLEAR, ids=[c[0] for c in bad_calls.UNCLEAR])
+def test_arguments_of_the_wrong_kind_are_named(case, mode):
+    """Arguments of the wrong type, or out of what can be passed on (int64,
+    float32, the schema's ranges), are refused naming the argument and
+    saying why, before any tensor is looked at."""
+    _, call, exc, arg, match = case
+    enter, mk = _MODES[mode]
+    with enter():
+        with pytest.raises(exc) as e:
+            call(mk)
+    msg = str(e.value)
+    assert f"argument '{arg}'" in msg and match in msg, msg
+
+
+def test_argument_helpers_pass_good_values():
+    """The helpers take what the functions took before: ints from 0-d
+    integer tensors and numpy-like integers, floats from ints, bools as
+    0 and 1, shapes as lists, tuples and torch.Size."""
+    from scree import _args
+    assert _args.integer("f", "n", torch.tensor(7)) == 7
+    assert _args.integer("f", "n", 2 ** 31 - 1, ("attention", "max_seqlen_q")) == 2 ** 31 - 1
+    assert _args.real("f", "x", 3) == 3.0 and type(_args.real("f", "x", 3)) is float
+    assert _args.real("f", "x", None, optional=True) is None
+    assert _args.boolean("f", "b", 1) is True
+    assert _args.shape("f", "s", torch.Size([2, 3])) == (2, 3)
+    with pytest.raises(TypeError, match="'n'=True must be an int, not bool"):
+        _args.integer("f", "n", True)
+    with pytest.raises(ValueError, match="int32"):
+        _args.integer("f", "n", 2 ** 31, ("attention", "causal"))
 
 
 def test_compile_refuses_at_trace_time(cpu_kernels):

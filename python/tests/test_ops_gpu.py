@@ -20,6 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import bad_calls
 import reference as ref
 import scree
 
@@ -240,6 +241,32 @@ def test_errors_from_the_library_name_the_argument(gen):
     assert e.value.status_name == "ERROR_MISALIGNED" and e.value.argument == "query"
     with pytest.raises(scree.ScreeArgumentError, match="'normalized_shape'"):
         scree.rms_norm(rand(gen, 2, 70000), [70000])
+
+
+def _on_device(*shape, dtype=torch.bfloat16):
+    return torch.zeros(*shape, dtype=dtype, device=DEV)
+
+
+@pytest.mark.parametrize("case", bad_calls.REFUSED, ids=[c[0] for c in bad_calls.REFUSED])
+def test_device_refuses_what_the_fake_implementations_do(case):
+    """The cases the CPU tests refuse with fake and meta tensors
+    (test_fake_implementations_refuse_what_the_device_would), on the
+    device: the same ScreeArgumentError naming the same argument, through
+    the public function (its eager path) and torch.ops.scree (the real
+    implementation)."""
+    _, public, through_op, arg, match = case
+    for call in (public, through_op):
+        with pytest.raises(scree.ScreeArgumentError, match=match) as e:
+            call(_on_device)
+        assert e.value.argument == arg, str(e.value)
+
+
+@pytest.mark.parametrize("case", bad_calls.UNCLEAR, ids=[c[0] for c in bad_calls.UNCLEAR])
+def test_arguments_of_the_wrong_kind_are_named_on_the_device(case):
+    _, call, exc, arg, match = case
+    with pytest.raises(exc) as e:
+        call(_on_device)
+    assert f"argument '{arg}'" in str(e.value) and match in str(e.value), str(e.value)
 
 
 # -- streams, threads, options -------------------------------------------------

@@ -5,7 +5,7 @@ in _ops.py (a new one, say) is called from Python: eager, on CUDA tensors,
 with no custom op and no fake implementation."""
 import torch
 
-from . import _lib, _ops
+from . import _args, _lib, _ops
 
 _ELEM = {"float32": torch.float32, "int32": torch.int32, "int64": torch.int64}
 _TENSOR_ROLES = ("in", "out", "inout")
@@ -46,7 +46,14 @@ def call(op, /, *, stream=None, **fields):
     if unknown:
         raise TypeError(f"scree.call({op!r}): no field {', '.join(sorted(unknown))} in "
                         f"{schema['struct']}")
-    values = {n: v for n, v in fields.items() if not isinstance(v, torch.Tensor)}
+    where = f"call({op!r})"
+    values = {}
+    for n, v in fields.items():
+        f = by_name[n]
+        if f["role"] == "float":
+            values[n] = _args.real(where, n, v, (op, n))
+        elif f["role"] not in _TENSOR_ROLES:
+            values[n] = _args.integer(where, n, v, (op, n))
     views, ref = {}, None
     for f in schema["fields"]:
         t = fields.get(f["name"])

@@ -2,7 +2,9 @@
 through the C library, and their torch.library custom ops (torch.ops.scree.*)
 with fake implementations for torch.compile and export.
 
-Two ways into each op:
+Each public function first checks its Python arguments with the shared
+helpers of _args.py (each of the wrong kind or range refused naming it),
+then takes one of two ways into the op:
 
 - Eager calls on plain CUDA tensors that need no autograd go straight to
   the implementation (`_direct`): argument checks, output allocation with
@@ -19,12 +21,13 @@ Two ways into each op:
 """
 import math
 import re
+import struct
 import threading
 from typing import Optional, Sequence, Tuple
 
 import torch
 
-from . import _context, _lib
+from . import _args, _context, _lib
 
 _Tensor = torch.Tensor
 _DTYPES = {torch.float32: _lib.DTYPE_FP32, torch.float16: _lib.DTYPE_FP16,
@@ -294,7 +297,7 @@ def _rms_norm_fast(input, normalized_shape, weight, eps):
             or _dispatch_stack_len()):
         return None
     shape = input.shape
-    if not shape or len(normalized_shape) != 1:
+    if not shape or not isinstance(normalized_shape, (list, tuple)) or len(normalized_shape) != 1:
         return None
     n = shape[-1]
     if (normalized_shape[0] != n or not input.is_cuda or weight.shape != (n,)
@@ -307,15 +310,17 @@ def _rms_norm_fast(input, normalized_shape, weight, eps):
     dev = input.get_device()
     if dx is None or dw is None or weight.get_device() != dev or n == 0:
         return None
-    y = torch.empty_like(input)
-    ctx = _context._contexts.get(dev) or _context.context(dev)
     if _rms_entry is None:
         _PACK_RMS = _lib.PACKERS["scree_rmsnorm_args"].pack
         _rms_entry = _lib.lib().scree_rmsnorm
-    st = _rms_entry(ctx, _PACK_RMS(input.data_ptr(), weight.data_ptr(), y.data_ptr(),
-                                   input.numel() // n, n, 0, 0, dx, dw, dx,
-                                   1.1920928955078125e-07 if eps is None else eps),
-                    _raw_stream(dev))
+    y = torch.empty_like(input)
+    try:
+        packed = _PACK_RMS(input.data_ptr(), weight.data_ptr(), y.data_ptr(), input.numel() // n,
+                           n, 0, 0, dx, dw, dx, 1.1920928955078125e-07 if eps is None else eps)
+    except (struct.error, OverflowError):  # eps: the general path says what is wrong
+        return None
+    ctx = _context._contexts.get(dev) or _context.context(dev)
+    st = _rms_entry(ctx, packed, _raw_stream(dev))
     if st:
         _raise("rms_norm", st, ctx, _RMS_NAMES)
     return y
@@ -333,6 +338,11 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
         y = _rms_norm_fast(input, normalized_shape, weight, eps)
         if y is not None:
             return y
+    op = "rms_norm"
+    input = _args.tensor(op, "input", input)
+    normalized_shape = _args.shape(op, "normalized_shape", normalized_shape)
+    weight = _args.tensor(op, "weight", weight, optional=True)
+    eps = _args.real(op, "eps", eps, ("rmsnorm", "eps"), optional=True)
     if _direct(input, weight):
         return _rms_norm_impl(input, normalized_shape, weight, eps)
     return torch.ops.scree.rms_norm(input, list(normalized_shape), weight, eps)
@@ -385,9 +395,15 @@ def _(input, normalized_shape, weight, bias, eps):
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """LayerNorm over the last len(normalized_shape) dimensions, as
     torch.nn.functional.layer_norm (output in input's dtype)."""
+    op = "layer_norm"
+    input = _args.tensor(op, "input", input)
+    normalized_shape = _args.shape(op, "normalized_shape", normalized_shape)
+    weight = _args.tensor(op, "weight", weight, optional=True)
+    bias = _args.tensor(op, "bias", bias, optional=True)
+    eps = _args.real(op, "eps", eps, ("layernorm", "eps"))
     if _direct(input, weight, bias):
         return _layer_norm_impl(input, normalized_shape, weight, bias, eps)
-    return torch.ops.scree.layer_norm(input, list(normalized_shape), weight, bias, float(eps))
+    return torch.ops.scree.layer_norm(input, list(normalized_shape), weight, bias, eps)
 
 
 # -- fused residual add + RMSNorm -------------------------------------------
@@ -447,9 +463,14 @@ def add_rms_norm(input, residual, weight, eps=1e-6):
     """The residual add fused with RMSNorm, one pass over memory:
     h = input + residual (in input's dtype), y = rms_norm(h) * weight.
     Returns (y, h): the normed output and the new residual stream."""
+    op = "add_rms_norm"
+    input = _args.tensor(op, "input", input)
+    residual = _args.tensor(op, "residual", residual)
+    weight = _args.tensor(op, "weight", weight)
+    eps = _args.real(op, "eps", eps, ("add_rmsnorm", "eps"))
     if _direct(input, residual, weight):
         return _add_rms_norm_impl(input, residual, weight, eps)
-    return torch.ops.scree.add_rms_norm(input, residual, weight, float(eps))
+    return torch.ops.scree.add_rms_norm(input, residual, weight, eps)
 
 
 # -- softmax over the last dimension ----------------------------------------
@@ -498,9 +519,14 @@ def _(input, dim, dtype, scale):
 def softmax(input, dim=-1, *, dtype=None, scale=1.0):
     """softmax(scale * input) along the last dimension, as
     torch.nn.functional.softmax(input, dim, dtype=dtype) for dim -1."""
+    op = "softmax"
+    input = _args.tensor(op, "input", input)
+    dim = _args.integer(op, "dim", dim)
+    dtype = _args.dtype(op, "dtype", dtype)
+    scale = _args.real(op, "scale", scale, ("softmax", "scale"))
     if _direct(input):
-        return _softmax_impl(input, dim, dtype, float(scale))
-    return torch.ops.scree.softmax(input, dim, dtype, float(scale))
+        return _softmax_impl(input, dim, dtype, scale)
+    return torch.ops.scree.softmax(input, dim, dtype, scale)
 
 
 # -- softmax along each sequence's tokens -----------------------------------
@@ -543,9 +569,14 @@ def ragged_softmax(input, cu_seqlens, max_seqlen, *, scale=1.0):
     """Softmax along the token dimension of a packed batch, per sequence and
     per column: input [total, ...], sequence b holding tokens
     [cu_seqlens[b], cu_seqlens[b + 1]); max_seqlen bounds the lengths."""
+    op = "ragged_softmax"
+    input = _args.tensor(op, "input", input)
+    cu_seqlens = _args.tensor(op, "cu_seqlens", cu_seqlens)
+    max_seqlen = _args.integer(op, "max_seqlen", max_seqlen, ("ragged_softmax", "max_seqlen"))
+    scale = _args.real(op, "scale", scale, ("ragged_softmax", "scale"))
     if _direct(input, cu_seqlens):
-        return _ragged_softmax_impl(input, cu_seqlens, int(max_seqlen), float(scale))
-    return torch.ops.scree.ragged_softmax(input, cu_seqlens, _as_int(max_seqlen), float(scale))
+        return _ragged_softmax_impl(input, cu_seqlens, max_seqlen, scale)
+    return torch.ops.scree.ragged_softmax(input, cu_seqlens, max_seqlen, scale)
 
 
 # -- RoPE --------------------------------------------------------------------
@@ -644,15 +675,22 @@ def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_di
     read from cos_sin (float32 [max_position, rotary_dim]: the cos of the
     rotary_dim / 2 angles, then their sin). Returns (q, k): new tensors,
     or q and k themselves, rotated in place, with inplace=True."""
-    if not inplace:
+    op = "rope"
+    q = _args.tensor(op, "q", q)
+    k = _args.tensor(op, "k", k, optional=True)
+    cu_seqlens = _args.tensor(op, "cu_seqlens", cu_seqlens, optional=True)
+    positions = _args.tensor(op, "positions", positions, optional=True)
+    cos_sin = _args.tensor(op, "cos_sin", cos_sin, optional=True)
+    theta = _args.real(op, "theta", theta, ("rope", "theta"))
+    rd = _args.integer(op, "rotary_dim", rotary_dim, ("rope", "rotary_dim"), optional=True) or 0
+    interleaved = _args.boolean(op, "interleaved", interleaved)
+    if not _args.boolean(op, "inplace", inplace):
         q = q.clone()
         k = k.clone() if k is not None else None
-    rd = int(rotary_dim or 0)
     if _direct(q, k, cu_seqlens, positions, cos_sin):
-        _rope_impl(q, k, cu_seqlens, positions, cos_sin, float(theta), rd, bool(interleaved))
+        _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
     else:
-        torch.ops.scree.rope_(q, k, cu_seqlens, positions, cos_sin, float(theta), rd,
-                              bool(interleaved))
+        torch.ops.scree.rope_(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
     return q, k
 
 
@@ -716,6 +754,8 @@ def swiglu(gate, up=None):
     """silu(gate) * up, computed in float32, in gate's dtype. With up None,
     gate holds both side by side on its last dimension (gate first), as the
     fused gate_up projection of LLaMA-style MLPs writes them."""
+    gate = _args.tensor("swiglu", "gate", gate)
+    up = _args.tensor("swiglu", "up", up, optional=True)
     if _direct(gate, up):
         return _swiglu_impl(gate, up)
     return torch.ops.scree.swiglu(gate, up)
@@ -774,6 +814,11 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     result dtype) without class weights, label smoothing or the deprecated
     size_average / reduce. One pass over the logits; the mean is over the
     rows whose target is not ignore_index."""
+    op = "cross_entropy"
+    input = _args.tensor(op, "input", input)
+    target = _args.tensor(op, "target", target)
+    ignore_index = _args.integer(op, "ignore_index", ignore_index,
+                                 ("cross_entropy", "ignore_index"))
     for name, v, default in (("weight", weight, None), ("size_average", size_average, None),
                              ("reduce", reduce, None), ("label_smoothing", label_smoothing, 0.0)):
         if v is not default and v != default:
@@ -783,9 +828,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         raise ValueError(f"scree.cross_entropy: argument 'reduction'={reduction!r}: "
                          "'mean', 'sum' or 'none'")
     if _direct(input, target):
-        loss, _ = _cross_entropy_impl(input, target, int(ignore_index))
+        loss, _ = _cross_entropy_impl(input, target, ignore_index)
     else:
-        loss, _ = torch.ops.scree.cross_entropy(input, target, int(ignore_index))
+        loss, _ = torch.ops.scree.cross_entropy(input, target, ignore_index)
     if reduction == "none":
         return loss.to(input.dtype)
     if reduction == "sum":
@@ -878,19 +923,27 @@ def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window
                              window_left, window_right, return_lse, check=True)
 
 
-def _as_int(n):
-    """An int or SymInt as it is; anything else (a 0-d tensor, as
-    transformers passes maximum lengths) as an int."""
-    return n if isinstance(n, (int, torch.SymInt)) else int(n)
+def _attn_args(op, names, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
+               window_size, causal):
+    """The checked arguments of an attention call; names: the caller's
+    names of the first nine."""
+    q, k, v, cq, ck = (_args.tensor(op, n, t) for n, t in
+                       zip(names, (query, key, value, cu_seq_q, cu_seq_k)))
+    # Maximum lengths: ints, SymInts, or 0-d tensors (as transformers passes them).
+    mq = _args.integer(op, names[5], max_q, ("attention", "max_seqlen_q"))
+    mk = _args.integer(op, names[6], max_k, ("attention", "max_seqlen_k"))
+    sc = _args.real(op, names[7], scale, ("attention", "scale"), optional=True)
+    if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or \
+            len(window_size) != 2:
+        raise TypeError(f"scree.{op}: argument 'window_size'={window_size!r} must be a pair "
+                        "(left, right)")
+    left = _args.integer(op, "window_size", window_size[0], ("attention", "window_left"))
+    right = _args.integer(op, "window_size", window_size[1], ("attention", "window_right"))
+    return q, k, v, cq, ck, mq, mk, sc, left, right, _args.boolean(op, names[8], causal)
 
 
-def _window(window_size):
-    try:
-        left, right = window_size
-    except (TypeError, ValueError):
-        raise ValueError(f"scree.varlen_attn: argument 'window_size'={window_size!r} must be a "
-                         "pair (left, right)") from None
-    return int(left), int(right)
+_VARLEN_NAMES = ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "scale",
+                 "causal")
 
 
 def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
@@ -908,17 +961,16 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
     FlashAttention-2's; (-1, 0), or causal=True, is causal attention.
     Returns out [T_q, H_q, D], and with return_aux.lse also the log-sum-exp
     [H_q, T_q] (float32; the layout PyTorch's op returns)."""
-    left, right = _window(window_size)
+    query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, sc, left, right, causal = _attn_args(
+        "varlen_attn", _VARLEN_NAMES, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
+        window_size, causal)
     want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
-    causal = bool(causal)
-    sc = None if scale is None else float(scale)
     if _direct(query, key, value, cu_seq_q, cu_seq_k):
-        out, lse = _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, int(max_q),
-                                     int(max_k), causal, sc, left, right, want_lse)
+        out, lse = _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
+                                     sc, left, right, want_lse)
     else:
-        out, lse = torch.ops.scree.varlen_attn(query, key, value, cu_seq_q, cu_seq_k,
-                                               _as_int(max_q), _as_int(max_k), causal, sc, left,
-                                               right, want_lse)
+        out, lse = torch.ops.scree.varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q,
+                                               max_k, causal, sc, left, right, want_lse)
     return (out, lse) if want_lse else out
 
 
@@ -938,6 +990,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if not ok:
             raise ValueError(f"scree.flash_attn_varlen_func: argument '{name}' is not supported "
                              f"(got {v_!r})")
+    # Checked under this function's names; varlen_attn takes the values as they come out.
+    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, _, _, \
+        causal = _attn_args("flash_attn_varlen_func", _FLASH_NAMES, q, k, v, cu_seqlens_q,
+                            cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, window_size,
+                            causal)
     aux = _LseRequest() if return_attn_probs else None
     res = varlen_attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                       return_aux=aux, scale=softmax_scale, window_size=window_size,
@@ -945,6 +1002,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if return_attn_probs:
         return res[0], res[1], None
     return res
+
+
+_FLASH_NAMES = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k",
+                "softmax_scale", "causal")
 
 
 class _LseRequest:

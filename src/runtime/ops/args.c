@@ -192,9 +192,9 @@ scree_status scree__fail_pointer(scree_context *ctx, const scree__arg *t, uint64
                      t->name, (unsigned long long)p, align);
 }
 
-scree_status scree__fail_wrap(scree_context *ctx, const scree__arg *t, uint64_t p) {
+scree_status scree__fail_wrap(scree_context *ctx, const char *name, uint64_t p) {
   return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx extends past the address space",
-                     t->name, (unsigned long long)p);
+                     name, (unsigned long long)p);
 }
 
 /* A tensor whose strides may come in any order: positive (multiples of

@@ -36,7 +36,9 @@ scree_status scree__fail_row_stride(scree_context *ctx, const scree__op *op, con
                                     const void *args, const scree__geom *g, int k);
 scree_status scree__fail_pointer(scree_context *ctx, const scree__arg *t, uint64_t p,
                                  size_t align, int elem);
-scree_status scree__fail_wrap(scree_context *ctx, const scree__arg *t, uint64_t p);
+/* A tensor's bytes from pointer p pass the end of the address space; name
+ * is the argument's (shared with the ops' own range checks). */
+scree_status scree__fail_wrap(scree_context *ctx, const char *name, uint64_t p);
 /* The checks that loop over the call's tensors at run time (ops/args.c):
  * an ANY_ORDER tensor's strides, and the overlaps of the tensors present. */
 scree_status scree__check_any_order(scree_context *ctx, const scree__op *op, const scree__arg *t,
@@ -287,7 +289,7 @@ SCREE__INLINE scree_status scree__args_check_in(scree_context *ctx, const scree_
     }
     wraps |= __builtin_mul_overflow(last, (uint64_t)w->esize, &last);
     wraps |= __builtin_add_overflow(w->p, last, &w->hi);
-    if (__builtin_expect(wraps, 0)) return scree__fail_wrap(ctx, t, w->p);
+    if (__builtin_expect(wraps, 0)) return scree__fail_wrap(ctx, t->name, w->p);
     w->lo = w->p;
     present[s] = 1;
   }

@@ -308,9 +308,7 @@ static scree_status check_tensor(scree_context *ctx, const char *name, uint64_t 
   }
   const __int128 last =
       ((__int128)(tokens - 1) * ts + (__int128)(heads - 1) * hs + rd) * (__int128)es;
-  if (last > (__int128)(UINT64_MAX - p))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s extends past the address space",
-                       name);
+  if (last > (__int128)(UINT64_MAX - p)) return scree__fail_wrap(ctx, name, p);
   *lo = p;
   *hi = p + (uint64_t)last;
   return SCREE_OK;
@@ -493,8 +491,7 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
   for (int i = 0; i < 3; i++) {
     if (!reads[i].p) continue;
     if (reads[i].bytes > (__int128)(UINT64_MAX - reads[i].p))
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s extends past the address space",
-                         reads[i].name);
+      return scree__fail_wrap(ctx, reads[i].name, reads[i].p);
     const uint64_t lo = reads[i].p, hi = reads[i].p + (uint64_t)reads[i].bytes;
     if (scree__overlaps(lo, hi, ql, qh) || (a->k && scree__overlaps(lo, hi, kl, kh)))
       return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx overlaps q or k",

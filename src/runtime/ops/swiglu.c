@@ -346,11 +346,12 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
   const layout l = layout_of(a);
   const size_t ex = scree_dtype_size(a->dtype), ey = scree_dtype_size(a->y_dtype);
   uint64_t glo, ghi, ulo, uhi, ylo, yhi;
-  if (!scree__byte_range(a->gate, a->rows, two ? a->cols : 2 * a->cols, l.gs, ex, &glo, &ghi) ||
-      !scree__byte_range(l.up, a->rows, a->cols, l.us, ex, &ulo, &uhi) ||
-      !scree__byte_range(a->y, a->rows, a->cols, l.ys, ey, &ylo, &yhi))
-    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
-                       "rows=%lld x stride overflows the address space", (long long)a->rows);
+  if (!scree__byte_range(a->gate, a->rows, two ? a->cols : 2 * a->cols, l.gs, ex, &glo, &ghi))
+    return scree__fail_wrap(ctx, "gate", a->gate);
+  if (!scree__byte_range(l.up, a->rows, a->cols, l.us, ex, &ulo, &uhi))
+    return scree__fail_wrap(ctx, "up", a->up);
+  if (!scree__byte_range(a->y, a->rows, a->cols, l.ys, ey, &ylo, &yhi))
+    return scree__fail_wrap(ctx, "y", a->y);
   if (!two) ghi -= (uint64_t)a->cols * ex; /* gate's own columns end cols before */
   scree_status st;
   if ((st = check_alias(ctx, a, "gate", a->gate, l.gs, ylo, yhi, glo, ghi)) ||

@@ -209,7 +209,7 @@ static const expect cases[] = {
     {"swiglu", "gate_stride=-64", INVALID, "gate_stride=-64"},
     {"swiglu", "up_stride=63", INVALID, "up_stride=63"},
     {"swiglu", "y_stride=63", INVALID, "y_stride=63"},
-    {"swiglu", "rows=4611686018427387904", INVALID, "overflows"},
+    {"swiglu", "rows=4611686018427387904", INVALID, "gate=0x10000 extends past the address space"},
     {"swiglu", "up=0,gate_stride=100", INVALID, "gate_stride=100"},
     {"swiglu", "up=0,up_stride=64", INVALID, "up_stride=64"},
     {"swiglu", "y=gate+64", INVALID, "partially overlaps gate"},
@@ -681,6 +681,40 @@ START_TEST(op_cases) {
 }
 END_TEST
 
+/* Every tensor of every op's schema, optional ones and those whose range
+ * the op checks itself included, at the highest address its alignment
+ * allows: its bytes pass the end of the address space, and the refusal
+ * names it and its value. Each is set on a valid call that gives it, so a
+ * new op's tensors (or a new tensor) are covered once it has valid calls
+ * that use them. */
+START_TEST(every_tensor_wraps) {
+  for (int i = 0; scree__ops[i]; i++) {
+    const scree__op *op = scree__ops[i];
+    for (int j = 0; j < op->nargs; j++) {
+      const scree__arg *t = &op->args[j];
+      if (!is_tensor(t)) continue;
+      const call *c = NULL;
+      for (size_t k = 0; k < sizeof valid / sizeof valid[0] && !c; k++)
+        if (!strcmp(valid[k].op, op->name) && get_u64(parse(op, valid[k].text).b, t))
+          c = &valid[k];
+      ck_assert_msg(c, "%s: no valid call gives %s (tests/runtime/ops/test_args.c)", op->name,
+                    t->name);
+      args a = parse(op, c->text);
+      const size_t align = align_of(&a, t);
+      ck_assert_msg(span(&a, t) > align, "%s: %s in \"%s\" has %llu bytes, too few to wrap",
+                    op->name, t->name, c->text, (unsigned long long)span(&a, t));
+      const uint64_t top = 0 - (uint64_t)align;
+      put(a.b, t, (int64_t)top);
+      char needle[160];
+      CASE("%s=0x%llx", t->name, (unsigned long long)top);
+      snprintf(needle, sizeof needle, "%s=0x%llx extends past the address space", t->name,
+               (unsigned long long)top);
+      expect_call(op, &a, SCREE_ERROR_INVALID_ARGUMENT, needle, what);
+    }
+  }
+}
+END_TEST
+
 /* NULL context or args; an error cleared by the next call that succeeds. */
 START_TEST(null_and_cleared) {
   for (int i = 0; scree__ops[i]; i++) {
@@ -746,6 +780,7 @@ int main(void) {
   tcase_add_test(tc, every_op_has_a_call);
   tcase_add_loop_test(tc, generic, 0, (int)(sizeof valid / sizeof valid[0]));
   tcase_add_loop_test(tc, op_cases, 0, (int)(sizeof cases / sizeof cases[0]));
+  tcase_add_test(tc, every_tensor_wraps);
   tcase_add_test(tc, null_and_cleared);
   tcase_add_test(tc, check_args_stand_ins);
   suite_add_tcase(s, tc);
