@@ -353,10 +353,13 @@ static sqlite3_stmt *write_stmt(scree__cache *c, const char *what, int id, scree
   return s;
 }
 
-/* One bound statement (and the rows it changed). */
+/* One bound statement (and the rows it changed); a write that adds rows
+ * to `table` is rolled back when the table then holds more rows than a
+ * cache holds (over_limit). */
 typedef struct one_txn {
   sqlite3_stmt *s;
   int *changes;
+  const char *table;
 } one_txn;
 
 static int one_body(scree__cache *c, void *user) {
@@ -366,14 +369,16 @@ static int one_body(scree__cache *c, void *user) {
     set_err(c, "%s: %s", c->path, sqlite3_errmsg(c->db));
     return rc;
   }
-  if (w->changes) *w->changes = sqlite3_changes(c->db);
-  return SQLITE_OK;
+  const int n = sqlite3_changes(c->db);
+  if (w->changes) *w->changes = n;
+  return w->table && n ? over_limit(c, w->table) : SQLITE_OK;
 }
 
 /* Runs write_stmt's statement, bound, as its own write transaction, and
- * resets it. */
-static scree_status write_one(scree__cache *c, sqlite3_stmt *s, int *changes) {
-  one_txn w = {s, changes};
+ * resets it. table: the table it adds rows to, or NULL for a delete. */
+static scree_status write_one(scree__cache *c, sqlite3_stmt *s, const char *table,
+                              int *changes) {
+  one_txn w = {s, changes, table};
   const scree_status st = write_txn(c, one_body, &w);
   done(s);
   return st;
@@ -424,7 +429,7 @@ scree_status scree__cache_record_bad(scree__cache *c, const scree__ckey *k,
     sqlite3_bind_text(s, 9, reason ? reason : "", reason ? reason_len(reason) : 0,
                       SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 10, now_s());
-    st = write_one(c, s, NULL);
+    st = write_one(c, s, "bad_configs", NULL);
   }
   release(c);
   return st;
@@ -467,7 +472,7 @@ scree_status scree__cache_record_miss(scree__cache *c, const scree__ckey *k,
     bind_miss_key(s, k);
     bind_field(s, 6, example ? example : "", 127);
     sqlite3_bind_int64(s, 7, now_s());
-    st = write_one(c, s, NULL);
+    st = write_one(c, s, "misses", NULL);
   }
   release(c);
   return st;
@@ -481,7 +486,7 @@ scree_status scree__cache_delete_miss(scree__cache *c, const scree__ckey *k) {
   sqlite3_stmt *s = write_stmt(c, "delete_miss", ST_MISS_DEL, &st);
   if (s) {
     bind_miss_key(s, k);
-    st = write_one(c, s, &n);
+    st = write_one(c, s, NULL, &n);
     if (st == SCREE_OK && n == 0) st = SCREE_ERROR_NOT_FOUND;
   }
   release(c);

@@ -645,10 +645,52 @@ START_TEST(row_limit_held_where_rows_are_written) {
 }
 END_TEST
 
+/* The misses and bad configs that the runtime records hold to the same
+ * limit: a record that would add a row past it is refused and writes
+ * nothing; one that updates a row already there is taken. */
+START_TEST(row_limit_held_for_misses_and_bad_configs) {
+  char *dir = tdir();
+  char *path = pjoin(dir, "tune.db");
+  scree__cache *c = open_rw(path);
+  scree__cache_close(c);
+  char sql[512];
+  snprintf(sql, sizeof sql,
+           "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+           " INSERT INTO misses(op, bucket, dtype, causal, arch, example, count, first_seen,"
+           " last_seen) SELECT 'rmsnorm', 'b' || i, 'x', 0, 'sm_90', '',"
+           " 1, 0, 0 FROM n",
+           SCREE__CACHE_MAX_ROWS);
+  db_exec(path, sql);
+  snprintf(sql, sizeof sql,
+           "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %d)"
+           " INSERT INTO bad_configs(op, dtype, causal, arch, src_hash, config, nvrtc_version,"
+           " bucket, reason, created) SELECT 'rmsnorm', 'x', 0, 'sm_90', '%s',"
+           " 'c' || i, 1, '*', 'r', 0 FROM n",
+           SCREE__CACHE_MAX_ROWS, g_src);
+  db_exec(path, sql);
+  c = open_rw(path);
+  scree__ckey k = keyi(0);
+  char why[512];
+  ck_assert_int_eq(scree__cache_record_miss(c, &k, "e"), SCREE_ERROR_CACHE);
+  scree__cache_last_error(c, why, sizeof why);
+  ck_assert_msg(strstr(why, "misses would hold more than 100000 rows"), "%s", why);
+  ck_assert_int_eq(scree__cache_record_bad(c, &k, CFG[0], 1, "r"), SCREE_ERROR_CACHE);
+  scree__ckey old = key("rmsnorm", "*", "x", 0, "sm_90");
+  ck_assert_int_eq(scree__cache_record_bad(c, &old, "c7", 1, "again"), SCREE_OK);
+  snprintf(old.bucket, sizeof old.bucket, "b7");
+  ck_assert_int_eq(scree__cache_record_miss(c, &old, "again"), SCREE_OK);
+  scree__cache_close(c);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM misses"), SCREE__CACHE_MAX_ROWS);
+  ck_assert_int_eq(db_int(path, "SELECT count(*) FROM bad_configs"), SCREE__CACHE_MAX_ROWS);
+  ck_assert_int_eq(db_int(path, "SELECT count FROM misses WHERE bucket = 'b7'"), 2);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "cache_admin", .setup_once = base_setup, .teardown_once = base_teardown,
                 .tests = SCREE_TESTS(clear_with_filters, merge_semantics,
                                      merge_refuses_what_it_cannot_check,
                                      export_refuses_what_it_cannot_check,
                                      sizes_from_a_file_are_bounded, export_with_filters,
                                      exported_cache_opens_readonly_anywhere,
-                                     row_limit_held_where_rows_are_written))
+                                     row_limit_held_where_rows_are_written,
+                                     row_limit_held_for_misses_and_bad_configs))
