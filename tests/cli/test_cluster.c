@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <sqlite3.h>
+
 #include "test_util.h"
 
 static char dir[256];
@@ -267,6 +269,25 @@ START_TEST(shipped_text_round_trip) {
   ck_assert_msg(strstr(out, "0 shipped config(s) compiled (0 compile(s)") &&
                     strstr(out, "1 cached already"),
                 "%s", out);
+  /* A damaged row (its cubin's hash no longer matches, and a median no
+   * good row beats) is compiled again and replaced, and the count says so;
+   * a row is counted as stored only when it was written. */
+  char newdb[400];
+  snprintf(newdb, sizeof newdb, "%s/new.db", dir);
+  sqlite3 *d;
+  ck_assert_int_eq(sqlite3_open(newdb, &d), SQLITE_OK);
+  ck_assert_int_eq(sqlite3_exec(d, "UPDATE winners SET median_us = 0.02, cubin_hash = "
+                                   "'00' || substr(cubin_hash, 3)", NULL, NULL, NULL),
+                   SQLITE_OK);
+  sqlite3_close(d);
+  ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=shipped.txt $T prewarm --from-shipped --arch sm_90 "
+                      "--cache new.db"),
+                   0);
+  ck_assert_msg(strstr(out, "1 shipped config(s) compiled (1 compile(s)") &&
+                    strstr(out, "0 cached already"),
+                "%s", out);
+  ck_assert_int_eq(sh("$T list --cache new.db"), 0);
+  ck_assert_msg(strstr(out, "73.81"), "%s", out);
   ck_assert_int_eq(sh("$T prewarm --from-shipped --model gpt2 --cache new.db"), 2);
 }
 END_TEST
