@@ -414,8 +414,14 @@ int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const cha
     }
     snprintf(path, sizeof path, "%s", c->cache);
   } else if (scree__admin_default_path(path, sizeof path) != SCREE_OK) {
-    fprintf(stderr, "scree-tune %s: no cache path: set SCREE_CACHE_DIR or HOME (an absolute"
-                    " path), or pass --cache\n", cmd);
+    const char *d = getenv("SCREE_CACHE_DIR");
+    if (d && *d && d[0] != '/')
+      fprintf(stderr, "scree-tune %s: SCREE_CACHE_DIR='%s' is not an absolute path (a relative"
+                      " one would follow the working directory); give an absolute path, or"
+                      " pass --cache\n", cmd, cli_esc(d));
+    else
+      fprintf(stderr, "scree-tune %s: no cache path: set SCREE_CACHE_DIR or HOME (an absolute"
+                      " path), or pass --cache\n", cmd);
     return CLI_CACHE;
   }
   char why[1024] = "";

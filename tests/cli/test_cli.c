@@ -522,6 +522,12 @@ START_TEST(relative_home_is_not_used) {
   char rel[400];
   snprintf(rel, sizeof rel, "%s/rel", dir);
   ck_assert_int_ne(access(rel, F_OK), 0);
+  /* A relative SCREE_CACHE_DIR is refused, and the message says why. */
+  ck_assert_int_eq(shell(out, sizeof out, "cd '%s' && SCREE_CACHE_DIR=rel '%s' list 2>&1", dir,
+                         SCREE_TUNE_BIN),
+                   4);
+  ck_assert_msg(strstr(out, "SCREE_CACHE_DIR='rel' is not an absolute path"), "%s", out);
+  ck_assert_int_ne(access(rel, F_OK), 0);
 }
 END_TEST
 
