@@ -97,10 +97,7 @@ static int from_cache(scree_context *ctx, const scree__op *op, const scree__vari
   scree__centry e;
   scree__cache_level level;
   for (int pos = 0; scree__cache_stack_next(ctx->caches, key, &pos, &e, &level) == SCREE_OK;) {
-    /* A row of another key is never used (a bf16 call must not load an
-     * fp32 kernel), whatever a level returned. */
-    const int have = scree__ckey_same(&e.key, key) && use_entry(ctx, op, var, args, key, &e,
-                                                                level, cfg);
+    const int have = use_entry(ctx, op, var, args, key, &e, level, cfg);
     scree__centry_free(&e);
     if (have) return 1;
   }

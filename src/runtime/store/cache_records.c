@@ -85,12 +85,13 @@ static scree_status read_winner(sqlite3_stmt *s, int with_cubin, scree__centry *
   return row_cubin_size(s, 16, &out->cubin_size, why, why_size) ? SCREE_ERROR_PARSE : SCREE_OK;
 }
 
-/* Lookup with the lock held. with_cubin = 0 leaves cubin NULL and puts the
- * stored size into cubin_size. */
 int scree__ckey_same(const scree__ckey *a, const scree__ckey *b) {
   return !strcmp(a->op, b->op) && !strcmp(a->bucket, b->bucket) && !strcmp(a->dtype, b->dtype) &&
          a->causal == b->causal && !strcmp(a->arch, b->arch) && !strcmp(a->src_hash, b->src_hash);
 }
+
+/* Lookup with the lock held. with_cubin = 0 leaves cubin NULL and puts the
+ * stored size into cubin_size. */
 
 scree_status get_locked(scree__cache *c, const scree__ckey *k,
                                scree__centry *out, int with_cubin) {

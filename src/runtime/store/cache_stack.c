@@ -183,6 +183,12 @@ scree_status scree__cache_stack_next(scree__cache_stack *s, const scree__ckey *k
     const int hit = lv == SCREE__LEVEL_TUNED
                         ? tuned_get(s, k, out)
                         : level_get(p == 0 ? s->user : s->shipped[p - 1], k, out);
+    /* A row of another key is never handed out (a bf16 call must not
+     * load an fp32 kernel), whatever a level returned. */
+    if (hit && !scree__ckey_same(&out->key, k)) {
+      scree__centry_free(out);
+      continue;
+    }
     if (hit) {
       ++*pos;
       if (level) *level = lv;
