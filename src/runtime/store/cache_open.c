@@ -463,18 +463,22 @@ scree_status scree__cache_open(const char *path, int readonly,
   scree_status st;
   char reason[1024] = "";
   open_result r = open_db(path, readonly, 1, &db, &st, reason, sizeof reason);
-  if (r == OPEN_CORRUPT && !readonly) {
+  if (r != OPEN_OK && st != SCREE_ERROR_NOT_FOUND) {
+    /* Another process may be recovering this cache right now: its renames
+     * and unlinks fail a read that overlaps them (an I/O error on the -shm
+     * or -wal it is moving). Recoveries hold the directory lock, so the open
+     * is tried once more while holding it; someone may also have recovered
+     * the cache while we waited. */
     int dfd = lock_dir(path);
-    /* Someone may have recovered it while we waited for the lock. */
-    r = open_db(path, 0, 1, &db, &st, reason, sizeof reason);
-    if (r == OPEN_CORRUPT && !has_scree_header(path)) {
+    r = open_db(path, readonly, 1, &db, &st, reason, sizeof reason);
+    if (r == OPEN_CORRUPT && !readonly && !has_scree_header(path)) {
       put_why(why, why_size,
               "%s; it is not a damaged scree cache (no scree cache header), so it is left as it"
               " is: move it away or give another path", reason);
       unlock_dir(dfd);
       return SCREE_ERROR_CACHE;
     }
-    if (r == OPEN_CORRUPT) {
+    if (r == OPEN_CORRUPT && !readonly) {
       char aside[4200];
       if (move_aside(path, aside, sizeof aside) != 0) {
         put_why(why, why_size,
