@@ -562,6 +562,70 @@ SCREE_EXTERN scree_status scree_attention(scree_context *ctx,
                                           const scree_attention_args *args,
                                           void *stream);
 
+/* Attention over a paged KV cache (serving: decode, speculative decoding,
+ * chunked prefill against a cached prefix). For each sequence b, query head
+ * h and query token i of b,
+ *
+ *   out[i, h, :] = softmax_j(s(q[i, h, :] . K_b[j, h / group, :])) V_b[j, h / group, :]
+ *   s(x) = scale * x, or with softcap c > 0: c * tanh(scale * x / c) (Gemma 2)
+ *
+ * over the keys j in [0, seqlens_k[b]) of sequence b (its new tokens
+ * included), masked as scree_attention's (bottom-right aligned: query i of
+ * Lq sits at key position i + Lk - Lq; causal keeps j <= i + Lk - Lq; the
+ * window keeps [i + Lk - Lq - window_left, i + Lk - Lq + window_right], -1
+ * unbounded). A query row with no key writes zeros and lse -inf.
+ *
+ * Key j of sequence b is slot j % page_size of page
+ * block_table[b * block_table_stride + j / page_size]:
+ *   K_b[j, g, :] = k_cache + page * cache_page_stride + (j % page_size) *
+ *                  cache_token_stride + g * cache_head_stride
+ * and V likewise in v_cache (the same strides). The caches are
+ * [num_pages, page_size, heads_kv, head_dim] (NHD; 0 strides: dense); pages
+ * of a sequence may lie anywhere in the pool, in any order, and be shared
+ * between sequences; k_cache and v_cache may be one buffer (interleaved
+ * pages). Only the pages a sequence's keys use are read.
+ *
+ *   q, out: [total_q, heads_q, head_dim], packed by cu_seqlens_q (int32,
+ *     batch + 1 entries from 0, non-decreasing, ending at total_q); strides
+ *     in elements, 0 = dense.
+ *   lse: optional fp32 [heads_q, total_q] (natural log; 0 = none).
+ *   block_table: int32 [batch, block_table_stride]; block_table_stride must
+ *     hold the pages of max_seqlen_k keys.
+ *   seqlens_k: int32 [batch], each in [0, max_seqlen_k].
+ *   page_size 1, 8, 16, 32, 64, 128 or 256; head_dim 32, 64, 96, 128 or 256;
+ *   dtype fp16 or bf16 (fp32 accumulation); heads_q a multiple of heads_kv.
+ *   Every pointer 16-byte aligned and every stride a multiple of 8
+ *   elements; out must not overlap q, the caches or the other buffers.
+ *
+ * Device-side lengths, block tables and cu_seqlens are not read on the host
+ * unless validation is on (SCREE_VALIDATE=1 or scree_options.validate),
+ * which checks them first. Long key ranges are split across CTAs and merged
+ * through the per-stream workspace (deterministic: the merge order is
+ * fixed). Returns SCREE_OK, or an error naming the argument; on error
+ * nothing is launched and nothing is written. Asynchronous with respect to
+ * the host. Thread-safe. */
+typedef struct scree_paged_attention_args {
+  scree_devptr q, out;           /* [total_q, heads_q, head_dim], packed by cu_seqlens_q */
+  scree_devptr lse;              /* optional fp32 [heads_q, total_q]; 0 = none */
+  scree_devptr k_cache, v_cache; /* [num_pages, page_size, heads_kv, head_dim] (NHD), strides below */
+  scree_devptr block_table;      /* int32 [batch, block_table_stride]: page ids of each sequence, in order */
+  scree_devptr seqlens_k;        /* int32 [batch]: keys of each sequence, the new tokens included */
+  scree_devptr cu_seqlens_q;     /* int32 [batch + 1] */
+  int64_t batch, total_q, max_seqlen_q, max_seqlen_k, num_pages, page_size, block_table_stride;
+  int64_t heads_q, heads_kv, head_dim;
+  int64_t q_token_stride, q_head_stride, out_token_stride, out_head_stride;
+  int64_t cache_page_stride, cache_token_stride, cache_head_stride; /* elements; 0 = dense NHD */
+  scree_dtype dtype;
+  int causal;                        /* bottom-right aligned */
+  float scale;                       /* 0 = 1 / sqrt(head_dim) */
+  int64_t window_left, window_right; /* -1 = unbounded */
+  float softcap;                     /* 0 = none */
+} scree_paged_attention_args;
+
+SCREE_EXTERN scree_status scree_paged_attention(scree_context *ctx,
+                                                const scree_paged_attention_args *args,
+                                                void *stream);
+
 /* ------------------------------------------------------------------------ */
 /* Checking a call without a device                                          */
 /* ------------------------------------------------------------------------ */

@@ -69,6 +69,13 @@ static const call valid[] = {
      "cu_seqlens_q=0x6000000,cu_seqlens_k=0x7000000,batch=3,total_q=300,total_k=300,"
      "max_seqlen_q=200,max_seqlen_k=200,heads_q=8,heads_kv=2,head_dim=128,dtype=bf16,causal=1,"
      "window_left=-1,window_right=-1"},
+    /* 4 sequences, 6 query tokens, 8 query heads over 2 KV heads of 128, in
+     * pages of 16 tokens (10 pages, 4 a sequence at most). */
+    {"paged_attention",
+     "q=0x1000000,out=0x2000000,lse=0x3000000,k_cache=0x4000000,v_cache=0x5000000,"
+     "block_table=0x6000000,seqlens_k=0x7000000,cu_seqlens_q=0x8000000,batch=4,total_q=6,"
+     "max_seqlen_q=3,max_seqlen_k=64,num_pages=10,page_size=16,block_table_stride=4,heads_q=8,"
+     "heads_kv=2,head_dim=128,dtype=bf16,causal=1,window_left=-1,window_right=-1"},
 };
 
 /* ---- the op cases ---------------------------------------------------------------- */
@@ -152,6 +159,22 @@ static const expect cases[] = {
     {"attention", "max_seqlen_q=0", INVALID, "max_seqlen_q is 0"},
     {"attention", "max_seqlen_k=0", INVALID, "max_seqlen_k is 0"},
     {"attention", "batch=0", INVALID, "batch is 0"},
+    {"paged_attention", "page_size=12", UNSUPPORTED, "page_size=12 is not supported"},
+    {"paged_attention", "page_size=512", UNSUPPORTED, "page_size=512"},
+    {"paged_attention", "head_dim=80", UNSUPPORTED, "head_dim=80"},
+    {"paged_attention", "block_table_stride=3", INVALID,
+     "block_table_stride=3 holds fewer pages than max_seqlen_k=64"},
+    {"paged_attention", "num_pages=0", INVALID, "num_pages=0"},
+    {"paged_attention", "heads_q=7", INVALID, "heads_q=7 is not a multiple of heads_kv=2"},
+    {"paged_attention", "max_seqlen_q=0", INVALID, "max_seqlen_q is 0"},
+    {"paged_attention", "softcap=-1", INVALID, "softcap"},
+    {"paged_attention", "cache_head_stride=100", MISALIGNED, "k_cache strides"},
+    {"paged_attention", "cache_token_stride=128", INVALID, "k_cache strides (page 2048, token 128, head 128) overlap"},
+    {"paged_attention", "out=0x4000040", INVALID, "out overlaps k_cache"},
+    {"paged_attention", "v_cache=0x4000000", PASSES}, /* one buffer for both */
+    /* vLLM's interleaved pages: K then V in each page of one buffer. */
+    {"paged_attention", "cache_page_stride=8192,v_cache=0x4002000", PASSES},
+    {"paged_attention", "window_left=0,window_right=0,causal=0,softcap=30", PASSES},
     {"rope", "head_dim=63", INVALID, "head_dim=63 must be even"},
     {"rope", "rotary_dim=3", INVALID, "rotary_dim=3"},
     {"rope", "rotary_dim=66", INVALID, "rotary_dim=66"},

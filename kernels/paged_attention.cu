@@ -1,0 +1,734 @@
+/*
+ * paged_attention.cu - attention over a paged KV cache (decode, speculative
+ * decoding and chunked prefill), split-KV with GQA folded into the rows.
+ *
+ * For each sequence b, query head h and query token i of b, with Lq queries
+ * and Lk = seqlens_k[b] keys:
+ *
+ *   out[i, h, :] = sum_j softmax_j(s(q[i, h, :] . K[j, h / group, :])) V[j, h / group, :]
+ *   lse[h, i]    = log(sum_j exp(s(...)))                          (natural log)
+ *   s(x) = scale * x, or with softcap c > 0: c * tanh(scale * x / c)
+ *
+ * over the visible keys j (bottom-right aligned, as scree_attention: query i
+ * sits at key position p = i + Lk - Lq; causal keeps j <= p; the window keeps
+ * j in [p - left, p + right]). Key j of sequence b lives in page
+ * block_table[b * bt_stride + j / P], slot j % P (P = 2^logp tokens a page):
+ *   K[j, g, :] = k_cache + page * page_stride + (j % P) * token_stride + g * head_stride
+ * (V the same with v_cache). A row with no visible key gets zeros and -inf.
+ *
+ * Rows. The queries of one sequence and one KV head form Lq * group rows,
+ * row f = i * group + (h % group) (token-major: a token's heads are adjacent
+ * in memory). A work item is BM consecutive rows of that list (any mix of
+ * tokens and heads: a decode step with group 8 and 2 queries is 16 rows), so
+ * K and V are read once per KV head, not once per query head, and no row of
+ * a tile is empty unless the sequence has fewer rows.
+ *
+ * Splits. The keys an item's sequence can see (the union of its rows'
+ * ranges, tiles aligned to BN) are cut into nsplit[b] chunks of chunk[b]
+ * keys, one item each. A plan kernel (scree_paged_plan, one CTA, same
+ * module) picks them from the device-side lengths: with SPLIT = 0 one chunk
+ * per sequence; else chunk = max(BN, W / target) rounded up to BN, where W
+ * is the whole batch's work (sum of rows tiles x keys x KV heads) and target
+ * = SPLIT x SMs x CTAs per SM (the host passes it), so the grid fills every
+ * SM whatever the batch, and long sequences get more chunks than short ones.
+ * Items of one (sequence, row tile, KV head) are consecutive; each writes
+ * its normalised partial output and LSE (fp32) to the workspace, and the
+ * last of them to finish (a counter per group, atomics, fences) merges all
+ * the partials in split order: the result does not depend on which CTA
+ * finishes last. With one chunk the item writes out and lse directly.
+ *
+ * A CTA of WARPS warps runs one item: RW = min(WARPS, BM / 16) row warps,
+ * each with MT = BM / 16 / RW m16 row tiles, times KW = WARPS / RW key
+ * warps, each taking KN = BN / KW keys of every tile (decode's 16 rows on 4
+ * warps: 4 key warps of 16 keys each). Per tile and warp:
+ *   S = Q K^T     mma.sync m16n8k16 (Q and K by ldmatrix from shared memory)
+ *   softcap       s = (c / scale) tanh(scale s / c), tanh from ex2
+ *   mask          only in tiles cut by a row's range or the chunk's end
+ *   softmax       online, base 2, scale folded in (FlashAttention-2)
+ *   O += P V      P from the S registers, V by ldmatrix.trans
+ * At the end each warp puts its m, l and O (fp32) in shared memory (over the
+ * K/V stages) and the CTA merges its KW key warps row by row.
+ *
+ * Pipeline: cp.async (16 bytes, zero-fill past the chunk's end), STAGES
+ * rings of K and V tiles, one barrier per tile; a tile's page ids are read
+ * from the block table one tile ahead of its copies, so no copy waits for
+ * a block-table load.
+ *
+ * Shared memory (dynamic): max(Q + K/V stages, Q + merge scratch) with
+ *   Q = BM * D * 2, K/V = 2 * STAGES * BN * D * 2, scratch = WARPS * 16 * MT
+ *   * (D + 2) * 4 bytes. Rows are swizzled as in attention.cu.
+ *
+ * Macros (all required; set by the host):
+ *   variant
+ *   SCREE_DTYPE      1 = fp16, 2 = bf16 (q, caches, out)
+ *   SCREE_HEAD_DIM   32, 64, 96, 128, 256
+ *   config
+ *   SCREE_BM         16, 32, 64, 128: rows per item
+ *   SCREE_BN         32, 64, 128: keys per tile
+ *   SCREE_WARPS      4, 8
+ *   SCREE_STAGES     2, 3, 4
+ *   SCREE_SPLIT      0 (one chunk per sequence), 1, 2, 4, 8 (items per SM slot)
+ * Constraints (static_assert below; the host's check mirrors them):
+ *   KN = BN / KW a multiple of 16; MT * (D / 2 + KN / 2) <= 160 registers
+ *   of accumulators; shared memory within the architecture's opt-in limit.
+ *
+ * Run-time values (not macros: a branch per item or per tile, not per
+ * element): logp (page size 1 to 256), causal (0, 1), wl and wr (window
+ * sides, -1 unbounded), cap_in = scale / softcap and cap_out = softcap /
+ * scale (cap_in 0: no softcap), sl2 = scale * log2(e).
+ *
+ * Host guarantees: pointers 16-byte aligned, every stride a multiple of 8
+ * elements; out disjoint from everything else; cu_q non-decreasing from 0;
+ * seqlens_k[b] in [0, bt_stride * P]; block-table entries of the pages a
+ * sequence uses in [0, num_pages); group >= 1. The plan buffer holds
+ * PLAN_INTS(batch) + groups ints, and the partials bound * BM * (D + 1)
+ * floats (paged_attention.c says how they are sized).
+ *
+ * Test alone: ctest -R paged_attention    Bench: bench/compare_torch.py --paged
+ */
+#include "ptx.cuh"
+
+#if !defined(SCREE_DTYPE) || !defined(SCREE_HEAD_DIM) || !defined(SCREE_BM) ||               \
+    !defined(SCREE_BN) || !defined(SCREE_WARPS) || !defined(SCREE_STAGES) || !defined(SCREE_SPLIT)
+#error "paged_attention.cu: every SCREE_* macro listed in the header must be defined"
+#endif
+
+namespace scree_paged {
+
+typedef scree_dtype_of<SCREE_DTYPE>::type elem;
+
+constexpr int D = SCREE_HEAD_DIM;
+constexpr int BM = SCREE_BM;
+constexpr int BN = SCREE_BN;
+constexpr int WARPS = SCREE_WARPS;
+constexpr int STAGES = SCREE_STAGES;
+constexpr int THREADS = WARPS * 32;
+constexpr int RW = (BM / 16 < WARPS) ? BM / 16 : WARPS; /* row warps */
+constexpr int MT = BM / 16 / RW;                        /* m16 tiles per row warp */
+constexpr int KW = WARPS / RW;                          /* key warps */
+constexpr int KN = BN / KW;                             /* keys per warp and tile */
+constexpr int CPR = D / 8;                              /* 16-byte chunks per row */
+constexpr int ROWB = D * 2;
+constexpr int KS = D / 16;
+constexpr int DN = D / 8;
+constexpr int NB = KN / 8;
+constexpr int PK = KN / 16;
+constexpr int Q_BYTES = BM * ROWB;
+constexpr int KV_BYTES = BN * ROWB;
+constexpr int K_OFF = Q_BYTES;
+constexpr int V_OFF = Q_BYTES + STAGES * KV_BYTES;
+constexpr int WROWS = 16 * MT;                          /* rows of one warp */
+constexpr int SCRATCH = WARPS * WROWS * (D + 2) * 4;
+constexpr int MAIN_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES;
+constexpr int SMEM_BYTES = MAIN_BYTES > Q_BYTES + SCRATCH ? MAIN_BYTES : Q_BYTES + SCRATCH;
+constexpr int REG_EST = MT * (D / 2 + KN / 2);
+constexpr int MAXSPLIT = 256; /* chunks of one sequence at most */
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1030)
+constexpr int SMEM_LIMIT = 232448;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+constexpr int SMEM_LIMIT = 166912;
+#else
+constexpr int SMEM_LIMIT = 101376;
+#endif
+
+static_assert(SCREE_DTYPE == 1 || SCREE_DTYPE == 2, "SCREE_DTYPE must be 1 (fp16) or 2 (bf16)");
+static_assert(D == 32 || D == 64 || D == 96 || D == 128 || D == 256,
+              "SCREE_HEAD_DIM must be 32, 64, 96, 128 or 256");
+static_assert(BM == 16 || BM == 32 || BM == 64 || BM == 128, "SCREE_BM must be 16, 32, 64 or 128");
+static_assert(BN == 32 || BN == 64 || BN == 128, "SCREE_BN must be 32, 64 or 128");
+static_assert(WARPS == 4 || WARPS == 8, "SCREE_WARPS must be 4 or 8");
+static_assert(STAGES >= 2 && STAGES <= 4, "SCREE_STAGES must be 2, 3 or 4");
+static_assert(SCREE_SPLIT == 0 || SCREE_SPLIT == 1 || SCREE_SPLIT == 2 || SCREE_SPLIT == 4 ||
+                  SCREE_SPLIT == 8,
+              "SCREE_SPLIT must be 0, 1, 2, 4 or 8");
+static_assert(MT == 1 || MT == 2, "BM / 16 / row warps must be 1 or 2");
+static_assert(KN % 16 == 0, "BN / key warps (WARPS / min(WARPS, BM / 16)) must be a multiple of 16");
+static_assert(REG_EST <= 160,
+              "register budget: MT * (HEAD_DIM / 2 + keys per warp / 2) must be <= 160");
+static_assert(SMEM_BYTES <= SMEM_LIMIT, "shared memory exceeds this architecture's limit");
+
+/* The plan buffer (ints): [0] items, [1] chunk-less groups; then
+ * item_start[batch + 1], nsplit[batch], chunk[batch], group_start[batch + 1],
+ * then a counter per group. */
+__device__ __forceinline__ int *p_start(int *plan) { return plan + 4; }
+__device__ __forceinline__ int *p_nsplit(int *plan, int batch) { return plan + 5 + batch; }
+__device__ __forceinline__ int *p_chunk(int *plan, int batch) { return plan + 5 + 2 * batch; }
+__device__ __forceinline__ int *p_gstart(int *plan, int batch) { return plan + 5 + 3 * batch; }
+__device__ __forceinline__ int *p_count(int *plan, int batch) { return plan + 6 + 4 * batch; }
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+/* Rows of sequence b as tiles of BM (Lq * group rows). */
+__device__ __forceinline__ int row_tiles(int Lq, int group) {
+  return (int)(((long long)Lq * group + BM - 1) / BM);
+}
+
+/* The visible keys of query token i: [lo, hi] within [0, Lk) (lo > hi: none). */
+struct krange {
+  int lo, hi;
+};
+__device__ __forceinline__ krange row_range(int i, int Lq, int Lk, int causal, int wl, int wr) {
+  const long long p = (long long)i + Lk - Lq;
+  long long lo = 0, hi = (long long)Lk - 1;
+  if (causal) hi = min(hi, p);
+  else if (wr >= 0) hi = min(hi, p + wr);
+  if (wl >= 0) lo = max(lo, p - wl);
+  krange r;
+  r.lo = (int)min(lo, (long long)Lk);
+  r.hi = (int)max(-1ll, hi);
+  if (r.hi < r.lo) r.lo = 0, r.hi = -1;
+  return r;
+}
+
+/* The keys any query of the sequence sees, from a multiple of BN: [k0, k1)
+ * (empty: k0 == k1). Both ends of a token's range move right with i, and
+ * p = i + Lk - Lq <= Lk - 1 keeps every lo inside the keys, so the tokens
+ * that see a key are a suffix [first, Lq): the union is [lo(first),
+ * hi(Lq - 1)]. */
+__device__ __forceinline__ void seq_span(int Lq, int Lk, int causal, int wl, int wr, int &k0,
+                                         int &k1) {
+  k0 = k1 = 0;
+  if (Lq <= 0 || Lk <= 0) return;
+  int first = 0;
+  if (causal || wr >= 0) {
+    /* hi(i) = i + Lk - Lq + right >= 0  <=>  i >= Lq - Lk - right */
+    const long long f = (long long)Lq - Lk - (causal ? 0 : wr);
+    first = (int)max(0ll, f);
+  }
+  if (first >= Lq) return;
+  const krange a = row_range(first, Lq, Lk, causal, wl, wr),
+               z = row_range(Lq - 1, Lq, Lk, causal, wl, wr);
+  if (z.hi < a.lo) return;
+  k0 = a.lo / BN * BN;
+  k1 = z.hi + 1;
+}
+
+/* ceil(a / b) for b > 0. */
+__device__ __forceinline__ long long cdivll(long long a, long long b) { return (a + b - 1) / b; }
+
+/* Physical chunk of logical chunk c in row r: c ^ swz(r) (attention.cu). */
+constexpr int SWM = (CPR % 8 == 0) ? 7 : 3;
+__device__ __forceinline__ int swz(int r) {
+  if constexpr (CPR % 8 == 0)
+    return r & 7;
+  else
+    return (r >> 1) & 3;
+}
+__device__ __forceinline__ unsigned chunk_off(int c, int lc) {
+  return (unsigned)(((c & ~SWM) << 4) + (((c & SWM) ^ lc) << 4));
+}
+
+/* The copy shape of a tile: thread tid copies chunk column c0 = tid % CPRP
+ * of rows r0 = tid / CPRP, r0 + RS, ... (for d = 96 a quarter idles). */
+constexpr int CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : 32;
+constexpr int RS = THREADS / CPRP;
+constexpr int KIT = (BN + RS - 1) / RS; /* K/V rows per thread and tile */
+constexpr int QIT = (BM + RS - 1) / RS; /* Q rows per thread */
+
+/* ex2-based tanh, accurate to a few ulp of fp32 (tanh.approx is not). */
+__device__ __forceinline__ float tanh_acc(float x) {
+  const float ax = fabsf(x);
+  const float e = scree_ex2(-2.8853900817779268f * ax); /* exp(-2|x|) */
+  const float t = (1.f - e) / (1.f + e);
+  return copysignf(t, x);
+}
+
+} /* namespace scree_paged */
+
+using namespace scree_paged;
+
+/* The plan: one CTA of 1024 threads. target = items wanted in all (0: one
+ * chunk per sequence). */
+extern "C" __global__ void __launch_bounds__(1024)
+scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, int heads_kv,
+                 long long target, int causal, int wl, int wr, int *plan) {
+  __shared__ long long red[32];
+  __shared__ long long carry[2];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  /* 1. The batch's work W = sum of row tiles x span keys. */
+  long long w = 0;
+  for (int b = tid; b < batch; b += 1024) {
+    const int Lq = cu_q[b + 1] - cu_q[b], Lk = seqlens_k[b];
+    int k0, k1;
+    seq_span(Lq, Lk, causal, wl, wr, k0, k1);
+    w += (long long)row_tiles(Lq, group) * (k1 - k0);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
+  if (lane == 0) red[warp] = w;
+  __syncthreads();
+  if (warp == 0) {
+    long long x = red[lane];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    if (lane == 0) carry[0] = x;
+  }
+  __syncthreads();
+  const long long W = carry[0] * heads_kv;
+  long long chunk = 0x7fffffff;
+  if (SCREE_SPLIT && target > 0) {
+    chunk = cdivll(cdivll(W, target), BN) * BN;
+    if (chunk < BN) chunk = BN;
+  }
+  __syncthreads();
+  if (tid == 0) carry[0] = carry[1] = 0;
+  __syncthreads();
+  int *start = p_start(plan), *nsplit = p_nsplit(plan, batch), *chk = p_chunk(plan, batch),
+      *gstart = p_gstart(plan, batch);
+  /* 2. Per sequence: chunks, then exclusive scans of items and groups, 1024
+   * sequences at a time. */
+  for (int base = 0; base < batch; base += 1024) {
+    const int b = base + tid;
+    long long items = 0, groups = 0;
+    if (b < batch) {
+      const int Lq = cu_q[b + 1] - cu_q[b], Lk = seqlens_k[b];
+      int k0, k1;
+      seq_span(Lq, Lk, causal, wl, wr, k0, k1);
+      const long long span = k1 - k0;
+      long long ns = span > 0 ? cdivll(span, chunk) : 1;
+      if (ns > MAXSPLIT) ns = MAXSPLIT;
+      const long long ch = span > 0 ? cdivll(cdivll(span, ns), BN) * BN : BN;
+      ns = span > 0 ? cdivll(span, ch) : 1;
+      const long long rt = row_tiles(Lq, group);
+      groups = rt * heads_kv;
+      items = groups * ns;
+      nsplit[b] = (int)ns;
+      chk[b] = (int)ch;
+    }
+    /* inclusive scans of items and groups over the 1024 threads */
+    long long si = items, sg = groups;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const long long ti = __shfl_up_sync(0xffffffffu, si, o);
+      const long long tg = __shfl_up_sync(0xffffffffu, sg, o);
+      if (lane >= o) si += ti, sg += tg;
+    }
+    __shared__ long long wi[32], wg[32];
+    if (lane == 31) wi[warp] = si, wg[warp] = sg;
+    __syncthreads();
+    if (warp == 0) {
+      long long xi = wi[lane], xg = wg[lane];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const long long ti = __shfl_up_sync(0xffffffffu, xi, o);
+        const long long tg = __shfl_up_sync(0xffffffffu, xg, o);
+        if (lane >= o) xi += ti, xg += tg;
+      }
+      wi[lane] = xi, wg[lane] = xg;
+    }
+    __syncthreads();
+    const long long pi = (warp ? wi[warp - 1] : 0) + si - items + carry[0];
+    const long long pg = (warp ? wg[warp - 1] : 0) + sg - groups + carry[1];
+    if (b < batch) {
+      start[b] = (int)min(pi, 0x7fffffffll);
+      gstart[b] = (int)min(pg, 0x7fffffffll);
+    }
+    __syncthreads();
+    if (tid == 1023) carry[0] = pi + items, carry[1] = pg + groups;
+    __syncthreads();
+  }
+  if (tid == 0) {
+    start[batch] = (int)min(carry[0], 0x7fffffffll);
+    gstart[batch] = (int)min(carry[1], 0x7fffffffll);
+    plan[0] = start[batch];
+    plan[1] = gstart[batch];
+  }
+  __syncthreads();
+  /* 3. The merge counters, zeroed. */
+  int *count = p_count(plan, batch);
+  const int ng = gstart[batch];
+  for (int i = tid; i < ng; i += 1024) count[i] = 0;
+}
+
+/* Copies tile rows of K or V: rows r0 + i * RS of the tile at key kt, from
+ * the pages in pg (one per row), zero-filled at and past kend. */
+__device__ __forceinline__ void load_kv(unsigned sdst, const elem *cache, const int (&pg)[KIT],
+                                        int kt, int kend, int pmask, long long ps, long long ts) {
+  const int r0 = (int)threadIdx.x / CPRP, c0 = (int)threadIdx.x % CPRP;
+  if (CPRP == CPR || c0 < CPR) {
+#pragma unroll
+    for (int i = 0; i < KIT; i++) {
+      const int r = r0 + i * RS;
+      if (BN % RS == 0 || r < BN) {
+        const int key = kt + r;
+        const elem *src =
+            cache + (long long)pg[i] * ps + (long long)(key & pmask) * ts + c0 * 8;
+        scree_cp_async16(sdst + r * ROWB + ((c0 ^ swz(r)) << 4), src, key < kend ? 16 : 0);
+      }
+    }
+  }
+}
+
+/* The page ids of this thread's rows of tile kt, 0 past kend. A tile of
+ * BN keys from a multiple of BN lies in one page when pages hold at least
+ * BN keys: one load then. */
+__device__ __forceinline__ void load_pages(int (&pg)[KIT], const int *bt, int kt, int kend,
+                                           int logp) {
+  if ((1 << logp) >= BN) {
+    const int p = kt < kend ? __ldg(bt + (kt >> logp)) : 0;
+#pragma unroll
+    for (int i = 0; i < KIT; i++) pg[i] = p;
+  } else {
+    const int r0 = (int)threadIdx.x / CPRP;
+#pragma unroll
+    for (int i = 0; i < KIT; i++) {
+      const int key = kt + r0 + i * RS;
+      pg[i] = key < kend ? __ldg(bt + (key >> logp)) : 0;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, elem *out,
+                      float *lse, const int *block_table, const int *seqlens_k, const int *cu_q,
+                      long long q_ts, long long q_hs, long long o_ts, long long o_hs,
+                      long long c_ps, long long c_ts, long long c_hs, long long bt_stride,
+                      long long total_q, int batch, int heads_kv, int group, int logp,
+                      float sl2, float cap_in, float cap_out, int causal, int wl, int wr,
+                      int *plan, float *part) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const unsigned sbase = scree_smem_u32(smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int w = blockIdx.x;
+  if (w >= plan[0]) return;
+  const int *start = p_start(plan);
+  /* The item's sequence: the last b with start[b] <= w. */
+  int lo = 0, hi = batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (start[mid] <= w) lo = mid;
+    else hi = mid - 1;
+  }
+  const int b = lo;
+  const int nsplit = p_nsplit(plan, batch)[b], chunk = p_chunk(plan, batch)[b];
+  const int local = w - start[b];
+  const int split = local % nsplit, rest = local / nsplit;
+  const int kvh = rest % heads_kv, m = rest / heads_kv;
+  const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0, Lk = seqlens_k[b];
+  const int f0 = m * BM;
+  const int nrows = (int)min((long long)BM, (long long)Lq * group - f0);
+  int s0, s1;
+  seq_span(Lq, Lk, causal, wl, wr, s0, s1);
+  const int kbeg = s0 + split * chunk;
+  const int kend = min(s1, kbeg + chunk);
+  const int ntl = kend > kbeg ? (kend - kbeg + BN - 1) / BN : 0;
+
+  const int rwarp = warp % RW, kwarp = warp / RW;
+  /* This lane's rows: rwarp * WROWS + a * 16 + g + 8 * hh; their visible
+   * keys, and the item's tightest bounds (CTA-uniform) for the mask test. */
+  int rlo[MT][2], rhi[MT][2];
+#pragma unroll
+  for (int a = 0; a < MT; a++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int r = rwarp * WROWS + a * 16 + g + 8 * hh;
+      if (r < nrows) {
+        const krange kr = row_range((f0 + r) / group, Lq, Lk, causal, wl, wr);
+        rlo[a][hh] = kr.lo;
+        rhi[a][hh] = kr.hi;
+      } else {
+        rlo[a][hh] = 0;
+        rhi[a][hh] = -1;
+      }
+    }
+  const krange first = row_range(f0 / group, Lq, Lk, causal, wl, wr);
+  const krange last = row_range((f0 + nrows - 1) / group, Lq, Lk, causal, wl, wr);
+  /* Keys every row sees: [lo_all, hi_all]. */
+  const int lo_all = last.lo, hi_all = min(first.hi, kend - 1);
+
+  /* Q rows into shared memory: row r is token (f0 + r) / group, head
+   * kvh * group + (f0 + r) % group. */
+  {
+    const int r0 = tid / CPRP, c0 = tid % CPRP;
+    if (CPRP == CPR || c0 < CPR) {
+#pragma unroll
+      for (int i = 0; i < QIT; i++) {
+        const int r = r0 + i * RS;
+        if (BM % RS == 0 || r < BM) {
+          const int f = f0 + (r < nrows ? r : 0);
+          const int tq = f / group, hq = kvh * group + f % group;
+          const elem *src = q + (long long)(q0 + tq) * q_ts + (long long)hq * q_hs + c0 * 8;
+          scree_cp_async16(sbase + r * ROWB + ((c0 ^ swz(r)) << 4), src, r < nrows ? 16 : 0);
+        }
+      }
+    }
+  }
+  const int *bt = block_table + (long long)b * bt_stride;
+  const elem *kc = k_cache + (long long)kvh * c_hs;
+  const elem *vc = v_cache + (long long)kvh * c_hs;
+  const int pmask = (1 << logp) - 1;
+  int pnext[KIT];
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < ntl) {
+      int pg[KIT];
+      load_pages(pg, bt, kbeg + s * BN, kend, logp);
+      load_kv(sbase + K_OFF + s * KV_BYTES, kc, pg, kbeg + s * BN, kend, pmask, c_ps, c_ts);
+      load_kv(sbase + V_OFF + s * KV_BYTES, vc, pg, kbeg + s * BN, kend, pmask, c_ps, c_ts);
+    }
+    scree_cp_async_commit();
+  }
+  if (STAGES - 1 < ntl) load_pages(pnext, bt, kbeg + (STAGES - 1) * BN, kend, logp);
+
+  float o[MT][DN][4];
+  float mx[MT][2], ls[MT][2];
+#pragma unroll
+  for (int a = 0; a < MT; a++) {
+#pragma unroll
+    for (int d = 0; d < DN; d++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) o[a][d][e] = 0.f;
+    mx[a][0] = mx[a][1] = neg_inf();
+    ls[a][0] = ls[a][1] = 0.f;
+  }
+
+  const int sw = swz(lane & 7);
+  const unsigned qv_row = (unsigned)((lane & 15) * ROWB);
+  const int qv_c = (lane >> 4) ^ sw;
+  const unsigned k_row = (unsigned)(((lane & 7) + ((lane >> 4) << 3)) * ROWB);
+  const int k_c = ((lane >> 3) & 1) ^ sw;
+  const unsigned q_base = sbase + (unsigned)(rwarp * WROWS * ROWB) + qv_row;
+  const unsigned kw_off = (unsigned)(kwarp * KN * ROWB);
+
+  int buf = 0;
+  for (int it = 0; it < ntl; it++) {
+    const int kt = kbeg + it * BN;
+    scree_cp_async_wait<STAGES - 2>(); /* tile it landed */
+    __syncthreads();                   /* visible; every warp done with tile it - 1 */
+    {
+      const int nt = it + STAGES - 1;
+      int nbuf = buf + STAGES - 1;
+      if (nbuf >= STAGES) nbuf -= STAGES;
+      if (nt < ntl) {
+        const int ktn = kbeg + nt * BN;
+        load_kv(sbase + K_OFF + nbuf * KV_BYTES, kc, pnext, ktn, kend, pmask, c_ps, c_ts);
+        load_kv(sbase + V_OFF + nbuf * KV_BYTES, vc, pnext, ktn, kend, pmask, c_ps, c_ts);
+        if (nt + 1 < ntl) load_pages(pnext, bt, ktn + BN, kend, logp);
+      }
+      scree_cp_async_commit();
+    }
+
+    /* S = Q K^T over this warp's KN keys of the tile */
+    const unsigned kbuf = sbase + K_OFF + buf * KV_BYTES + kw_off + k_row;
+    float s[MT][NB][4];
+#pragma unroll
+    for (int a = 0; a < MT; a++)
+#pragma unroll
+      for (int j = 0; j < NB; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[a][j][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+      unsigned qa[MT][4];
+#pragma unroll
+      for (int a = 0; a < MT; a++)
+        scree_ldsm_x4(q_base + a * 16 * ROWB + chunk_off(2 * ks, qv_c), qa[a][0], qa[a][1],
+                      qa[a][2], qa[a][3]);
+#pragma unroll
+      for (int np = 0; np < NB / 2; np++) {
+        unsigned b0, b1, b2, b3;
+        scree_ldsm_x4(kbuf + np * 16 * ROWB + chunk_off(2 * ks, k_c), b0, b1, b2, b3);
+#pragma unroll
+        for (int a = 0; a < MT; a++) {
+          scree_mma_16816<SCREE_DTYPE>(s[a][2 * np], qa[a], b0, b1);
+          scree_mma_16816<SCREE_DTYPE>(s[a][2 * np + 1], qa[a], b2, b3);
+        }
+      }
+    }
+    if (cap_in != 0.f) {
+#pragma unroll
+      for (int a = 0; a < MT; a++)
+#pragma unroll
+        for (int j = 0; j < NB; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) s[a][j][e] = cap_out * tanh_acc(s[a][j][e] * cap_in);
+    }
+    /* Mask tiles that some row's range or the chunk's end cuts. */
+    if (kt < lo_all || kt + BN - 1 > hi_all) {
+      const int kl = kt + kwarp * KN + 2 * t; /* this lane's first key */
+#pragma unroll
+      for (int a = 0; a < MT; a++)
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          const int l = rlo[a][hh], h = min(rhi[a][hh], kend - 1);
+#pragma unroll
+          for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const int key = kl + j * 8 + e;
+              if (key < l || key > h) s[a][j][2 * hh + e] = neg_inf();
+            }
+        }
+    }
+    /* online softmax, base 2 */
+#pragma unroll
+    for (int a = 0; a < MT; a++)
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        float mnew = mx[a][hh];
+#pragma unroll
+        for (int j = 0; j < NB; j++) mnew = fmaxf(mnew, fmaxf(s[a][j][2 * hh], s[a][j][2 * hh + 1]));
+        mnew = fmaxf(mnew, __shfl_xor_sync(0xffffffffu, mnew, 1));
+        mnew = fmaxf(mnew, __shfl_xor_sync(0xffffffffu, mnew, 2));
+        const float ms = (mnew == neg_inf()) ? 0.f : mnew * sl2;
+        const float alpha = scree_ex2(mx[a][hh] * sl2 - ms);
+        mx[a][hh] = mnew;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+          const float p0 = scree_ex2(fmaf(s[a][j][2 * hh], sl2, -ms));
+          const float p1 = scree_ex2(fmaf(s[a][j][2 * hh + 1], sl2, -ms));
+          sum += p0 + p1;
+          s[a][j][2 * hh] = p0;
+          s[a][j][2 * hh + 1] = p1;
+        }
+        ls[a][hh] = ls[a][hh] * alpha + sum;
+#pragma unroll
+        for (int d = 0; d < DN; d++) {
+          o[a][d][2 * hh] *= alpha;
+          o[a][d][2 * hh + 1] *= alpha;
+        }
+      }
+    /* O += P V */
+    const unsigned vbuf = sbase + V_OFF + buf * KV_BYTES + kw_off + qv_row;
+#pragma unroll
+    for (int pk = 0; pk < PK; pk++) {
+      unsigned pf[MT][4];
+#pragma unroll
+      for (int a = 0; a < MT; a++) {
+        pf[a][0] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk][0], s[a][2 * pk][1]);
+        pf[a][1] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk][2], s[a][2 * pk][3]);
+        pf[a][2] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk + 1][0], s[a][2 * pk + 1][1]);
+        pf[a][3] = scree_pack2<SCREE_DTYPE>(s[a][2 * pk + 1][2], s[a][2 * pk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < DN / 2; dp++) {
+        unsigned b0, b1, b2, b3;
+        scree_ldsm_x4_trans(vbuf + pk * 16 * ROWB + chunk_off(2 * dp, qv_c), b0, b1, b2, b3);
+#pragma unroll
+        for (int a = 0; a < MT; a++) {
+          scree_mma_16816<SCREE_DTYPE>(o[a][2 * dp], pf[a], b0, b1);
+          scree_mma_16816<SCREE_DTYPE>(o[a][2 * dp + 1], pf[a], b2, b3);
+        }
+      }
+    }
+    buf = (buf + 1 == STAGES) ? 0 : buf + 1;
+  }
+  scree_cp_async_wait<0>();
+  __syncthreads(); /* every warp done with the stages: the scratch goes over them */
+
+  /* Each warp's m (scaled to base 2), l and O into the scratch: warp w's
+   * rows at w * WROWS; entry [row][0] = m, [1] = l, [2 ..] = O. */
+  float *scr = reinterpret_cast<float *>(smem + Q_BYTES);
+#pragma unroll
+  for (int a = 0; a < MT; a++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      float l = ls[a][hh];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int r = warp * WROWS + a * 16 + g + 8 * hh;
+      float *row = scr + r * (D + 2);
+      if (t == 0) {
+        row[0] = mx[a][hh] == neg_inf() ? neg_inf() : mx[a][hh] * sl2;
+        row[1] = l;
+      }
+#pragma unroll
+      for (int d = 0; d < DN; d++) {
+        row[2 + d * 8 + 2 * t] = o[a][d][2 * hh];
+        row[2 + d * 8 + 2 * t + 1] = o[a][d][2 * hh + 1];
+      }
+    }
+  __syncthreads();
+
+  /* Merge the KW key warps of each row: the row of the item r is held by
+   * warps rwarp(r) + RW * kw. Threads take (row, 8 columns) pairs. */
+  const bool direct = nsplit == 1;
+  float *pbase = part + (long long)w * BM * (D + 1);
+  for (int idx = tid; idx < BM * CPR; idx += THREADS) {
+    const int r = idx / CPR, c = idx % CPR;
+    if (r >= nrows) continue;
+    const int rw = r / WROWS, rr = r % WROWS;
+    float mm = neg_inf();
+#pragma unroll
+    for (int kw = 0; kw < KW; kw++) mm = fmaxf(mm, scr[((rw + RW * kw) * WROWS + rr) * (D + 2)]);
+    float l = 0.f, acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.f;
+#pragma unroll
+    for (int kw = 0; kw < KW; kw++) {
+      const float *row = scr + ((rw + RW * kw) * WROWS + rr) * (D + 2);
+      const float sc = mm == neg_inf() ? 0.f : scree_ex2(row[0] - mm);
+      l += row[1] * sc;
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[e] += row[2 + c * 8 + e] * sc;
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const float lrow = l > 0.f ? (mm + scree_lg2(l)) * 0.69314718055994531f : neg_inf();
+    const int f = f0 + r, tq = f / group, hq = kvh * group + f % group;
+    if (direct) {
+      unsigned pk[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++) pk[e] = scree_pack2<SCREE_DTYPE>(acc[2 * e] * inv, acc[2 * e + 1] * inv);
+      typedef scree_vec<unsigned, 4> u4;
+      u4 v;
+#pragma unroll
+      for (int e = 0; e < 4; e++) v.v[e] = pk[e];
+      *reinterpret_cast<u4 *>(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8) = v;
+      if (lse != nullptr && c == 0) lse[(long long)hq * total_q + q0 + tq] = lrow;
+    } else {
+      float *pr = pbase + r * (D + 1);
+#pragma unroll
+      for (int e = 0; e < 8; e++) pr[1 + c * 8 + e] = acc[e] * inv;
+      if (c == 0) pr[0] = lrow;
+    }
+  }
+  if (direct) return;
+
+  /* Split: the last item of the group to finish merges every split's
+   * partial in split order. */
+  __shared__ int is_last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    int *count = p_count(plan, batch) + p_gstart(plan, batch)[b] + rest;
+    is_last = atomicAdd(count, 1) == nsplit - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  const float *gbase = part + (long long)(w - split) * BM * (D + 1);
+  for (int idx = tid; idx < BM * CPR; idx += THREADS) {
+    const int r = idx / CPR, c = idx % CPR;
+    if (r >= nrows) continue;
+    float mm = neg_inf();
+    for (int sp = 0; sp < nsplit; sp++)
+      mm = fmaxf(mm, __ldcg(gbase + ((long long)sp * BM + r) * (D + 1)));
+    float l = 0.f, acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[e] = 0.f;
+    for (int sp = 0; sp < nsplit; sp++) {
+      const float *pr = gbase + ((long long)sp * BM + r) * (D + 1);
+      const float ls_ = __ldcg(pr);
+      const float sc = mm == neg_inf() ? 0.f : scree_ex2((ls_ - mm) * 1.4426950408889634f);
+      l += sc;
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[e] += __ldcg(pr + 1 + c * 8 + e) * sc;
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int f = f0 + r, tq = f / group, hq = kvh * group + f % group;
+    unsigned pk[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) pk[e] = scree_pack2<SCREE_DTYPE>(acc[2 * e] * inv, acc[2 * e + 1] * inv);
+    typedef scree_vec<unsigned, 4> u4;
+    u4 v;
+#pragma unroll
+    for (int e = 0; e < 4; e++) v.v[e] = pk[e];
+    *reinterpret_cast<u4 *>(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8) = v;
+    if (lse != nullptr && c == 0)
+      lse[(long long)hq * total_q + q0 + tq] =
+          l > 0.f ? mm + scree_lg2(l) * 0.69314718055994531f : neg_inf();
+  }
+}
