@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Side-by-side benchmarks of scree against PyTorch: RMSNorm and varlen attention.
+"""Side-by-side benchmarks of scree against PyTorch: RMSNorm, varlen attention, paged decode.
 
 scree runs through the C API (ctypes) on the same tensors as PyTorch, in one
 process, on one GPU: RMSNorm against torch.nn.functional.rms_norm, varlen
 attention against FlashAttention-2.
 
-    python3 bench/compare_torch.py [--op rmsnorm|attention|all] [--lib build/libscree.so]
+    python3 bench/compare_torch.py [--op rmsnorm|attention|paged|all] [--lib build/libscree.so]
                                    [--reps 100] [--only NAME,...] [--json OUT]
 
 RMSNorm: both read the same x and w and write y (separate outputs, checked
@@ -30,6 +30,8 @@ rounds, median of --attn-reps; inputs rotated over enough copies of q, k, v
 (and outputs) to exceed 3x the L2, at least 2. FLOPs = 4 * hq * d *
 sum(L^2), halved when causal; ratio = FA-2 time / scree time (> 1: scree is
 faster).
+
+Paged decode (--op paged, --paged-set core|smoke): bench/paged_torch.py.
 """
 import argparse
 import ctypes
@@ -510,6 +512,8 @@ def main():
     ap.add_argument("--json", help="write results here as JSON")
     ap.add_argument("--rowwise-ops", help="row-wise table: only these ops (comma-separated; "
                     "rmsnorm included, timed as the others are)")
+    ap.add_argument("--paged-set", default="core",
+                    help="paged decode: the case list (core: the decode table; smoke: four)")
     ap.add_argument("--no-compile", action="store_true",
                     help="row-wise table: leave torch.compile out (quicker A/B runs)")
     args = ap.parse_args()
@@ -520,9 +524,14 @@ def main():
         ap.error("--warmup must be >= 0")
     sys.path.insert(0, HERE)
     import rowwise_torch
-    if args.op not in ("rmsnorm", "attention", "rowwise", "all") and args.op not in rowwise_torch.OPS:
-        ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, rowwise, all or one of "
+    import paged_torch
+    if (args.op not in ("rmsnorm", "attention", "rowwise", "paged", "all")
+            and args.op not in rowwise_torch.OPS):
+        ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, rowwise, paged, all or one of "
                  f"{', '.join(rowwise_torch.OPS)}")
+    do_paged = args.op == "paged"
+    if args.paged_set not in paged_torch.CASES:
+        ap.error(f"--paged-set: one of {', '.join(paged_torch.CASES)}")
     do_rms, do_attn = args.op in ("rmsnorm", "all"), args.op in ("attention", "all")
     do_rowwise = args.op == "rowwise" or args.op == "all" or (
         args.op in rowwise_torch.OPS and args.op != "rmsnorm")
@@ -543,8 +552,14 @@ def main():
                 ap.error(f"--only: unknown config(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
             configs = [c for c in configs if c["name"] in want]
         check_attention_configs(configs)
+    elif args.only and do_paged:
+        known = {c[0] for c in paged_torch.CASES[args.paged_set]}
+        unknown = [s for s in args.only.split(",") if s and s not in known]
+        if unknown:
+            ap.error(f"--only: unknown paged case(s) {', '.join(unknown)}; known: "
+                     f"{', '.join(sorted(known))}")
     elif args.only:
-        ap.error("--only applies to the attention configs (--op attention or all)")
+        ap.error("--only applies to the attention configs and the paged cases")
 
     global torch
     try:
@@ -571,6 +586,9 @@ def main():
         dump()  # kept even if the attention part fails
     if do_attn:
         out["attention"] = run_attention(args, lib, ctx, configs, l2)
+        dump()
+    if do_paged:
+        out["paged"] = paged_torch.run(args, lib, ctx, l2, time_batched, torch)
         dump()
     if do_rowwise:
         gbps = out.get("copy_gbps") or copy_bandwidth()

@@ -1,0 +1,187 @@
+"""Paged decode: scree_paged_attention against FlashAttention-2 varlen and a
+device copy, side by side (bench/compare_torch.py --op paged).
+
+For each case (batch, key lengths, query tokens a sequence, heads, head_dim,
+page size): K and V random normal in a paged pool ([pages, page_size,
+heads_kv, d], pages shuffled), the same keys gathered into contiguous
+[total_k, heads_kv, d] for FlashAttention-2 (torch.ops.aten.
+_flash_attention_forward with cu_seqlens_k), causal, scale 1/sqrt(d), bf16.
+Bytes counted: K and V of every key read once, q read, out written. The
+ceiling is a device-to-device copy moving the same bytes (half read, half
+written), timed in the same run. Timing: CUDA events around --inner
+back-to-back calls, median of --attn-reps; input sets rotated so that they
+exceed 3x the L2 where they are small. Checks, which fail the run: no NaN in
+scree's output (poisoned first), max |scree - FA-2| <= 2e-2.
+"""
+import ctypes
+import math
+import random
+import sys
+
+torch = None
+
+
+class PagedArgs(ctypes.Structure):
+    """scree_paged_attention_args, field for field (scree.h)."""
+    _fields_ = [("q", ctypes.c_uint64), ("out", ctypes.c_uint64), ("lse", ctypes.c_uint64),
+                ("k_cache", ctypes.c_uint64), ("v_cache", ctypes.c_uint64),
+                ("block_table", ctypes.c_uint64), ("seqlens_k", ctypes.c_uint64),
+                ("cu_seqlens_q", ctypes.c_uint64),
+                ("batch", ctypes.c_int64), ("total_q", ctypes.c_int64),
+                ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
+                ("num_pages", ctypes.c_int64), ("page_size", ctypes.c_int64),
+                ("block_table_stride", ctypes.c_int64),
+                ("heads_q", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
+                ("head_dim", ctypes.c_int64),
+                ("q_token_stride", ctypes.c_int64), ("q_head_stride", ctypes.c_int64),
+                ("out_token_stride", ctypes.c_int64), ("out_head_stride", ctypes.c_int64),
+                ("cache_page_stride", ctypes.c_int64), ("cache_token_stride", ctypes.c_int64),
+                ("cache_head_stride", ctypes.c_int64),
+                ("dtype", ctypes.c_int), ("causal", ctypes.c_int), ("scale", ctypes.c_float),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
+                ("softcap", ctypes.c_float)]
+
+
+# (name, batch, keys, q tokens a sequence, hq, hkv, page); keys "skew:M"
+# draws log-normal lengths around median M with one sequence at 32 x M.
+CASES = {
+    "core": [
+        (f"b{b}-k{k // 1024}k-q{q}-g{hq // hkv}-p{p}", b, k, q, hq, hkv, p)
+        for (b, k) in [(1, 1024), (1, 4096), (1, 32768), (1, 131072), (8, 1024), (8, 4096),
+                       (8, 32768), (64, 1024), (64, 4096), (64, 32768), (256, 1024),
+                       (256, 4096)]
+        for q in (1, 4)
+        for (hq, hkv, p) in [(32, 8, 16)]
+    ] + [
+        ("b64-k4k-q1-mha-p16", 64, 4096, 1, 32, 32, 16),
+        ("b8-k32k-q1-mha-p64", 8, 32768, 1, 32, 32, 64),
+        ("b64-k4k-q1-g8-p64", 64, 4096, 1, 64, 8, 64),
+        ("b64-k4k-q4-g8-p16", 64, 4096, 4, 64, 8, 16),
+        ("b64-skew1k-q1-g4-p16", 64, "skew:1024", 1, 32, 8, 16),
+        ("b16-skew2k-q4-g4-p16", 16, "skew:2048", 4, 32, 8, 16),
+    ],
+}
+CASES["smoke"] = [CASES["core"][i] for i in (0, 17, 19, 24)]
+
+
+def key_lengths(keys, batch, rng):
+    if isinstance(keys, int):
+        return [keys] * batch
+    med = int(keys.split(":")[1])
+    lens = [max(1, int(med * math.exp(rng.gauss(0, 0.5)))) for _ in range(batch)]
+    lens[0] = 32 * med
+    return lens
+
+
+def run(args, lib, ctx, l2, time_batched, torch_module):
+    global torch
+    torch = torch_module
+    fn = lib.scree_paged_attention
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(PagedArgs), ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    fa = torch.ops.aten._flash_attention_forward
+    stream = torch.cuda.current_stream().cuda_stream
+    d, dt, rng = 128, torch.bfloat16, random.Random(1234)
+    cases = CASES[args.paged_set]
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only.split(",")]
+    print(f"\npaged decode: scree_paged_attention vs FA-2 varlen (contiguous K/V) vs a copy of "
+          f"the same bytes; bf16, d={d}, causal")
+    results = []
+    for (name, batch, keys, qn, hq, hkv, page) in cases:
+        lk = key_lengths(keys, batch, rng)
+        npg = [-(-k // page) for k in lk]
+        pool = sum(npg)
+        total_k, total_q = sum(lk), qn * batch
+        kv_bytes = 2 * total_k * hkv * d * 2
+        byts = kv_bytes + 2 * total_q * hq * d * 2
+        nsets = max(1, min(args.max_sets, -(-3 * l2 // byts)))
+        scale = 1.0 / math.sqrt(d)
+        sets = []
+        for _ in range(nsets):
+            kc = torch.randn(pool, page, hkv, d, device="cuda", dtype=dt)
+            vc = torch.randn(pool, page, hkv, d, device="cuda", dtype=dt)
+            perm = torch.randperm(pool, device="cuda", dtype=torch.int32)
+            bt = torch.full((batch, max(npg)), -1, device="cuda", dtype=torch.int32)
+            s = 0
+            for b in range(batch):
+                bt[b, :npg[b]] = perm[s:s + npg[b]]
+                s += npg[b]
+            q = torch.randn(total_q, hq, d, device="cuda", dtype=dt)
+            out = torch.full_like(q, float("nan"))
+            sets.append(dict(kc=kc, vc=vc, bt=bt, q=q, out=out))
+        sk = torch.tensor(lk, device="cuda", dtype=torch.int32)
+        cu_q = torch.arange(0, total_q + 1, qn, device="cuda", dtype=torch.int32)
+        cu_k = torch.tensor([0] + lk, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+
+        def gather(st):
+            idx = []
+            for b in range(batch):
+                pages = st["bt"][b, :npg[b]].long()
+                flat = (pages[:, None] * page + torch.arange(page, device="cuda")[None, :]).reshape(-1)
+                idx.append(flat[:lk[b]])
+            idx = torch.cat(idx)
+            return (st["kc"].reshape(-1, hkv, d)[idx].contiguous(),
+                    st["vc"].reshape(-1, hkv, d)[idx].contiguous())
+
+        for st in sets:
+            st["k"], st["v"] = gather(st)
+        sargs = []
+        for st in sets:
+            a = PagedArgs()
+            a.q, a.out = st["q"].data_ptr(), st["out"].data_ptr()
+            a.k_cache, a.v_cache = st["kc"].data_ptr(), st["vc"].data_ptr()
+            a.block_table, a.seqlens_k, a.cu_seqlens_q = (st["bt"].data_ptr(), sk.data_ptr(),
+                                                          cu_q.data_ptr())
+            a.batch, a.total_q, a.max_seqlen_q, a.max_seqlen_k = batch, total_q, qn, max(lk)
+            a.num_pages, a.page_size, a.block_table_stride = pool, page, max(npg)
+            a.heads_q, a.heads_kv, a.head_dim = hq, hkv, d
+            a.dtype, a.causal, a.scale = 2, 1, scale
+            a.window_left = a.window_right = -1
+            sargs.append(a)
+
+        def scree_call(i):
+            st = fn(ctx, ctypes.byref(sargs[i % nsets]), ctypes.c_void_p(stream))
+            if st != 0:
+                sys.exit(f"{name}: scree_paged_attention: {lib.scree_status_name(st).decode()}: "
+                         f"{lib.scree_last_error(ctx).decode()}")
+
+        def fa_call(i):
+            st = sets[i % nsets]
+            return fa(st["q"], st["k"], st["v"], cu_q, cu_k, qn, max(lk), 0.0, True, False,
+                      scale=scale)
+
+        src = torch.empty(byts // 2, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        copies = [(src, dst)]
+
+        def copy_call(i):
+            dst.copy_(src)
+
+        scree_call(0)
+        torch.cuda.synchronize()
+        ref = fa_call(0)[0].float()
+        got = sets[0]["out"].float()
+        nan = bool(torch.isnan(got).any().item())
+        diff = (got - ref).abs().max().item()
+        if nan or not diff <= 2e-2:
+            sys.exit(f"FAIL {name}: scree's paged attention is wrong (NaN: {nan}, max |scree - "
+                     f"FA-2| {diff:.3g}, limit 2e-2)")
+        fa_ms = time_batched(fa_call, args.attn_reps, args.inner, args.warmup)
+        sc_ms = time_batched(scree_call, args.attn_reps, args.inner, args.warmup)
+        cp_ms = time_batched(copy_call, args.attn_reps, args.inner, args.warmup)
+        r = dict(name=name, batch=batch, keys=keys, total_k=total_k, q=qn, hq=hq, hkv=hkv,
+                 page=page, bytes=byts, scree_us=sc_ms * 1e3, fa2_us=fa_ms * 1e3,
+                 copy_us=cp_ms * 1e3, scree_tbps=byts / sc_ms / 1e9,
+                 fa2_tbps=byts / fa_ms / 1e9, copy_tbps=byts / cp_ms / 1e9,
+                 of_copy=cp_ms / sc_ms, vs_fa2=fa_ms / sc_ms, maxdiff_vs_fa2=diff,
+                 input_sets=nsets)
+        results.append(r)
+        print(f"{name:<24} {byts / 1e6:9.1f} MB  scree {r['scree_us']:8.1f} us "
+              f"{r['scree_tbps']:5.2f} TB/s  FA-2 {r['fa2_us']:8.1f} us {r['fa2_tbps']:5.2f} TB/s"
+              f"  copy {r['copy_us']:8.1f} us {r['copy_tbps']:5.2f} TB/s  "
+              f"scree/copy {r['of_copy']:5.2f}  x FA-2 {r['vs_fa2']:5.2f}  diff {diff:.1e}",
+              flush=True)
+        del sets, sargs, src, dst, copies, ref, got
+        torch.cuda.empty_cache()
+    return results
