@@ -81,8 +81,8 @@
  * elements; out disjoint from everything else; cu_q non-decreasing from 0;
  * seqlens_k[b] in [0, bt_stride * P]; block-table entries of the pages a
  * sequence uses in [0, num_pages); group >= 1. The plan buffer holds
- * PLAN_INTS(batch) + groups ints, and the partials bound * BM * (D + 1)
- * floats (paged_attention.c says how they are sized).
+ * 6 + 4 * batch + groups ints; part holds bound * BM * D floats and plse
+ * bound * BM, bound = the grid (paged_attention.c says how it is sized).
  *
  * Test alone: ctest -R paged_attention    Bench: bench/compare_torch.py --paged
  */
@@ -379,6 +379,15 @@ __device__ __forceinline__ void load_pages(int (&pg)[KIT], const int *bt, int kt
   }
 }
 
+/* 8 outputs acc * inv, rounded to the dtype, as one 16-byte store. */
+__device__ __forceinline__ void store8(elem *dst, const float (&acc)[8], float inv) {
+  typedef scree_vec<unsigned, 4> u4;
+  u4 v;
+#pragma unroll
+  for (int e = 0; e < 4; e++) v.v[e] = scree_pack2<SCREE_DTYPE>(acc[2 * e] * inv, acc[2 * e + 1] * inv);
+  *reinterpret_cast<u4 *>(dst) = v;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, elem *out,
                       float *lse, const int *block_table, const int *seqlens_k, const int *cu_q,
@@ -386,7 +395,7 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
                       long long c_ps, long long c_ts, long long c_hs, long long bt_stride,
                       long long total_q, int batch, int heads_kv, int group, int logp,
                       float sl2, float cap_in, float cap_out, int causal, int wl, int wr,
-                      int *plan, float *part) {
+                      int *plan, float *part, float *plse) {
   extern __shared__ __align__(128) unsigned char smem[];
   const unsigned sbase = scree_smem_u32(smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -646,7 +655,6 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
   /* Merge the KW key warps of each row: the row of the item r is held by
    * warps rwarp(r) + RW * kw. Threads take (row, 8 columns) pairs. */
   const bool direct = nsplit == 1;
-  float *pbase = part + (long long)w * BM * (D + 1);
   for (int idx = tid; idx < BM * CPR; idx += THREADS) {
     const int r = idx / CPR, c = idx % CPR;
     if (r >= nrows) continue;
@@ -667,28 +675,22 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
     }
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const float lrow = l > 0.f ? (mm + scree_lg2(l)) * 0.69314718055994531f : neg_inf();
-    const int f = f0 + r, tq = f / group, hq = kvh * group + f % group;
     if (direct) {
-      unsigned pk[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++) pk[e] = scree_pack2<SCREE_DTYPE>(acc[2 * e] * inv, acc[2 * e + 1] * inv);
-      typedef scree_vec<unsigned, 4> u4;
-      u4 v;
-#pragma unroll
-      for (int e = 0; e < 4; e++) v.v[e] = pk[e];
-      *reinterpret_cast<u4 *>(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8) = v;
+      const int f = f0 + r, tq = f / group, hq = kvh * group + f % group;
+      store8(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8, acc, inv);
       if (lse != nullptr && c == 0) lse[(long long)hq * total_q + q0 + tq] = lrow;
     } else {
-      float *pr = pbase + r * (D + 1);
-#pragma unroll
-      for (int e = 0; e < 8; e++) pr[1 + c * 8 + e] = acc[e] * inv;
-      if (c == 0) pr[0] = lrow;
+      /* The split's partial: O normalised by its own l, fp32, and its lse. */
+      float4 *po = reinterpret_cast<float4 *>(part + ((long long)w * BM + r) * D + c * 8);
+      __stcg(po, make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv));
+      __stcg(po + 1, make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv));
+      if (c == 0) plse[(long long)w * BM + r] = lrow;
     }
   }
   if (direct) return;
 
   /* Split: the last item of the group to finish merges every split's
-   * partial in split order. */
+   * partial in split order (deterministic whichever finishes last). */
   __shared__ int is_last;
   __threadfence();
   __syncthreads();
@@ -699,36 +701,55 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  const float *gbase = part + (long long)(w - split) * BM * (D + 1);
+  const long long g0 = (long long)(w - split) * BM; /* the group's first partial row */
+  /* Per row, a warp over the splits: the largest lse m, and the weights
+   * e_s = exp(lse_s - m) (kept in shared memory when they fit, over the
+   * scratch, which the loop above has finished with) and their sum. */
+  float *rm = scr, *rl = scr + BM, *wt = scr + 2 * BM;
+  const bool keep = (2 + nsplit) * BM * 4 <= SMEM_BYTES - Q_BYTES;
+  for (int r = warp; r < nrows; r += WARPS) {
+    float m = neg_inf();
+    for (int sp = lane; sp < nsplit; sp += 32) m = fmaxf(m, __ldcg(plse + g0 + (long long)sp * BM + r));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float l = 0.f;
+    for (int sp = lane; sp < nsplit; sp += 32) {
+      const float x = __ldcg(plse + g0 + (long long)sp * BM + r);
+      const float e = m == neg_inf() ? 0.f : scree_ex2((x - m) * 1.4426950408889634f);
+      l += e;
+      if (keep) wt[sp * BM + r] = e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    if (lane == 0) rm[r] = m, rl[r] = l;
+  }
+  __syncthreads();
   for (int idx = tid; idx < BM * CPR; idx += THREADS) {
     const int r = idx / CPR, c = idx % CPR;
     if (r >= nrows) continue;
-    float mm = neg_inf();
-    for (int sp = 0; sp < nsplit; sp++)
-      mm = fmaxf(mm, __ldcg(gbase + ((long long)sp * BM + r) * (D + 1)));
-    float l = 0.f, acc[8];
+    const float m = rm[r], l = rl[r];
+    float acc[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.f;
+#pragma unroll 4
     for (int sp = 0; sp < nsplit; sp++) {
-      const float *pr = gbase + ((long long)sp * BM + r) * (D + 1);
-      const float ls_ = __ldcg(pr);
-      const float sc = mm == neg_inf() ? 0.f : scree_ex2((ls_ - mm) * 1.4426950408889634f);
-      l += sc;
-#pragma unroll
-      for (int e = 0; e < 8; e++) acc[e] += __ldcg(pr + 1 + c * 8 + e) * sc;
+      float e;
+      if (keep) {
+        e = wt[sp * BM + r];
+      } else {
+        const float x = __ldcg(plse + g0 + (long long)sp * BM + r);
+        e = m == neg_inf() ? 0.f : scree_ex2((x - m) * 1.4426950408889634f);
+      }
+      const float4 *pr = reinterpret_cast<const float4 *>(part + (g0 + (long long)sp * BM + r) * D + c * 8);
+      const float4 x0 = __ldcg(pr), x1 = __ldcg(pr + 1);
+      acc[0] += e * x0.x, acc[1] += e * x0.y, acc[2] += e * x0.z, acc[3] += e * x0.w;
+      acc[4] += e * x1.x, acc[5] += e * x1.y, acc[6] += e * x1.z, acc[7] += e * x1.w;
     }
-    const float inv = l > 0.f ? 1.f / l : 0.f;
     const int f = f0 + r, tq = f / group, hq = kvh * group + f % group;
-    unsigned pk[4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) pk[e] = scree_pack2<SCREE_DTYPE>(acc[2 * e] * inv, acc[2 * e + 1] * inv);
-    typedef scree_vec<unsigned, 4> u4;
-    u4 v;
-#pragma unroll
-    for (int e = 0; e < 4; e++) v.v[e] = pk[e];
-    *reinterpret_cast<u4 *>(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8) = v;
+    store8(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8, acc,
+           l > 0.f ? 1.f / l : 0.f);
     if (lse != nullptr && c == 0)
       lse[(long long)hq * total_q + q0 + tq] =
-          l > 0.f ? mm + scree_lg2(l) * 0.69314718055994531f : neg_inf();
+          l > 0.f ? m + scree_lg2(l) * 0.69314718055994531f : neg_inf();
   }
 }

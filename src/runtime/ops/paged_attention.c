@@ -234,7 +234,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   CUdeviceptr ws;
   scree_status st = scree__workspace(ctx, stream, pbytes + part, &ws);
   if (st) return st;
-  uint64_t plan = ws, partp = ws + pbytes;
+  uint64_t plan = ws, partp = ws + pbytes,
+           plsep = partp + (uint64_t)bound * (uint64_t)bm * (uint64_t)d * 4;
   uint64_t q = a->q, kc = a->k_cache, vc = a->v_cache, o = a->out, lse = a->lse,
            bt = a->block_table, sk = a->seqlens_k, cu_q = a->cu_seqlens_q;
   long long qt = s.qt, qh = s.qh, ot = s.ot, oh = s.oh, cp = s.cp, ct = s.ct, ch = s.ch,
@@ -253,7 +254,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   void *params[] = {&q,   &kc,       &vc,     &o,       &lse,  &bt,     &sk,     &cu_q,
                     &qt,  &qh,       &ot,     &oh,      &cp,   &ct,     &ch,     &bts,
                     &total_q, &batch, &heads_kv, &group, &logp, &sl2, &cap_in, &cap_out,
-                    &causal, &wl, &wr, &plan, &partp};
+                    &causal, &wl, &wr, &plan, &partp, &plsep};
   r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)(bound > 0 ? bound : 1), 1, 1,
                             (unsigned)threads(c), 1, 1, (unsigned)smem(c, var), stream, params,
                             NULL);
