@@ -626,6 +626,59 @@ SCREE_EXTERN scree_status scree_paged_attention(scree_context *ctx,
                                                 const scree_paged_attention_args *args,
                                                 void *stream);
 
+/* Appends new tokens' K and V to a paged KV cache (vLLM's
+ * reshape_and_cache): for each new token t whose slot s = slot_mapping[t]
+ * is not -1, and every kv head h,
+ *
+ *   k_cache[s / page_size][s % page_size][h][:] = k[t][h][:]
+ *   v_cache[s / page_size][s % page_size][h][:] = v[t][h][:]
+ *
+ * A bitwise copy (no conversion). Slots of -1 (padding tokens) are
+ * skipped; every other cache element keeps its value.
+ *
+ *   k, v: [total_new, heads_kv, head_dim] with token and head strides in
+ *     elements (0 means heads_kv * head_dim and head_dim; the last
+ *     dimension is contiguous), in any order, so the k and v of a fused qkv
+ *     projection ([T, 3, H, d] or [T, H, 3, d]) are read where they lie.
+ *     k and v may share memory.
+ *   k_cache, v_cache: [num_pages, page_size, heads_kv, head_dim] (NHD), one
+ *     set of strides for both, in elements: cache_page_stride (0 means
+ *     page_size * token stride), cache_token_stride (0 means heads_kv *
+ *     head_dim), cache_head_stride (0 means head_dim); the last dimension
+ *     contiguous. No two elements of a cache may share an address. Neither
+ *     cache may overlap k, v or slot_mapping, nor the other, except
+ *     interleaved page by page (one [num_pages, 2, page_size, heads_kv,
+ *     head_dim] buffer: equal strides, the page stride the largest, and
+ *     each page of v_cache in the gap between two pages of k_cache).
+ *   slot_mapping: int64 [total_new] on the device, each entry -1 or in
+ *     [0, num_pages * page_size), no slot twice (two writers of one slot
+ *     would race). Read on the host only when validation is on
+ *     (SCREE_VALIDATE=1 or scree_options.validate); otherwise an entry out
+ *     of range writes outside the cache.
+ *
+ * page_size 1, 8, 16, 32, 64, 128 or 256 (those of the paged attention
+ * kernels); head_dim in [1, 1024]; heads_kv in [1, 65535], with
+ * total_new * heads_kv below 2^31; dtype fp32, fp16 or bf16. Alignment:
+ * pointers aligned to an element; the kernel moves 16 bytes per access
+ * where every pointer, stride and head_dim allow it, and narrower vectors
+ * elsewhere. total_new = 0 does nothing (pointers may then be NULL).
+ * Returns SCREE_OK, or an error naming the argument; on error nothing is
+ * launched and nothing is written. Asynchronous with respect to the host:
+ * the kernel is queued on `stream`. Thread-safe. */
+typedef struct scree_kv_append_args {
+  scree_devptr k, v;             /* [total_new, heads_kv, head_dim], strided */
+  scree_devptr k_cache, v_cache; /* [num_pages, page_size, heads_kv, head_dim] */
+  scree_devptr slot_mapping;     /* int64 [total_new]: page * page_size + offset; -1 = skip */
+  int64_t total_new, num_pages, page_size, heads_kv, head_dim;
+  int64_t k_token_stride, k_head_stride, v_token_stride, v_head_stride;
+  int64_t cache_page_stride, cache_token_stride, cache_head_stride; /* 0 = dense NHD */
+  scree_dtype dtype;
+} scree_kv_append_args;
+
+SCREE_EXTERN scree_status scree_kv_append(scree_context *ctx,
+                                          const scree_kv_append_args *args,
+                                          void *stream);
+
 /* ------------------------------------------------------------------------ */
 /* Checking a call without a device                                          */
 /* ------------------------------------------------------------------------ */

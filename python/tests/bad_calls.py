@@ -39,6 +39,12 @@ def _attn_op(mk, hq=8, hkv=2, d=64, dtype=BF16, scale=None, window=(-1, -1)):
                            scale, window[0], window[1], False)
 
 
+def _kv(mk, page_size=16, d=64):
+    """kv_append's arguments: 4 tokens of 2 kv heads into 2 pages."""
+    return (mk(4, 2, d), mk(4, 2, d), mk(2, page_size, 2, d), mk(2, page_size, 2, d),
+            mk(4, dtype=torch.int64))
+
+
 def _scree():
     import scree
     return scree
@@ -81,6 +87,12 @@ REFUSED = [
      lambda mk: _scree().ragged_softmax(mk(8, 4), _i32(mk, 3), 1 << 31),
      lambda mk: ops.ragged_softmax(mk(8, 4), _i32(mk, 3), 1 << 31, 1.0), "max_seqlen",
      "max_seqlen"),
+    ("kv_append-page_size-3",
+     lambda mk: _scree().kv_append(*_kv(mk, page_size=3)),
+     lambda mk: ops.kv_append(*_kv(mk, page_size=3)), "k_cache", "page_size=3"),
+    ("kv_append-head_dim-2048",
+     lambda mk: _scree().kv_append(*_kv(mk, d=2048)),
+     lambda mk: ops.kv_append(*_kv(mk, d=2048)), "k", "head_dim=2048"),
     ("rope-rotary_dim-3",
      lambda mk: _scree().rope(mk(4, 2, 64), cu_seqlens=_i32(mk, 2), rotary_dim=3),
      lambda mk: ops.rope_(mk(4, 2, 64), None, _i32(mk, 2), None, None, 1e4, 3, False),

@@ -142,6 +142,16 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal=Fals
     return out, lse
 
 
+def kv_append(k, v, k_cache, v_cache, slot_mapping):
+    """vLLM's reshape_and_cache, in place: token t's head rows to page
+    slot // page_size, row slot % page_size; slots of -1 skipped."""
+    page_size = k_cache.shape[1]
+    live = slot_mapping >= 0
+    s = slot_mapping[live].long()
+    k_cache[s // page_size, s % page_size] = k[live]
+    v_cache[s // page_size, s % page_size] = v[live]
+
+
 def register_cpu_kernels():
     """CPU kernels for every torch.ops.scree op, running these references,
     so that the CPU tests can call the custom ops for real. Idempotent."""
@@ -172,6 +182,7 @@ def register_cpu_kernels():
 
     lib.register_kernel("scree::rope_", "cpu")(rope_cpu)
     lib.register_kernel("scree::swiglu", "cpu")(lambda gate, up: swiglu(gate, up))
+    lib.register_kernel("scree::kv_append", "cpu")(kv_append)
     lib.register_kernel("scree::cross_entropy", "cpu")(
         lambda input, target, ignore_index: cross_entropy_rows(input, target, ignore_index))
     lib.register_kernel("scree::varlen_attn", "cpu")(

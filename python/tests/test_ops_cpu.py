@@ -58,6 +58,9 @@ def test_fake_shapes_of_every_op():
         out, lse, none = scree.flash_attn_varlen_func(q, kv, kv, cu, cu, 5, 6, causal=True,
                                                       return_attn_probs=True)
         assert lse.shape == (8, 10) and none is None
+        kc, vc = _cuda(3, 16, 2, 64), _cuda(3, 16, 2, 64)
+        assert scree.kv_append(_cuda(5, 2, 64), _cuda(5, 2, 64), kc, vc,
+                               _cuda(5, dtype=torch.int64)) is None
 
 
 def ref_aux():
@@ -95,6 +98,23 @@ def test_meta_tensors():
     (lambda: scree.rope(_cuda(4, 2, 64)), ValueError, "'cu_seqlens'"),
     (lambda: scree.rope(_cuda(4, 2, 64), _cuda(4, 2, 32), cu_seqlens=_cuda(2, dtype=torch.int32)),
      ValueError, "'k'"),
+    (lambda: scree.kv_append(_cuda(4, 128), _cuda(4, 128), _cuda(2, 16, 1, 128),
+                             _cuda(2, 16, 1, 128), _cuda(4, dtype=torch.int64)), ValueError, "'k'"),
+    (lambda: scree.kv_append(_cuda(4, 2, 64), _cuda(4, 2, 64), _cuda(2, 16, 4, 64),
+                             _cuda(2, 16, 4, 64), _cuda(4, dtype=torch.int64)), ValueError,
+     "'k_cache'"),
+    (lambda: scree.kv_append(_cuda(4, 2, 64), _cuda(4, 2, 64), _cuda(2, 16, 2, 64),
+                             _cuda(2, 2, 16, 64).transpose(1, 2), _cuda(4, dtype=torch.int64)), ValueError,
+     "'v_cache'"),
+    (lambda: scree.kv_append(_cuda(4, 2, 64), _cuda(4, 2, 64, dtype=torch.float16),
+                             _cuda(2, 16, 2, 64), _cuda(2, 16, 2, 64),
+                             _cuda(4, dtype=torch.int64)), TypeError, "'v'"),
+    (lambda: scree.kv_append(_cuda(4, 2, 64), _cuda(4, 2, 64), _cuda(2, 16, 2, 64),
+                             _cuda(2, 16, 2, 64), _cuda(4, dtype=torch.float32)), TypeError,
+     "'slot_mapping'"),
+    (lambda: scree.kv_append(_cuda(4, 2, 64), _cuda(4, 2, 64), _cuda(2, 16, 2, 64),
+                             _cuda(2, 16, 2, 64), _cuda(3, dtype=torch.int64)), TypeError,
+     "'slot_mapping'"),
     (lambda: scree.swiglu(_cuda(4, 63)), ValueError, "'gate'"),
     (lambda: scree.swiglu(_cuda(4, 64), _cuda(4, 32)), ValueError, "'up'"),
     (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(3, dtype=torch.int64)), ValueError,
@@ -260,6 +280,11 @@ def _opcheck_cases(gen):
         ("ragged_softmax", (r(t, 8), cu, 5, 1.0)),
         ("rope_", (r(t, 4, 16), r(t, 2, 16), cu, None, None, 10000.0, 0, False)),
         ("rope_", (r(t, 4, 16), None, None, torch.arange(t), None, 500.0, 8, True)),
+        ("kv_append", (r(t, 2, 16), r(t, 2, 16), r(3, 4, 2, 16), r(3, 4, 2, 16),
+                       torch.tensor([5, -1, 0, 11, 2, 7, -1, 3, 9]))),
+        ("kv_append", (r(t, 2, 16, dtype=BF16), r(t, 2, 16, dtype=BF16),
+                       r(t, 1, 2, 16, dtype=BF16), r(t, 1, 2, 16, dtype=BF16),
+                       torch.randperm(t, generator=gen))),
         ("swiglu", (r(6, 64), None)),
         ("swiglu", (r(6, 32), r(6, 32))),
         ("cross_entropy", (r(6, 50), torch.tensor([1, 2, -100, 49, 0, 7]), -100)),
@@ -305,6 +330,25 @@ def test_functions_match_references_through_the_ops(cpu_kernels, gen):
     qi, ki = q0.clone(), k0.clone()
     out = scree.rope(qi, ki, cu_seqlens=ref.cu_of([3, 5], "cpu"), inplace=True)
     assert out[0] is qi and torch.equal(qi, q)
+
+
+def test_kv_append_through_the_op_writes_the_caches_in_place(cpu_kernels, gen):
+    """scree.kv_append on CPU tensors goes through torch.ops.scree.kv_append
+    (the reference kernel here): k and v of a fused [T, 3, H, d] buffer land
+    in their slots of one interleaved [pages, 2, S, H, d] cache, the rest of
+    the cache as it was, and nothing is returned."""
+    T, H, d, S, P = 6, 2, 8, 4, 3
+    qkv = torch.randn(T, 3, H, d, generator=gen)
+    kv = torch.randn(P, 2, S, H, d, generator=gen)
+    before = kv.clone()
+    slots = torch.tensor([7, -1, 0, 11, 4, -1])
+    assert scree.kv_append(qkv[:, 1], qkv[:, 2], kv[:, 0], kv[:, 1], slots) is None
+    want = before.clone()
+    for t, s in enumerate(slots.tolist()):
+        if s >= 0:
+            want[s // S, 0, s % S] = qkv[t, 1]
+            want[s // S, 1, s % S] = qkv[t, 2]
+    assert torch.equal(kv, want)
 
 
 # -- torch.compile of a LLaMA-style layer ------------------------------------

@@ -144,6 +144,36 @@ def test_swiglu(gen, dtype):
     close(scree.swiglu(g, u), ref.swiglu(g, u))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("page_size", [1, 16, 256])
+def test_kv_append(gen, dtype, page_size):
+    """k and v as views of a fused qkv projection into a paged cache
+    ([pages, S, H, d], and one interleaved [pages, 2, S, H, d] buffer),
+    against index_put; slots a random permutation with padding (-1); every
+    other cache element keeps its old value, bit for bit."""
+    T, H, d = 300, 8, 128
+    P = (T + page_size - 1) // page_size + 2
+    qkv = rand(gen, T, 32 + 2 * H, d, dtype=dtype)
+    k, v = qkv[:, 32:32 + H], qkv[:, 32 + H:]
+    slots = torch.randperm(P * page_size, generator=gen)[:T]
+    slots[::5] = -1
+    slots = slots.to(DEV)
+    for shared in (False, True):
+        if shared:
+            kv = rand(gen, P, 2, page_size, H, d, dtype=dtype)
+            kc, vc = kv[:, 0], kv[:, 1]
+        else:
+            kc, vc = rand(gen, P, page_size, H, d, dtype=dtype), rand(gen, P, page_size, H, d,
+                                                                       dtype=dtype)
+        wk, wv = kc.clone(), vc.clone()
+        live = slots >= 0
+        s = slots[live]
+        wk.index_put_((s // page_size, s % page_size), k[live])
+        wv.index_put_((s // page_size, s % page_size), v[live])
+        assert scree.kv_append(k, v, kc, vc, slots) is None
+        assert torch.equal(kc, wk) and torch.equal(vc, wv)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cross_entropy(gen, dtype):
     logits = rand(gen, 64, 32000, dtype=dtype, scale=3)

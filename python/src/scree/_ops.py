@@ -1019,5 +1019,100 @@ def _varlen_names_ok():
             "swiglu": _SWIGLU_NAMES, "cross_entropy": _CE_NAMES, "varlen_attn": _ATTN_NAMES}
 
 
+# -- KV-cache append ------------------------------------------------------------
+
+_KV_APPEND_NAMES = {"k": "k", "v": "v", "k_cache": "k_cache", "v_cache": "v_cache",
+                    "slot_mapping": "slot_mapping", "total_new": "k", "num_pages": "k_cache",
+                    "page_size": "k_cache", "heads_kv": "k", "head_dim": "k",
+                    "k_token_stride": "k", "k_head_stride": "k", "v_token_stride": "v",
+                    "v_head_stride": "v", "cache_page_stride": "k_cache",
+                    "cache_token_stride": "k_cache", "cache_head_stride": "k_cache",
+                    "dtype": "k"}
+
+
+def _kv_append_check(op, k, v, k_cache, v_cache, slot_mapping):
+    if k.dim() != 3:
+        raise ValueError(f"scree.{op}: argument 'k' must be [total_new, heads_kv, head_dim], "
+                         f"got shape {tuple(k.shape)}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"scree.{op}: argument 'v' has shape {tuple(v.shape)}, not k's "
+                         f"{tuple(k.shape)}")
+    if k_cache.dim() != 4 or tuple(k_cache.shape[2:]) != tuple(k.shape[1:]):
+        raise ValueError(f"scree.{op}: argument 'k_cache' must be [num_pages, page_size, "
+                         f"heads_kv, head_dim] with k's heads_kv and head_dim "
+                         f"{tuple(k.shape[1:])}, got shape {tuple(k_cache.shape)}")
+    if tuple(v_cache.shape) != tuple(k_cache.shape) or v_cache.stride() != k_cache.stride():
+        raise ValueError(f"scree.{op}: argument 'v_cache' (shape {tuple(v_cache.shape)}, "
+                         f"strides {v_cache.stride()}) must have k_cache's shape and strides "
+                         f"{tuple(k_cache.shape)}, {k_cache.stride()}")
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != k.dtype:
+            raise TypeError(f"scree.{op}: argument '{name}' has dtype {t.dtype}, not k's "
+                            f"{k.dtype}")
+    for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"scree.{op}: argument '{name}' needs a contiguous last dimension "
+                             f"(strides {t.stride()})")
+        for i in range(t.dim() - 1):
+            if t.stride(i) == 0 and t.shape[i] > 1:
+                raise ValueError(f"scree.{op}: argument '{name}' is broadcast along dimension "
+                                 f"{i} (stride 0); scree reads 0 as dense")
+    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.dim() != 1 or \
+            slot_mapping.shape[0] != k.shape[0]:
+        raise TypeError(f"scree.{op}: argument 'slot_mapping' must be a 1-D int64 (or int32) "
+                        f"tensor of total_new={k.shape[0]} slots, got {slot_mapping.dtype} "
+                        f"{tuple(slot_mapping.shape)}")
+
+
+def _kv_append_impl(k, v, k_cache, v_cache, slot_mapping, check=False):
+    op = "kv_append"
+    if not check:
+        _on_cuda(op, "k", k)
+    _kv_append_check(op, k, v, k_cache, v_cache, slot_mapping)
+    for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache),
+                    ("slot_mapping", slot_mapping)):
+        _same_device(op, name, t, k)
+    dt = _dtype_code(op, "k", k)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    slots = slot_mapping.to(torch.int64).contiguous()  # kept alive through the call
+    _run(op, "kv_append", (ptr(k), ptr(v), ptr(k_cache), ptr(v_cache), ptr(slots), k.shape[0],
+                           k_cache.shape[0], k_cache.shape[1], k.shape[1], k.shape[2],
+                           k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                           k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), dt),
+         _KV_APPEND_NAMES, k, check)
+
+
+@torch.library.custom_op("scree::kv_append", mutates_args=("k_cache", "v_cache"))
+def _kv_append_op(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  slot_mapping: torch.Tensor) -> None:
+    _kv_append_impl(k, v, k_cache, v_cache, slot_mapping)
+
+
+@_kv_append_op.register_fake
+def _(k, v, k_cache, v_cache, slot_mapping):
+    _kv_append_impl(k, v, k_cache, v_cache, slot_mapping, check=True)
+
+
+def kv_append(k, v, k_cache, v_cache, slot_mapping):
+    """Writes new tokens' k and v [total_new, heads_kv, head_dim] into their
+    slots of the paged caches k_cache and v_cache [num_pages, page_size,
+    heads_kv, head_dim], in place (vLLM's reshape_and_cache): token t goes
+    to page slot_mapping[t] // page_size, row slot_mapping[t] % page_size;
+    a slot of -1 skips the token. k and v may be strided views (of a fused
+    qkv projection); the caches share one set of strides (two halves of one
+    [num_pages, 2, ...] buffer included). slot_mapping is int64 (int32 is
+    converted). Returns None."""
+    op = "kv_append"
+    k = _args.tensor(op, "k", k)
+    v = _args.tensor(op, "v", v)
+    k_cache = _args.tensor(op, "k_cache", k_cache)
+    v_cache = _args.tensor(op, "v_cache", v_cache)
+    slot_mapping = _args.tensor(op, "slot_mapping", slot_mapping)
+    if _direct(k, v, k_cache, v_cache, slot_mapping):
+        _kv_append_impl(k, v, k_cache, v_cache, slot_mapping)
+    else:
+        torch.ops.scree.kv_append(k, v, k_cache, v_cache, slot_mapping)
+
+
 OPS = ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "ragged_softmax", "rope_", "swiglu",
-       "cross_entropy", "varlen_attn")
+       "cross_entropy", "varlen_attn", "kv_append")

@@ -76,6 +76,11 @@ static const call valid[] = {
      "block_table=0x6000000,seqlens_k=0x7000000,cu_seqlens_q=0x8000000,batch=4,total_q=6,"
      "max_seqlen_q=3,max_seqlen_k=64,num_pages=10,page_size=16,block_table_stride=4,heads_q=8,"
      "heads_kv=2,head_dim=128,dtype=bf16,causal=1,window_left=-1,window_right=-1"},
+    /* 8 new tokens of 2 kv heads of 64 fp16 (k and v 2 KiB), into caches of
+     * 4 pages of 16 slots (16 KiB each). */
+    {"kv_append",
+     "k=0x100000,v=0x200000,k_cache=0x1000000,v_cache=0x2000000,slot_mapping=0x300000,"
+     "total_new=8,num_pages=4,page_size=16,heads_kv=2,head_dim=64,dtype=fp16"},
 };
 
 /* ---- the op cases ---------------------------------------------------------------- */
@@ -288,6 +293,57 @@ static const expect cases[] = {
      "cu_seqlens_q=0,cu_seqlens_k=0",
      SCREE_OK, ""},
     {"attention", "total_q=0,max_seqlen_q=0,q=0,out=0", SCREE_OK, ""},
+    /* kv_append: the page sizes of paged attention, the limits, the rows the
+     * kernel counts in int. */
+    {"kv_append", "page_size=3", UNSUPPORTED, "page_size=3 is not supported"},
+    {"kv_append", "page_size=4", UNSUPPORTED, "page_size=4 is not supported"},
+    {"kv_append", "page_size=257", UNSUPPORTED, "page_size=257 exceeds"},
+    {"kv_append", "page_size=0", INVALID, "page_size=0"},
+    {"kv_append", "page_size=1", PASSES},
+    {"kv_append", "page_size=256", PASSES},
+    {"kv_append", "head_dim=1025", UNSUPPORTED, "head_dim=1025"},
+    {"kv_append", "heads_kv=65536", UNSUPPORTED, "heads_kv=65536"},
+    {"kv_append", "num_pages=0", INVALID, "num_pages=0"},
+    {"kv_append", "total_new=2147483647", UNSUPPORTED, "total_new=2147483647 times heads_kv=2"},
+    {"kv_append", "dtype=fp32", PASSES},
+    {"kv_append", "dtype=bf16", PASSES},
+    {"kv_append", "head_dim=96", PASSES},
+    {"kv_append", "head_dim=100", PASSES}, /* narrower vectors */
+    {"kv_append", "head_dim=1", PASSES},
+    /* The caches' strides: no two elements at one address, in any order
+     * (HND passes), none negative. */
+    {"kv_append", "cache_token_stride=64", INVALID, "cache strides (page 1024, token 64, head 64)"},
+    {"kv_append", "cache_head_stride=32", INVALID, "cache strides (page 2048, token 128, head 32)"},
+    {"kv_append", "cache_page_stride=1024", INVALID, "share an address"},
+    {"kv_append", "cache_page_stride=-1", INVALID, "cache_page_stride=-1"},
+    {"kv_append", "cache_token_stride=64,cache_head_stride=1024,cache_page_stride=2048", PASSES},
+    {"kv_append", "cache_token_stride=256,cache_page_stride=8192", PASSES}, /* padded */
+    {"kv_append", "cache_page_stride=4611686018427387904", INVALID,
+     "k_cache=0x1000000 extends past the address space"},
+    /* The caches apart from what is read and from each other, except
+     * interleaved page by page ([pages, 2, 16, 2, 64]). */
+    {"kv_append", "k_cache=k", INVALID, "k_cache=0x100000 overlaps k=0x100000"},
+    {"kv_append", "k_cache=v+2046", INVALID, "k_cache=0x2007fe overlaps v=0x200000"},
+    {"kv_append", "v_cache=slot_mapping+8", INVALID, "v_cache=0x300008 overlaps slot_mapping"},
+    {"kv_append", "k_cache=slot_mapping-16382", INVALID, "overlaps slot_mapping"},
+    {"kv_append", "k_cache=slot_mapping-16382,slot_mapping=0x400000", PASSES},
+    {"kv_append", "v_cache=k_cache+16", INVALID,
+     "k_cache=0x1000000 and v_cache=0x1000010 overlap"},
+    {"kv_append", "v_cache=k_cache+16384", PASSES}, /* right after */
+    {"kv_append", "cache_page_stride=4096,v_cache=k_cache+4096", PASSES},
+    {"kv_append", "cache_page_stride=4096,v_cache=k_cache-4096", PASSES},
+    {"kv_append", "cache_page_stride=4096,v_cache=k_cache+4098", INVALID, "overlap"},
+    {"kv_append", "cache_page_stride=4096,v_cache=k_cache+4094", INVALID, "overlap"},
+    {"kv_append", "cache_page_stride=4096,v_cache=k_cache", INVALID, "overlap"},
+    {"kv_append", "num_pages=1,v_cache=k_cache+2", INVALID, "overlap"},
+    /* k and v as views of one fused [T, 3, H, d] buffer, read where they
+     * lie; k and v may be one tensor. */
+    {"kv_append", "k=0x10000000,v=k+256,k_token_stride=384,v_token_stride=384", PASSES},
+    {"kv_append", "v=k", PASSES},
+    {"kv_append", "k_token_stride=64,k_head_stride=512", PASSES}, /* head-major */
+    {"kv_append", "slot_mapping=0x300004", MISALIGNED, "slot_mapping=0x300004"},
+    /* Nothing to append: no pointer is looked at. */
+    {"kv_append", "total_new=0,k=0,v=0,k_cache=0,v_cache=0,slot_mapping=0", SCREE_OK, ""},
 };
 
 /* ---- calls as text -------------------------------------------------------------- */
