@@ -285,6 +285,12 @@ static scree_status validate(scree_context *ctx, const void *args) {
   if (a->batch == 0 && a->total_q)
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "batch is 0 but total_q=%lld",
                        (long long)a->total_q);
+  /* The kernel numbers a sequence's rows (query tokens x the GQA group) in
+   * 32 bits. */
+  if (a->total_q * (a->heads_q / a->heads_kv) > 0x7fffffff)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "total_q=%lld x %lld query heads a KV head is 2^31 rows or more",
+                       (long long)a->total_q, (long long)(a->heads_q / a->heads_kv));
   const int64_t need = scree__cdiv(a->max_seqlen_k, a->page_size);
   if (a->block_table_stride < need)
     return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,

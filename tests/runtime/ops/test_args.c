@@ -170,6 +170,8 @@ static const expect cases[] = {
     {"paged_attention", "block_table_stride=3", INVALID,
      "block_table_stride=3 holds fewer pages than max_seqlen_k=64"},
     {"paged_attention", "num_pages=0", INVALID, "num_pages=0"},
+    {"paged_attention", "total_q=1000000000,heads_q=8,heads_kv=2", UNSUPPORTED,
+     "total_q=1000000000 x 4 query heads a KV head is 2^31 rows or more"},
     {"paged_attention", "heads_q=7", INVALID, "heads_q=7 is not a multiple of heads_kv=2"},
     {"paged_attention", "max_seqlen_q=0", INVALID, "max_seqlen_q is 0"},
     {"paged_attention", "softcap=-1", INVALID, "softcap"},
