@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check.sh - everything that needs the GPU, in one go: the gpu-labelled
-# tests, the attention tests under compute-sanitizer (memcheck, racecheck),
+# tests, the attention, paged attention and KV-append tests under
+# compute-sanitizer (memcheck, racecheck),
 # then the benchmarks (CPU tests run in CI: scripts/test.sh). Run from the
 # repository root on a GPU machine with a build made by scripts/build.sh
 # (or any build in ./build). Results go to OUTDIR.
@@ -37,6 +38,15 @@ if [ "$what" = sanitize ] || [ "$what" = all ]; then
       "$build/tests/test_attention_gpu" > "$out/sanitize-$tool.txt" 2>&1
     echo "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool.txt" | tail -1))"
   done
+  # Paged attention and the KV-cache write: memcheck on their race cases
+  # and kv_append's quick case, racecheck on the race cases.
+  for t in "memcheck race paged_attention" "racecheck race paged_attention" \
+           "memcheck quick kv_append"; do
+    set -- $t
+    CK_RUN_CASE=$2 compute-sanitizer --tool $1 --error-exitcode 9 \
+      "$build/tests/test_$3_gpu" > "$out/sanitize-$3-$1.txt" 2>&1
+    echo "compute-sanitizer $1 ($3): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$3-$1.txt" | tail -1))"
+  done
   # The hopper implementation (sm_90a; its configs skip elsewhere), synccheck too.
   for tool in memcheck racecheck synccheck; do
     CK_RUN_CASE=hopper_race compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -51,4 +61,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   # deployment with SCREE_MISS_POLICY=tune.
   SCREE_CACHE_DIR=$(mktemp -d) SCREE_MISS_POLICY=tune python3 bench/compare_torch.py \
     --lib "$build/libscree.so" --json "$out/compare_torch.json" 2>&1 | tee "$out/compare_torch.txt"
+  # The paged decode table (FA-2 on gathered K/V and a copy beside it).
+  SCREE_CACHE_DIR=$(mktemp -d) SCREE_MISS_POLICY=tune python3 bench/compare_torch.py --op paged \
+    --lib "$build/libscree.so" --json "$out/compare_paged.json" 2>&1 | tee "$out/compare_paged.txt"
 fi
