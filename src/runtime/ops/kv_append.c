@@ -451,7 +451,10 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
   a->head_dim = b->v[2];
   a->page_size = DEFAULT_PAGE_SIZE;
   a->dtype = (scree_dtype)var->v[V_DTYPE];
-  const int64_t row = 2 * a->heads_kv * a->head_dim * (int64_t)scree_dtype_size(a->dtype);
+  /* Saturating: a bucket may name any size up to 2^40 (the cap below then
+   * holds the problem to one token). */
+  const int64_t row = scree__mul_sat(scree__mul_sat(2 * a->heads_kv, a->head_dim),
+                                     (int64_t)scree_dtype_size(a->dtype));
   int64_t total = b->v[0];
   const int64_t cap = ((int64_t)256 << 20) / (row > 0 ? row : 1);
   if (total > cap) total = cap > 0 ? cap : 1;
