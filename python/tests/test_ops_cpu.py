@@ -280,7 +280,7 @@ def _opcheck_cases(gen):
         ("ragged_softmax", (r(t, 8), cu, 5, 1.0)),
         ("rope_", (r(t, 4, 16), r(t, 2, 16), cu, None, None, 10000.0, 0, False)),
         ("rope_", (r(t, 4, 16), None, None, torch.arange(t), None, 500.0, 8, True)),
-        ("kv_append", (r(t, 2, 16), r(t, 2, 16), r(3, 4, 2, 16), r(3, 4, 2, 16),
+        ("kv_append", (r(t, 2, 16), r(t, 2, 16), r(3, 8, 2, 16), r(3, 8, 2, 16),
                        torch.tensor([5, -1, 0, 11, 2, 7, -1, 3, 9]))),
         ("kv_append", (r(t, 2, 16, dtype=BF16), r(t, 2, 16, dtype=BF16),
                        r(t, 1, 2, 16, dtype=BF16), r(t, 1, 2, 16, dtype=BF16),
