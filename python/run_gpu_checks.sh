@@ -2,7 +2,8 @@
 # run_gpu_checks.sh - the Python package's GPU work, from the source tree
 # with a built libscree (no pip install: the package is imported from
 # python/src, the library named by SCREE_LIBRARY): the gpu-marked pytest
-# tests, the per-call overhead benchmark and examples/llama_block.py. Each
+# tests, the per-call overhead benchmark, examples/llama_block.py and
+# examples/decode.py. Each
 # one's output goes to OUTDIR; the exit status is non-zero if any failed.
 #   python/run_gpu_checks.sh BUILD_DIR [OUTDIR]
 # Needs python3 with torch (and triton, transformers for their parts) and
@@ -32,6 +33,11 @@ python3 examples/llama_block.py 2>&1 | tee "$out/llama_block.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 python3 examples/llama_block.py --config small --seqs 32 --min-len 16 --max-len 512 2>&1 |
   tee "$out/llama_block_small.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+python3 examples/decode.py --device cuda 2>&1 | tee "$out/decode.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+python3 examples/decode.py --device cuda --dtype bf16 --page-size 1 --prompts 300,5,64 2>&1 |
+  tee "$out/decode_bf16.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 echo "run_gpu_checks: exit $rc (outputs in $out)"
 exit $rc

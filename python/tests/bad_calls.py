@@ -45,6 +45,19 @@ def _kv(mk, page_size=16, d=64):
             mk(4, dtype=torch.int64))
 
 
+def _paged(mk, page_size=16, d=64, hq=8, hkv=2, dtype=BF16, max_k=40):
+    """paged_attention's positional arguments: 2 sequences of 3 query tokens
+    over pages of 3 slots of a 6-page cache."""
+    return (mk(6, hq, d, dtype=dtype), mk(6, page_size, hkv, d, dtype=dtype),
+            mk(6, page_size, hkv, d, dtype=dtype), _i32(mk, 2 * 3).view(2, 3), _i32(mk, 2),
+            _i32(mk, 3), 3, max_k)
+
+
+def _paged_op(mk, scale=None, window=(-1, -1), softcap=0.0, **kw):
+    return ops.paged_attention(*_paged(mk, **kw), True, scale, window[0], window[1], softcap,
+                               False)
+
+
 def _scree():
     import scree
     return scree
@@ -69,6 +82,23 @@ REFUSED = [
      lambda mk: ops.varlen_attn(mk(4, 8, 64, dtype=BF16), mk(4, 2, 64, dtype=BF16),
                                 mk(4, 2, 64, dtype=BF16), _i32(mk, 2), _i32(mk, 2), -1, 4, False,
                                 None, -1, -1, False), "max_q", "max_seqlen_q"),
+    ("paged-page_size-12", lambda mk: _scree().paged_attention(*_paged(mk, page_size=12)),
+     lambda mk: _paged_op(mk, page_size=12), "k_cache", "page_size=12"),
+    ("paged-head_dim-80", lambda mk: _scree().paged_attention(*_paged(mk, d=80)),
+     lambda mk: _paged_op(mk, d=80), "q", "head_dim=80"),
+    ("paged-fp32", lambda mk: _scree().paged_attention(*_paged(mk, dtype=torch.float32)),
+     lambda mk: _paged_op(mk, dtype=torch.float32), "q", "fp16 or bf16"),
+    ("paged-heads-6:4", lambda mk: _scree().paged_attention(*_paged(mk, hq=6, hkv=4)),
+     lambda mk: _paged_op(mk, hq=6, hkv=4), "q", "heads_q=6 is not a multiple of heads_kv=4"),
+    ("paged-block_table-short", lambda mk: _scree().paged_attention(*_paged(mk, max_k=49)),
+     lambda mk: _paged_op(mk, max_k=49), "block_table", "block_table_stride=3"),
+    ("paged-softcap--1", lambda mk: _scree().paged_attention(*_paged(mk), softcap=-1.0),
+     lambda mk: _paged_op(mk, softcap=-1.0), "softcap", "softcap"),
+    ("paged-window-left--2", lambda mk: _scree().paged_attention(*_paged(mk),
+                                                                   window_size=(-2, -1)),
+     lambda mk: _paged_op(mk, window=(-2, -1)), "window_size", "window_left"),
+    ("paged-scale-nan", lambda mk: _scree().paged_attention(*_paged(mk), scale=NAN),
+     lambda mk: _paged_op(mk, scale=NAN), "scale", "scale"),
     ("rms_norm-cols-65537", lambda mk: _scree().rms_norm(mk(4, 65537), [65537]),
      lambda mk: ops.rms_norm(mk(4, 65537), [65537], None, None), "normalized_shape",
      "cols=65537"),
@@ -127,6 +157,20 @@ UNCLEAR = [
      lambda mk: _scree().flash_attn_varlen_func(mk(4, 8, 64), mk(4, 2, 64), mk(4, 2, 64),
                                                 _i32(mk, 2), _i32(mk, 2), "4", 4),
      TypeError, "max_seqlen_q", "must be an int"),
+    ("paged-max_seqlen_k-str",
+     lambda mk: _scree().paged_attention(*_paged(mk)[:7], "40"), TypeError, "max_seqlen_k",
+     "must be an int"),
+    ("paged-softcap-str", lambda mk: _scree().paged_attention(*_paged(mk), softcap="30"),
+     TypeError, "softcap", "must be a float"),
+    ("paged-return_lse-str", lambda mk: _scree().paged_attention(*_paged(mk), return_lse="yes"),
+     TypeError, "return_lse", "must be a bool"),
+    ("paged-block_table-None", lambda mk: _scree().paged_attention(*_paged(mk)[:3], None,
+                                                                     *_paged(mk)[4:]),
+     TypeError, "block_table", "must be a tensor"),
+    ("attn-paged-max_k-2^40",
+     lambda mk: _scree().varlen_attn(*_paged(mk)[:3], _i32(mk, 3), _i32(mk, 3), 3, 2 ** 40,
+                                     block_table=_paged(mk)[3]), ValueError, "max_k",
+     "out of range"),
     ("layer_norm-eps-1e300", lambda mk: _scree().layer_norm(_x(mk), [128], eps=1e300),
      ValueError, "eps", "float32"),
     ("layer_norm-bias-list", lambda mk: _scree().layer_norm(_x(mk), [128], None, [0.0] * 128),

@@ -58,3 +58,50 @@ def cpu_kernels():
     """torch.ops.scree.* with CPU kernels running tests/reference.py."""
     import reference
     reference.register_cpu_kernels()
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Runs the real implementations on CPU tensors with the C call replaced
+    by a recorder: each call's struct, unpacked into a dict by field name."""
+    from scree import _lib, _ops
+    calls = []
+    by_entry = {}
+    for struct_name, entry in _lib.ENTRIES.items():
+        by_entry[entry] = struct_name
+
+    class Entry:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, ctx, packed, stream):
+            sname = by_entry[self.name]
+            fields = [f for f, _ in _lib.ARG_STRUCTS[sname]]
+            calls.append((self.name, dict(zip(fields, _lib.PACKERS[sname].unpack(packed)))))
+            return 0
+
+    class FakeLib:
+        def __getattr__(self, name):
+            return Entry(name)
+
+    monkeypatch.setattr(_ops, "_on_cuda", lambda op, name, t: None)
+    monkeypatch.setattr(_ops, "_launch_state", lambda t: (None, None))
+    monkeypatch.setattr(_lib, "lib", lambda: FakeLib())
+    return calls
+
+
+@pytest.fixture
+def aot_graphs():
+    """(backend, graphs): a torch.compile backend (AOT autograd running the
+    traced forward, so that custom ops go through their fake
+    implementations) that keeps each Dynamo graph in graphs."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        from torch._dynamo.backends.common import aot_autograd
+        from functorch.compile import make_boxed_func
+        return aot_autograd(fw_compiler=lambda g, _: make_boxed_func(g.forward))(
+            gm, example_inputs)
+
+    return backend, graphs

@@ -102,9 +102,10 @@ def cross_entropy_rows(input, target, ignore_index=-100):
 
 
 def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal=False, scale=None,
-                window_left=-1, window_right=-1, return_lse=False):
+                window_left=-1, window_right=-1, return_lse=False, softcap=0.0):
     """(out, lse [H_q, T_q] float32 or an empty tensor): per sequence, in
-    float64, masks aligned to the bottom right."""
+    float64, masks aligned to the bottom right; softcap > 0 caps the scaled
+    scores at softcap * tanh(s / softcap)."""
     tq, hq, d = query.shape
     hkv = key.shape[1]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
@@ -122,6 +123,8 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal=Fals
         k = key[ks:ke].double().repeat_interleave(hq // hkv, 1).transpose(0, 1)
         v = value[ks:ke].double().repeat_interleave(hq // hkv, 1).transpose(0, 1)
         s = q @ k.transpose(1, 2) * scale                               # [H, Lq, Lk]
+        if softcap > 0:
+            s = softcap * torch.tanh(s / softcap)
         i = torch.arange(lq, device=query.device)[:, None] + (lk - lq)
         j = torch.arange(lk, device=query.device)[None, :]
         keep = torch.ones(lq, lk, dtype=torch.bool, device=query.device)
@@ -150,6 +153,58 @@ def kv_append(k, v, k_cache, v_cache, slot_mapping):
     s = slot_mapping[live].long()
     k_cache[s // page_size, s % page_size] = k[live]
     v_cache[s // page_size, s % page_size] = v[live]
+
+
+def gather_pages(cache, block_table, seqlens_k):
+    """A paged cache [pages, page_size, H, d] as contiguous keys [sum of
+    seqlens_k, H, d] (sequence b's first seqlens_k[b] keys, in order) and
+    their cu_seqlens (int32, on the cache's device)."""
+    page_size = cache.shape[1]
+    lens = seqlens_k.tolist()
+    rows = []
+    for b, n in enumerate(lens):
+        j = torch.arange(n, device=cache.device)
+        pages = block_table[b].long()[j // page_size]
+        rows.append(cache[pages, j % page_size])
+    keys = torch.cat(rows) if rows else cache.new_empty((0,) + tuple(cache.shape[2:]))
+    return keys, cu_of(lens, cache.device)
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q, max_q, max_k,
+                    causal=True, scale=None, window_left=-1, window_right=-1, softcap=0.0,
+                    return_lse=False):
+    """scree.paged_attention's result: the pages gathered to contiguous K and
+    V, then varlen_attn above."""
+    k, cu_k = gather_pages(k_cache, block_table, seqlens_k)
+    v, _ = gather_pages(v_cache, block_table, seqlens_k)
+    return varlen_attn(q, k, v, cu_seqlens_q, cu_k, max_q, max_k, causal, scale, window_left,
+                       window_right, return_lse, softcap)
+
+
+def paged_batch(gen, lens_k, lens_q, page_size, hq=4, hkv=2, d=32, dtype=torch.float32,
+                device="cpu", interleaved=False):
+    """(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q): random
+    K and V in shuffled pages of a pool with two spare pages, each block
+    table row padded with a spare page id; with interleaved, the caches are
+    the two halves of one [pages, 2, page_size, H, d] buffer (vLLM's)."""
+    pages = [(n + page_size - 1) // page_size for n in lens_k]
+    n_pages = sum(pages) + 2
+    perm = torch.randperm(n_pages, generator=gen)
+    bt = torch.full((len(lens_k), max(pages + [1]) + 1), int(perm[-1]), dtype=torch.int32)
+    at = 0
+    for b, n in enumerate(pages):
+        bt[b, :n] = perm[at:at + n].to(torch.int32)
+        at += n
+    shape = (n_pages, page_size, hkv, d)
+    if interleaved:
+        kv = torch.randn(n_pages, 2, page_size, hkv, d, generator=gen).to(device, dtype)
+        kc, vc = kv[:, 0], kv[:, 1]
+    else:
+        kc = torch.randn(*shape, generator=gen).to(device, dtype)
+        vc = torch.randn(*shape, generator=gen).to(device, dtype)
+    q = torch.randn(sum(lens_q), hq, d, generator=gen).to(device, dtype)
+    return (q, kc, vc, bt.to(device), torch.tensor(lens_k, dtype=torch.int32, device=device),
+            cu_of(lens_q, device))
 
 
 def register_cpu_kernels():
@@ -189,6 +244,7 @@ def register_cpu_kernels():
         lambda query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, wl, wr,
         return_lse: varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
                                 scale, wl, wr, return_lse))
+    lib.register_kernel("scree::paged_attention", "cpu")(paged_attention)
     register_cpu_kernels.done = True
 
 

@@ -171,6 +171,8 @@ class _FakeLib:
     ("rms_norm", "cols=70000 exceeds the supported maximum 65536", "normalized_shape"),
     ("varlen_attn", "window_left=-3, window_right=-1: -1 (unbounded) or >= 0", "window_size"),
     ("rope", "rotary_dim=3 must be even", "rotary_dim"),
+    ("paged_attention", "page_size=12 is not supported (1, 8, 16, 32, 64, 128 or 256)",
+     "k_cache"),
 ])
 def test_error_names_the_python_argument(monkeypatch, op, msg, arg):
     monkeypatch.setattr(_lib, "lib", lambda: _FakeLib(msg))
@@ -194,7 +196,8 @@ def test_argument_maps_name_real_fields():
                "add_rms_norm": "scree_add_rmsnorm_args", "softmax": "scree_softmax_args",
                "ragged_softmax": "scree_ragged_softmax_args", "rope": "scree_rope_args",
                "swiglu": "scree_swiglu_args", "cross_entropy": "scree_cross_entropy_args",
-               "varlen_attn": "scree_attention_args"}
+               "varlen_attn": "scree_attention_args",
+               "paged_attention": "scree_paged_attention_args"}
     for op, names in _ops._varlen_names_ok().items():
         fields = {f for f, _ in _lib.ARG_STRUCTS[structs[op]]}
         extra = set(names) - fields - {"cu_seqlens"}

@@ -61,6 +61,9 @@ def test_fake_shapes_of_every_op():
         kc, vc = _cuda(3, 16, 2, 64), _cuda(3, 16, 2, 64)
         assert scree.kv_append(_cuda(5, 2, 64), _cuda(5, 2, 64), kc, vc,
                                _cuda(5, dtype=torch.int64)) is None
+        bt, sk = _cuda(3, 4, dtype=torch.int32), _cuda(3, dtype=torch.int32)
+        out, lse = scree.paged_attention(q, kc, vc, bt, sk, cu, 5, 64, return_lse=True)
+        assert out.shape == (10, 8, 64) and lse.shape == (8, 10)
 
 
 def ref_aux():
@@ -270,6 +273,10 @@ def _opcheck_cases(gen):
     lens = [3, 0, 5, 1]
     cu = ref.cu_of(lens, "cpu")
     t = sum(lens)
+    kv = r(6, 2, 8, 2, 32, dtype=BF16)
+    bt = torch.randperm(6, generator=gen).to(torch.int32)[:, None].repeat(1, 3)
+    bt = torch.stack([bt[:4, 0], bt[1:5, 0], bt[2:, 0]], 1)  # [4, 3], rows of distinct pages
+    sk = torch.tensor([6, 0, 17, 2], dtype=torch.int32)
     cases = [
         ("rms_norm", (r(6, 32), [32], r(32), 1e-6)),
         ("rms_norm", (r(2, 3, 16, dtype=BF16), [3, 16], None, None)),
@@ -295,6 +302,14 @@ def _opcheck_cases(gen):
         ("varlen_attn", (r(t, 4, 32, dtype=torch.float16), r(t, 4, 32, dtype=torch.float16),
                          r(t, 4, 32, dtype=torch.float16), cu, cu, 5, 5, False, 0.3, 2, 1,
                          False)),
+        # Shuffled pages; the two halves of one interleaved cache; keys of
+        # [6, 0, 17, 2] at page_size 8 (the last page of each one spare).
+        ("paged_attention", (r(t, 4, 32, dtype=BF16), kv[:, 0], kv[:, 1], bt, sk, cu, 5, 17,
+                             True, None, -1, -1, 0.0, True)),
+        ("paged_attention", (r(t, 2, 32, dtype=torch.float16), r(6, 8, 2, 32,
+                                                                 dtype=torch.float16),
+                             r(6, 8, 2, 32, dtype=torch.float16), bt, sk, cu, 5, 17, False, 0.5,
+                             4, 2, 10.0, False)),
     ]
     return cases
 
@@ -372,19 +387,12 @@ def test_layer_matches_the_padded_pytorch_layer(cpu_kernels, gen):
 
 
 @pytest.mark.parametrize("inplace_rope", [False, True])
-def test_compile_fullgraph_keeps_the_layer_in_one_graph(cpu_kernels, gen, inplace_rope):
+def test_compile_fullgraph_keeps_the_layer_in_one_graph(cpu_kernels, gen, inplace_rope,
+                                                        aot_graphs):
     # bf16, as on the device: tracing checks each call as the device would,
     # and its attention takes fp16 and bf16.
     lb, cfg, lengths, W, x, xp, cu, longest = _layer_inputs(gen, BF16)
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        from torch._dynamo.backends.common import aot_autograd
-        from functorch.compile import make_boxed_func
-        return aot_autograd(fw_compiler=lambda g, _: make_boxed_func(g.forward))(
-            gm, example_inputs)
-
+    backend, graphs = aot_graphs
     torch._dynamo.reset()
     f = torch.compile(lambda x, cu: lb.scree_layer(x, cu, longest, W, cfg, inplace_rope),
                       fullgraph=True, backend=backend)
@@ -471,36 +479,6 @@ def test_transformers_llama_padded_and_generate(cpu_kernels, gen):
 
 
 # -- the implementations' argument structs, without a GPU ---------------------
-
-
-@pytest.fixture
-def captured(monkeypatch):
-    """Runs the real implementations on CPU tensors with the C call replaced
-    by a recorder: each call's struct, unpacked into a dict by field name."""
-    from scree import _lib
-    calls = []
-    by_entry = {}
-    for struct_name, entry in _lib.ENTRIES.items():
-        by_entry[entry] = struct_name
-
-    class Entry:
-        def __init__(self, name):
-            self.name = name
-
-        def __call__(self, ctx, packed, stream):
-            sname = by_entry[self.name]
-            fields = [f for f, _ in _lib.ARG_STRUCTS[sname]]
-            calls.append((self.name, dict(zip(fields, _lib.PACKERS[sname].unpack(packed)))))
-            return 0
-
-    class FakeLib:
-        def __getattr__(self, name):
-            return Entry(name)
-
-    monkeypatch.setattr(_ops, "_on_cuda", lambda op, name, t: None)
-    monkeypatch.setattr(_ops, "_launch_state", lambda t: (None, None))
-    monkeypatch.setattr(_lib, "lib", lambda: FakeLib())
-    return calls
 
 
 def test_implementations_fill_the_structs(captured, gen):

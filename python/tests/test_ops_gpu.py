@@ -2,7 +2,9 @@
 tolerances; views and strides, PyTorch's current stream, threads sharing a
 context, errors from the C library, options, opcheck on CUDA,
 torch.compile(fullgraph=True) of a LLaMA-style layer with Inductor, and a
-tiny HuggingFace LLaMA with attn_implementation="scree" against "sdpa".
+tiny HuggingFace LLaMA with attn_implementation="scree" against "sdpa";
+paged attention (scree.paged_attention, varlen_attn and
+flash_attn_varlen_func with block_table) against the gathered pages.
 
 Tolerances: outputs are compared with float64 references rounded to the
 output dtype (tests/reference.py), so they allow the rounding of the
@@ -257,6 +259,94 @@ def test_flash_attn_alias_and_packed_qkv_views(gen):
     torch.testing.assert_close(out2, out, atol=0, rtol=0)
 
 
+# -- paged attention -------------------------------------------------------------
+
+PAGED_CASES = [
+    # dtype, page_size, heads_q, heads_kv, head_dim, query lengths, causal, window, softcap
+    (torch.bfloat16, 16, 32, 8, 128, "decode", True, (-1, -1), 0.0),
+    (torch.float16, 1, 8, 8, 64, "spec4", True, (-1, -1), 0.0),
+    (torch.bfloat16, 64, 16, 2, 128, "chunk", True, (256, 0), 0.0),
+    (torch.bfloat16, 16, 8, 1, 256, "decode", True, (-1, -1), 50.0),
+    (torch.float16, 64, 8, 2, 96, "spec4", False, (-1, -1), 30.0),
+    (torch.bfloat16, 1, 4, 2, 32, "chunk", True, (64, 0), 20.0),
+]
+
+
+def paged_lengths(gen, kind, n=6):
+    """(key lengths, query lengths): keys up to 3000 (long ones split across
+    CTAs), one empty sequence; 1 query a sequence (decode), 4
+    (speculative) or a chunk of up to 200, never more than the keys."""
+    lens_k = ref.random_seqlens(gen, n, 4, 3000)
+    lens_k[1] = 0
+    if kind == "chunk":
+        lens_q = [min(k, q) for k, q in zip(lens_k, ref.random_seqlens(gen, n, 1, 200))]
+    else:
+        lens_q = [min(k, 1 if kind == "decode" else 4) for k in lens_k]
+    return lens_k, lens_q
+
+
+@pytest.mark.parametrize("dtype,page,hq,hkv,d,kind,causal,window,softcap", PAGED_CASES)
+def test_paged_attention(gen, dtype, page, hq, hkv, d, kind, causal, window, softcap):
+    """Against the pages gathered to contiguous K/V and attended in float64
+    (bottom-right masks, softcap, window); shuffled block tables; the lse."""
+    lens_k, lens_q = paged_lengths(gen, kind)
+    q, kc, vc, bt, sk, cq = ref.paged_batch(gen, lens_k, lens_q, page, hq, hkv, d, dtype, DEV,
+                                            interleaved=page == 16)
+    out, lse = scree.paged_attention(q, kc, vc, bt, sk, cq, max(lens_q), max(lens_k),
+                                     causal=causal, window_size=window, softcap=softcap,
+                                     return_lse=True)
+    want, want_lse = ref.paged_attention(q, kc, vc, bt, sk, cq, 0, 0, causal, None, window[0],
+                                         window[1], softcap, True)
+    assert out.shape == q.shape and lse.shape == (hq, q.shape[0])
+    torch.testing.assert_close(out.float(), want.float(), atol=ATTN_ATOL[dtype], rtol=0)
+    torch.testing.assert_close(lse, want_lse, atol=1e-3, rtol=0)
+    alone = scree.paged_attention(q, kc, vc, bt, sk, cq, max(lens_q), max(lens_k), causal=causal,
+                                  window_size=window, softcap=softcap)
+    torch.testing.assert_close(alone, out, atol=ATTN_ATOL[dtype], rtol=0)  # without lse
+
+
+@pytest.mark.parametrize("page", [1, 16, 64])
+def test_varlen_attn_with_block_table_equals_contiguous(gen, page):
+    """varlen_attn with block_table (seqused_k, or cu_seq_k's differences)
+    and flash_attn_varlen_func with block_table give varlen_attn's output on
+    the gathered contiguous K/V; q a strided view of a fused qkv buffer,
+    the caches the two halves of an interleaved one."""
+    lens_k, lens_q = paged_lengths(gen, "chunk")
+    _, kc, vc, bt, sk, cq = ref.paged_batch(gen, lens_k, lens_q, page, 8, 2, 128,
+                                            torch.bfloat16, DEV, interleaved=True)
+    q = rand(gen, sum(lens_q), 8 + 2 * 2, 128, dtype=torch.bfloat16)[:, :8]
+    k, ck = ref.gather_pages(kc, bt, sk)
+    v, _ = ref.gather_pages(vc, bt, sk)
+    mq, mk = max(lens_q), max(lens_k)
+    want = scree.varlen_attn(q, k, v, cq, ck, mq, mk, causal=True)
+    tol = dict(atol=ATTN_ATOL[torch.bfloat16], rtol=0)
+    for got in (scree.varlen_attn(q, kc, vc, cq, ck, mq, mk, causal=True, block_table=bt),
+                scree.varlen_attn(q, kc, vc, cq, None, mq, mk, window_size=(-1, 0),
+                                  block_table=bt, seqused_k=sk),
+                scree.flash_attn_varlen_func(q, kc, vc, cq, ck, mq, mk, causal=True,
+                                             block_table=bt)):
+        torch.testing.assert_close(got.float(), want.float(), **tol)
+
+
+def test_paged_attention_after_kv_append(gen):
+    """A decode step as a server runs it: the new tokens' K and V written by
+    kv_append into their slots, then attended with the cached ones."""
+    lens_k = [37, 1, 300, 16]
+    lens_q = [1] * 4
+    q, kc, vc, bt, sk, cq = ref.paged_batch(gen, lens_k, lens_q, 16, 8, 2, 64, torch.float16,
+                                            DEV)
+    new_k, new_v = rand(gen, 4, 2, 64, dtype=torch.float16), rand(gen, 4, 2, 64,
+                                                                 dtype=torch.float16)
+    last = torch.tensor(lens_k) - 1
+    slots = (bt.cpu()[torch.arange(4), last // 16].long() * 16 + last % 16).to(DEV)
+    scree.kv_append(new_k, new_v, kc, vc, slots)
+    out = scree.paged_attention(q, kc, vc, bt, sk, cq, 1, max(lens_k))
+    want, _ = ref.paged_attention(q, kc, vc, bt, sk, cq, 0, 0)
+    torch.testing.assert_close(out.float(), want.float(), atol=ATTN_ATOL[torch.float16], rtol=0)
+    k, _ = ref.gather_pages(kc, bt, sk)
+    assert torch.equal(k[torch.tensor(lens_k).cumsum(0).to(DEV) - 1], new_k)
+
+
 def test_errors_from_the_library_name_the_argument(gen):
     cu = ref.cu_of([4], DEV)
     q = rand(gen, 4, 2, 48, dtype=torch.float16)
@@ -381,6 +471,9 @@ def test_opcheck_on_cuda(gen):
         ("varlen_attn", (rand(gen, t, 4, 64, dtype=b), rand(gen, t, 2, 64, dtype=b),
                          rand(gen, t, 2, 64, dtype=b), cu, cu, 40, 40, True, None, -1, -1,
                          True)),
+        ("paged_attention", ref.paged_batch(gen, [60, 0, 45, 3], lens, 16, 4, 2, 64, b, DEV,
+                                            interleaved=True)
+         + (40, 60, True, None, -1, -1, 0.0, True)),
     ]
     for name, args in cases:
         torch.library.opcheck(getattr(torch.ops.scree, name).default, args)

@@ -933,13 +933,18 @@ def _attn_args(op, names, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, s
     mq = _args.integer(op, names[5], max_q, ("attention", "max_seqlen_q"))
     mk = _args.integer(op, names[6], max_k, ("attention", "max_seqlen_k"))
     sc = _args.real(op, names[7], scale, ("attention", "scale"), optional=True)
+    left, right = _window(op, window_size, "attention")
+    return q, k, v, cq, ck, mq, mk, sc, left, right, _args.boolean(op, names[8], causal)
+
+
+def _window(op, window_size, c_op):
+    """window_size as the (left, right) ints of c_op's window fields."""
     if isinstance(window_size, (str, bytes)) or not hasattr(window_size, "__len__") or \
             len(window_size) != 2:
         raise TypeError(f"scree.{op}: argument 'window_size'={window_size!r} must be a pair "
                         "(left, right)")
-    left = _args.integer(op, "window_size", window_size[0], ("attention", "window_left"))
-    right = _args.integer(op, "window_size", window_size[1], ("attention", "window_right"))
-    return q, k, v, cq, ck, mq, mk, sc, left, right, _args.boolean(op, names[8], causal)
+    return (_args.integer(op, "window_size", window_size[0], (c_op, "window_left")),
+            _args.integer(op, "window_size", window_size[1], (c_op, "window_right")))
 
 
 _VARLEN_NAMES = ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_k", "scale",
@@ -947,7 +952,8 @@ _VARLEN_NAMES = ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_
 
 
 def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
-                scale=None, window_size=(-1, -1), causal=False):
+                scale=None, window_size=(-1, -1), causal=False, block_table=None,
+                seqused_k=None):
     """Attention over a packed batch of sequences, with the signature of
     torch.nn.attention.varlen.varlen_attn.
 
@@ -960,11 +966,25 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
     (left, right), -1 unbounded, masks aligned to the bottom right as
     FlashAttention-2's; (-1, 0), or causal=True, is causal attention.
     Returns out [T_q, H_q, D], and with return_aux.lse also the log-sum-exp
-    [H_q, T_q] (float32; the layout PyTorch's op returns)."""
+    [H_q, T_q] (float32; the layout PyTorch's op returns).
+
+    Paged K/V (scree's extension; PyTorch 2.11's varlen_attn has none): with
+    block_table (int32 [batch, pages]), key and value are the paged caches
+    [num_pages, page_size, H_kv, D] of paged_attention, and sequence b's keys
+    are its first seqused_k[b] (int32 [batch]; vLLM's FlashAttention names)
+    or, without seqused_k, cu_seq_k[b + 1] - cu_seq_k[b]; the call is
+    scree.paged_attention's, max_k bounding the key lengths."""
+    want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
+    if block_table is not None:
+        return _paged_varlen("varlen_attn", _VARLEN_PAGED_NAMES, _VARLEN_PAGED_CU_NAMES, query,
+                             key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size,
+                             causal, 0.0, want_lse, block_table, seqused_k)
+    if seqused_k is not None:
+        raise ValueError("scree.varlen_attn: argument 'seqused_k' is taken with block_table "
+                         "(paged K/V) only; contiguous keys take their lengths from cu_seq_k")
     query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, sc, left, right, causal = _attn_args(
         "varlen_attn", _VARLEN_NAMES, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
         window_size, causal)
-    want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
     if _direct(query, key, value, cu_seq_q, cu_seq_k):
         out, lse = _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
                                      sc, left, right, want_lse)
@@ -979,17 +999,28 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None):
     """varlen_attn under flash_attn.flash_attn_varlen_func's argument names
-    (FlashAttention-2). Inference only: dropout_p must be 0, and softcap,
-    alibi_slopes and block_table are not supported. With return_attn_probs
-    it returns (out, softmax_lse [H_q, T_q], None), as FlashAttention does
-    without dropout."""
+    (FlashAttention-2). Inference only: dropout_p must be 0 and alibi_slopes
+    None. With block_table (int32 [batch, pages]), k and v are paged caches
+    [num_blocks, page_size, H_kv, D] and cu_seqlens_k the cumulative key
+    lengths, as FlashAttention-2's paged KV: the call is
+    scree.paged_attention's, softcap included. softcap with contiguous k
+    and v is refused. With return_attn_probs it returns (out, softmax_lse
+    [H_q, T_q], None), as FlashAttention does without dropout."""
     for name, v_, ok in (("dropout_p", dropout_p, dropout_p == 0),
-                         ("softcap", softcap, softcap == 0),
-                         ("alibi_slopes", alibi_slopes, alibi_slopes is None),
-                         ("block_table", block_table, block_table is None)):
+                         ("alibi_slopes", alibi_slopes, alibi_slopes is None)):
         if not ok:
             raise ValueError(f"scree.flash_attn_varlen_func: argument '{name}' is not supported "
                              f"(got {v_!r})")
+    if block_table is not None:
+        res = _paged_varlen("flash_attn_varlen_func", _FLASH_PAGED_NAMES, _FLASH_PAGED_NAMES, q,
+                            k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            softmax_scale, window_size, causal, softcap,
+                            bool(return_attn_probs), block_table, None)
+        return (res[0], res[1], None) if return_attn_probs else res
+    if softcap != 0:
+        raise ValueError(f"scree.flash_attn_varlen_func: argument 'softcap' (got {softcap!r}) "
+                         "is supported with block_table (paged K/V) only; scree's attention "
+                         "over contiguous K/V has no softcap yet")
     # Checked under this function's names; varlen_attn takes the values as they come out.
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, _, _, \
         causal = _attn_args("flash_attn_varlen_func", _FLASH_NAMES, q, k, v, cu_seqlens_q,
@@ -1016,7 +1047,8 @@ def _varlen_names_ok():
     """The C field names of every op, to check the maps above in tests."""
     return {"rms_norm": _RMS_NAMES, "layer_norm": _LN_NAMES, "add_rms_norm": _ADD_NAMES,
             "softmax": _SM_NAMES, "ragged_softmax": _RSM_NAMES, "rope": _ROPE_NAMES,
-            "swiglu": _SWIGLU_NAMES, "cross_entropy": _CE_NAMES, "varlen_attn": _ATTN_NAMES}
+            "swiglu": _SWIGLU_NAMES, "cross_entropy": _CE_NAMES, "varlen_attn": _ATTN_NAMES,
+            "paged_attention": _PAGED_NAMES}
 
 
 # -- KV-cache append ------------------------------------------------------------
@@ -1030,6 +1062,27 @@ _KV_APPEND_NAMES = {"k": "k", "v": "v", "k_cache": "k_cache", "v_cache": "v_cach
                     "dtype": "k"}
 
 
+def _read_in_place(op, name, t):
+    """Refuses a tensor that scree would read wrongly where it lies (caches,
+    which are not copied): a last dimension that is not contiguous, or a
+    broadcast dimension (a stride of 0, which scree reads as dense)."""
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"scree.{op}: argument '{name}' needs a contiguous last dimension "
+                         f"(strides {t.stride()})")
+    for i in range(t.dim() - 1):
+        if t.stride(i) == 0 and t.shape[i] > 1:
+            raise ValueError(f"scree.{op}: argument '{name}' is broadcast along dimension "
+                             f"{i} (stride 0); scree reads 0 as dense")
+
+
+def _same_cache_layout(op, name, t, ref, ref_name):
+    """v_cache has k_cache's shape and strides (the C API takes one set)."""
+    if tuple(t.shape) != tuple(ref.shape) or t.stride() != ref.stride():
+        raise ValueError(f"scree.{op}: argument '{name}' (shape {tuple(t.shape)}, "
+                         f"strides {t.stride()}) must have {ref_name}'s shape and strides "
+                         f"{tuple(ref.shape)}, {ref.stride()}")
+
+
 def _kv_append_check(op, k, v, k_cache, v_cache, slot_mapping):
     if k.dim() != 3:
         raise ValueError(f"scree.{op}: argument 'k' must be [total_new, heads_kv, head_dim], "
@@ -1041,22 +1094,13 @@ def _kv_append_check(op, k, v, k_cache, v_cache, slot_mapping):
         raise ValueError(f"scree.{op}: argument 'k_cache' must be [num_pages, page_size, "
                          f"heads_kv, head_dim] with k's heads_kv and head_dim "
                          f"{tuple(k.shape[1:])}, got shape {tuple(k_cache.shape)}")
-    if tuple(v_cache.shape) != tuple(k_cache.shape) or v_cache.stride() != k_cache.stride():
-        raise ValueError(f"scree.{op}: argument 'v_cache' (shape {tuple(v_cache.shape)}, "
-                         f"strides {v_cache.stride()}) must have k_cache's shape and strides "
-                         f"{tuple(k_cache.shape)}, {k_cache.stride()}")
+    _same_cache_layout(op, "v_cache", v_cache, k_cache, "k_cache")
     for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dtype != k.dtype:
             raise TypeError(f"scree.{op}: argument '{name}' has dtype {t.dtype}, not k's "
                             f"{k.dtype}")
     for name, t in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"scree.{op}: argument '{name}' needs a contiguous last dimension "
-                             f"(strides {t.stride()})")
-        for i in range(t.dim() - 1):
-            if t.stride(i) == 0 and t.shape[i] > 1:
-                raise ValueError(f"scree.{op}: argument '{name}' is broadcast along dimension "
-                                 f"{i} (stride 0); scree reads 0 as dense")
+        _read_in_place(op, name, t)
     if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.dim() != 1 or \
             slot_mapping.shape[0] != k.shape[0]:
         raise TypeError(f"scree.{op}: argument 'slot_mapping' must be a 1-D int64 (or int32) "
@@ -1114,5 +1158,219 @@ def kv_append(k, v, k_cache, v_cache, slot_mapping):
         torch.ops.scree.kv_append(k, v, k_cache, v_cache, slot_mapping)
 
 
+# -- paged attention ------------------------------------------------------------
+
+
+def _paged_names(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q, max_q, max_k,
+                 scale):
+    """The fields of scree_paged_attention_args under a caller's argument
+    names (the tensors' and sizes' names first, in the C order)."""
+    return {"q": q, "out": "output", "lse": "lse", "k_cache": k_cache, "v_cache": v_cache,
+            "block_table": block_table, "seqlens_k": seqlens_k, "cu_seqlens_q": cu_seqlens_q,
+            "batch": cu_seqlens_q, "total_q": q, "max_seqlen_q": max_q, "max_seqlen_k": max_k,
+            "num_pages": k_cache, "page_size": k_cache, "block_table_stride": block_table,
+            "heads_q": q, "heads_kv": k_cache, "head_dim": q, "q_token_stride": q,
+            "q_head_stride": q, "out_token_stride": "output", "out_head_stride": "output",
+            "cache_page_stride": k_cache, "cache_token_stride": k_cache,
+            "cache_head_stride": k_cache, "dtype": q, "causal": "causal", "scale": scale,
+            "window_left": "window_size", "window_right": "window_size", "softcap": "softcap"}
+
+
+_PAGED_NAMES = _paged_names("q", "k_cache", "v_cache", "block_table", "seqlens_k",
+                            "cu_seqlens_q", "max_seqlen_q", "max_seqlen_k", "scale")
+# varlen_attn and flash_attn_varlen_func with block_table: the key lengths
+# come from seqused_k, or from the cumulative key lengths.
+_VARLEN_PAGED_NAMES = _paged_names("query", "key", "value", "block_table", "seqused_k",
+                                   "cu_seq_q", "max_q", "max_k", "scale")
+_VARLEN_PAGED_CU_NAMES = dict(_VARLEN_PAGED_NAMES, seqlens_k="cu_seq_k")
+_FLASH_PAGED_NAMES = _paged_names("q", "k", "v", "block_table", "cu_seqlens_k", "cu_seqlens_q",
+                                  "max_seqlen_q", "max_seqlen_k", "softmax_scale")
+
+
+def _paged_check(op, n, q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q):
+    """The tensors' ranks, shapes and dtypes; n: the caller's names of the
+    fields (_paged_names)."""
+    if q.dim() != 3:
+        raise ValueError(f"scree.{op}: argument '{n['q']}' must be [total_q, heads_q, "
+                         f"head_dim], got shape {tuple(q.shape)}")
+    if k_cache.dim() != 4 or k_cache.shape[3] != q.shape[2]:
+        raise ValueError(f"scree.{op}: argument '{n['k_cache']}' must be [num_pages, "
+                         f"page_size, heads_kv, head_dim] with {n['q']}'s head_dim "
+                         f"{q.shape[2]}, got shape {tuple(k_cache.shape)}")
+    _same_cache_layout(op, n["v_cache"], v_cache, k_cache, n["k_cache"])
+    for f, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"scree.{op}: argument '{n[f]}' has dtype {t.dtype}, not "
+                            f"{n['q']}'s {q.dtype}")
+        _read_in_place(op, n[f], t)
+    if block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise TypeError(f"scree.{op}: argument '{n['block_table']}' must be an int32 "
+                        f"[batch, pages] tensor of page ids, got {block_table.dtype} "
+                        f"{tuple(block_table.shape)}")
+    batch = block_table.shape[0]
+    if seqlens_k.dtype not in (torch.int32, torch.int64) or seqlens_k.dim() != 1 or \
+            seqlens_k.shape[0] != batch:
+        raise TypeError(f"scree.{op}: argument '{n['seqlens_k']}' must be int32 [batch] with "
+                        f"{n['block_table']}'s batch {batch}, got {seqlens_k.dtype} "
+                        f"{tuple(seqlens_k.shape)}")
+    if cu_seqlens_q.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"scree.{op}: argument '{n['cu_seqlens_q']}' has dtype "
+                        f"{cu_seqlens_q.dtype}; int32 (or int64)")
+    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] != batch + 1:
+        raise ValueError(f"scree.{op}: argument '{n['cu_seqlens_q']}' must be 1-D with batch + "
+                         f"1 = {batch + 1} entries ({n['block_table']} has {batch} rows), got "
+                         f"shape {tuple(cu_seqlens_q.shape)}")
+
+
+def _cache_stride(t, i):
+    """A cache's stride along dimension i; 0 (dense) along a dimension of
+    one, whose stride is never used and may be anything in torch."""
+    return t.stride(i) if t.shape[i] > 1 else 0
+
+
+def _paged_attention_impl(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q, max_q,
+                          max_k, causal, scale, window_left, window_right, softcap, return_lse,
+                          check=False, op="paged_attention", n=_PAGED_NAMES):
+    if not check:
+        _on_cuda(op, n["q"], q)
+    _paged_check(op, n, q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q)
+    for f, t in (("k_cache", k_cache), ("v_cache", v_cache), ("block_table", block_table),
+                 ("seqlens_k", seqlens_k)):
+        _same_device(op, n[f], t, q)
+    dt = _dtype_code(op, n["q"], q)
+    cq = _int32(op, n["cu_seqlens_q"], cu_seqlens_q, q)
+    sk = seqlens_k.to(torch.int32).contiguous()
+    bt = block_table.contiguous()
+    qv = _last_contiguous(q)
+    tq, hq, d = qv.shape
+    out = torch.empty(qv.shape, dtype=q.dtype, device=q.device)
+    if return_lse:
+        lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.empty((0,), dtype=torch.float32, device=q.device)
+    if window_right == 0:  # FlashAttention-2's causal window, as in varlen_attn
+        causal = True
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "paged_attention",
+         (ptr(qv), ptr(out), ptr(lse) if return_lse else 0, ptr(k_cache), ptr(v_cache), ptr(bt),
+          ptr(sk), ptr(cq), bt.shape[0], tq, max_q, max_k, k_cache.shape[0], k_cache.shape[1],
+          bt.shape[1], hq, k_cache.shape[2], d, qv.stride(0), qv.stride(1), 0, 0,
+          _cache_stride(k_cache, 0), _cache_stride(k_cache, 1), _cache_stride(k_cache, 2), dt,
+          1 if causal else 0, 0.0 if scale is None else scale, window_left,
+          -1 if causal else window_right, softcap), n, qv, check)
+    return out, lse
+
+
+@torch.library.custom_op("scree::paged_attention", mutates_args=())
+def _paged_attention_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        block_table: torch.Tensor, seqlens_k: torch.Tensor,
+                        cu_seqlens_q: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                        causal: bool, scale: Optional[float], window_left: int,
+                        window_right: int, softcap: float,
+                        return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _paged_attention_impl(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q,
+                                 max_seqlen_q, max_seqlen_k, causal, scale, window_left,
+                                 window_right, softcap, return_lse)
+
+
+@_paged_attention_op.register_fake
+def _(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q, max_seqlen_q, max_seqlen_k,
+      causal, scale, window_left, window_right, softcap, return_lse):
+    return _paged_attention_impl(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q,
+                                 max_seqlen_q, max_seqlen_k, causal, scale, window_left,
+                                 window_right, softcap, return_lse, check=True)
+
+
+def _paged_call(op, n, q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q, max_q, max_k,
+                scale, window_size, causal, softcap, return_lse):
+    """A paged attention call of the public function `op`, whose argument
+    names n gives (_paged_names): the scalars checked, then the
+    implementation (eager CUDA tensors) or torch.ops.scree.paged_attention,
+    whose refusals are reported under op's names. Returns (out, lse)."""
+    c = "paged_attention"
+    mq = _args.integer(op, n["max_seqlen_q"], max_q, (c, "max_seqlen_q"))
+    mk = _args.integer(op, n["max_seqlen_k"], max_k, (c, "max_seqlen_k"))
+    sc = _args.real(op, n["scale"], scale, (c, "scale"), optional=True)
+    left, right = _window(op, window_size, c)
+    causal = _args.boolean(op, "causal", causal)
+    cap = _args.real(op, "softcap", softcap, (c, "softcap"))
+    if _direct(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q):
+        return _paged_attention_impl(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q,
+                                     mq, mk, causal, sc, left, right, cap, return_lse, op=op, n=n)
+    if n is _PAGED_NAMES:
+        return torch.ops.scree.paged_attention(q, k_cache, v_cache, block_table, seqlens_k,
+                                               cu_seqlens_q, mq, mk, causal, sc, left, right,
+                                               cap, return_lse)
+    _paged_check(op, n, q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q)
+    try:
+        return torch.ops.scree.paged_attention(q, k_cache, v_cache, block_table, seqlens_k,
+                                               cu_seqlens_q, mq, mk, causal, sc, left, right,
+                                               cap, return_lse)
+    except _lib.ScreeError as e:  # the op's refusal, under op's names
+        if e.argument is None or e.argument not in _PAGED_NAMES.values():
+            raise
+        field = next(f for f, a in _PAGED_NAMES.items() if a == e.argument)
+        arg = n[field]
+        raise type(e)(f"scree.{op} (argument '{arg}'): {e.detail} [{e.status_name}]", e.status,
+                      e.status_name, e.detail, arg) from None
+
+
+def paged_attention(q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q, max_seqlen_q,
+                    max_seqlen_k, *, causal=True, scale=None, window_size=(-1, -1), softcap=0.0,
+                    return_lse=False):
+    """Attention of packed queries over a paged KV cache (decode, chunked
+    prefill, speculative decoding), as vLLM's and FlashAttention's paged
+    kernels.
+
+    q [T_q, H_q, D], sequence b's queries at rows [cu_seqlens_q[b],
+    cu_seqlens_q[b + 1]); k_cache and v_cache [num_pages, page_size, H_kv,
+    D] with one set of strides (the two halves of vLLM's [num_blocks, 2,
+    page_size, H_kv, D] cache included); block_table int32 [batch, pages]:
+    sequence b's keys j < seqlens_k[b] (its new tokens included) are row j %
+    page_size of page block_table[b, j // page_size]. seqlens_k int32
+    [batch]; max_seqlen_q and max_seqlen_k bound the lengths. causal masks
+    are aligned to the bottom right (query i of L_q sits at key position i +
+    L_k - L_q); window_size (left, right), -1 unbounded; softcap > 0 applies
+    softcap * tanh(s / softcap) to the scaled scores (Gemma 2); scale
+    defaults to 1/sqrt(D). float16 or bfloat16, D in 32, 64, 96, 128, 256,
+    page_size in 1, 8, 16, 32, 64, 128, 256, H_q a multiple of H_kv.
+    Returns out [T_q, H_q, D], and with return_lse also the log-sum-exp
+    [H_q, T_q] (float32)."""
+    op = "paged_attention"
+    q, k_cache, v_cache, block_table, seqlens_k, cu_seqlens_q = (
+        _args.tensor(op, name, t) for name, t in
+        (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_table", block_table),
+         ("seqlens_k", seqlens_k), ("cu_seqlens_q", cu_seqlens_q)))
+    return_lse = _args.boolean(op, "return_lse", return_lse)
+    out, lse = _paged_call(op, _PAGED_NAMES, q, k_cache, v_cache, block_table, seqlens_k,
+                           cu_seqlens_q, max_seqlen_q, max_seqlen_k, scale, window_size, causal,
+                           softcap, return_lse)
+    return (out, lse) if return_lse else out
+
+
+def _paged_varlen(op, n, n_cu, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
+                  window_size, causal, softcap, want_lse, block_table, seqused_k):
+    """varlen_attn or flash_attn_varlen_func with block_table: key and value
+    are the paged caches, the key lengths seqused_k or, without it, the
+    differences of cu_seq_k (computed on the device). n and n_cu: the
+    caller's names (_paged_names) with seqused_k and with cu_seq_k."""
+    q, kc, vc, bt, cq = (_args.tensor(op, n[f], t) for f, t in
+                         (("q", query), ("k_cache", key), ("v_cache", value),
+                          ("block_table", block_table), ("cu_seqlens_q", cu_seq_q)))
+    if seqused_k is not None:
+        sk = _args.tensor(op, n["seqlens_k"], seqused_k)
+    else:
+        n = n_cu
+        ck = _args.tensor(op, n["seqlens_k"], cu_seq_k)
+        if ck.dim() != 1 or ck.shape[0] < 1 or ck.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"scree.{op}: argument '{n['seqlens_k']}' must be a 1-D int32 "
+                             f"tensor of batch + 1 cumulative key lengths, got {ck.dtype} "
+                             f"{tuple(ck.shape)}")
+        sk = (ck[1:] - ck[:-1]).to(torch.int32)
+    out, lse = _paged_call(op, n, q, kc, vc, bt, sk, cq, max_q, max_k, scale, window_size,
+                           causal, softcap, want_lse)
+    return (out, lse) if want_lse else out
+
+
 OPS = ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "ragged_softmax", "rope_", "swiglu",
-       "cross_entropy", "varlen_attn", "kv_append")
+       "cross_entropy", "varlen_attn", "kv_append", "paged_attention")
