@@ -29,6 +29,9 @@
  * tile; registers raised with setmaxnreg when CWG >= 2), per key tile:
  *   S = Q K^T     wgmma m64nBNk16, Q and K from shared memory (K-major),
  *                 HEAD_DIM / 16 steps; K released (kempty) once it is done.
+ *   softcap       with cap_in != 0: s = cap_out tanh(cap_in s) (cap_in =
+ *                 scale / softcap, cap_out = softcap / scale; a uniform
+ *                 branch per tile).
  *   mask          only on tiles cut by the diagonal, a window edge or the
  *                 end of the keys (the same bounds as attention.cu).
  *   softmax       online, base 2 with the scale folded in; the row max over
@@ -106,7 +109,9 @@ constexpr int SMEM_BYTES = SLOT_OFF + 16 + 1024;
  * rounded down to 8: 168 x 384 for CWG = 2), and an increase the pool
  * cannot cover waits forever: 24 / 240 uses exactly 168 x 384 (32 / 240,
  * measured, hangs). The producer then spills 8 bytes in the windowed
- * non-causal variants, outside the consumers' loop. */
+ * non-causal variants, outside the consumers' loop; with the softcap
+ * branch, BN = 128 spills 8 bytes too: one value stored at entry and
+ * reloaded once per item, outside the key-tile loop (SASS). */
 constexpr int PROD_REGS = 24;
 constexpr int CONS_REGS_RAW = (65536 / 128 - PROD_REGS) / CWG / 8 * 8;
 constexpr int CONS_REGS = CONS_REGS_RAW > 240 ? 240 : CONS_REGS_RAW;
@@ -164,7 +169,8 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
                        const __grid_constant__ scree_tmap tv, scree_attn::elem *out, float *lse,
                        const int *cu_q, const int *cu_k, long long o_ts, long long o_hs,
                        long long total_q, int heads_q, int group, float scale_log2,
-                       int window_left, int window_right, int *sched) {
+                       int window_left, int window_right, float cap_in, float cap_out,
+                       int *sched) {
   using namespace scree_attn;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned raw = scree_smem_u32(smem_raw);
@@ -339,6 +345,11 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
     /* Key tile j's scores: masked, turned into probabilities (online
      * softmax, in place), alpha the rescale of the rows' earlier sums. */
     auto softmax = [&](float (&sc)[BN / 2], int j, float (&alpha)[2]) {
+      /* Softcap (Gemma 2): s -> (c / scale) tanh(scale s / c), raw units. */
+      if (cap_in != 0.f) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) sc[i] = cap_out * scree_tanh(sc[i] * cap_in);
+      }
       /* Mask the boundary tiles only (attention.cu's bounds). */
       if (j < rg.full_lo || j >= rg.full_hi) {
         constexpr long long BIG = 1 << 20;

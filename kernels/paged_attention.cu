@@ -226,14 +226,6 @@ constexpr int RS = THREADS / CPRP;
 constexpr int KIT = (BN + RS - 1) / RS; /* K/V rows per thread and tile */
 constexpr int QIT = (BM + RS - 1) / RS; /* Q rows per thread */
 
-/* ex2-based tanh, accurate to a few ulp of fp32 (tanh.approx is not). */
-__device__ __forceinline__ float tanh_acc(float x) {
-  const float ax = fabsf(x);
-  const float e = scree_ex2(-2.8853900817779268f * ax); /* exp(-2|x|) */
-  const float t = (1.f - e) / (1.f + e);
-  return copysignf(t, x);
-}
-
 } /* namespace scree_paged */
 
 using namespace scree_paged;
@@ -552,7 +544,7 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
 #pragma unroll
         for (int j = 0; j < NB; j++)
 #pragma unroll
-          for (int e = 0; e < 4; e++) s[a][j][e] = cap_out * tanh_acc(s[a][j][e] * cap_in);
+          for (int e = 0; e < 4; e++) s[a][j][e] = cap_out * scree_tanh(s[a][j][e] * cap_in);
     }
     /* Mask tiles that some row's range or the chunk's end cuts. */
     if (kt < lo_all || kt + BN - 1 > hi_all) {

@@ -114,6 +114,14 @@ __device__ __forceinline__ float scree_ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+/* tanh(x) from ex2, accurate to a few ulp of fp32 (tanh.approx.f32 is not):
+ * the attention kernels' softcap, s -> c tanh(s / c). */
+__device__ __forceinline__ float scree_tanh(float x) {
+  const float ax = fabsf(x);
+  const float e = scree_ex2(-2.8853900817779268f * ax); /* exp(-2|x|) */
+  const float t = (1.f - e) / (1.f + e);
+  return copysignf(t, x);
+}
 /* log2(x), approximate; lg2(0) = -inf. */
 __device__ __forceinline__ float scree_lg2(float x) {
   float y;

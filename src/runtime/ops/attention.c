@@ -433,8 +433,10 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   void *pp[] = {&cu_q, &cu_k, &batch, &sched_ptr, &capi, &wl, &wr};
   CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention schedule)");
-  void *params[] = {mq.b, mk.b, mv.b, &o,  &lse,        &cu_q, &cu_k, &ot,
-                    &oh,  &total_q, &heads_q, &group, &scale_log2, &wl, &wr, &sched_ptr};
+  float cap_in = 0.f, cap_out = 0.f; /* no softcap */
+  void *params[] = {mq.b,     mk.b,     mv.b,   &o,          &lse, &cu_q, &cu_k,   &ot,
+                    &oh,      &total_q, &heads_q, &group,    &scale_log2, &wl, &wr, &cap_in,
+                    &cap_out, &sched_ptr};
   int64_t work = cap * heads_q;
   if (sched == 2) {
     const int64_t slots = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1);
