@@ -56,7 +56,15 @@
  *
  * Shared memory (dynamic): max(Q + K/V stages, Q + merge scratch) with
  *   Q = BM * D * 2, K/V = 2 * STAGES * BN * D * 2, scratch = WARPS * 16 * MT
- *   * (D + 2) * 4 bytes. Rows are swizzled as in attention.cu.
+ *   * (D + 2) * 4 bytes, then (6 + 4 * WARPS * 32) * 4 bytes for a plan
+ *   made in the CTA. Rows are swizzled as in attention.cu.
+ *
+ * Self-planned launches: with self_plan (the host sets it when batch <=
+ * the CTA's threads and the groups fit its zeroed buffer) there is no plan
+ * kernel: every CTA makes the same plan in shared memory (one pass over
+ * the lengths, make_plan), so a small decode step is one launch, and the
+ * merge counters live in zeroed, a per-stream buffer every launch leaves
+ * zero (the merging CTA resets its group's counter).
  *
  * Macros (all required; set by the host):
  *   variant
@@ -120,7 +128,10 @@ constexpr int V_OFF = Q_BYTES + STAGES * KV_BYTES;
 constexpr int WROWS = 16 * MT;                          /* rows of one warp */
 constexpr int SCRATCH = WARPS * WROWS * (D + 2) * 4;
 constexpr int MAIN_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES;
-constexpr int SMEM_BYTES = MAIN_BYTES > Q_BYTES + SCRATCH ? MAIN_BYTES : Q_BYTES + SCRATCH;
+constexpr int WORK_BYTES = MAIN_BYTES > Q_BYTES + SCRATCH ? MAIN_BYTES : Q_BYTES + SCRATCH;
+/* A self-planned launch keeps its plan after the rest (batch <= THREADS). */
+constexpr int PLAN_OFF = WORK_BYTES;
+constexpr int SMEM_BYTES = PLAN_OFF + (6 + 4 * THREADS) * 4;
 constexpr int REG_EST = MT * (D / 2 + KN / 2);
 constexpr int MAXSPLIT = 256; /* chunks of one sequence at most */
 
@@ -226,21 +237,23 @@ constexpr int RS = THREADS / CPRP;
 constexpr int KIT = (BN + RS - 1) / RS; /* K/V rows per thread and tile */
 constexpr int QIT = (BM + RS - 1) / RS; /* Q rows per thread */
 
-} /* namespace scree_paged */
-
-using namespace scree_paged;
-
-/* The plan: one CTA of 1024 threads. target = items wanted in all (0: one
- * chunk per sequence). */
-extern "C" __global__ void __launch_bounds__(1024)
-scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, int heads_kv,
-                 long long target, int causal, int wl, int wr, int *plan) {
-  __shared__ long long red[32];
+/* The plan, computed by NT threads of one CTA (all of them call it):
+ * plan[0] items, plan[1] groups, then the per-sequence arrays (p_start ..
+ * p_gstart); counters (0: none) gets ng zeros. target = items wanted in
+ * all (0: one chunk per sequence). The plan kernel runs it with 1024
+ * threads; a main kernel with self_plan (batch <= its threads) runs it
+ * itself into shared memory, so no launch waits for another. */
+template <int NT>
+__device__ __forceinline__ void make_plan(const int *cu_q, const int *seqlens_k, int batch,
+                                          int group, int heads_kv, long long target, int causal,
+                                          int wl, int wr, int *plan, int *counters) {
+  constexpr int NWP = NT / 32;
+  __shared__ long long red[NWP], wi[NWP], wg[NWP];
   __shared__ long long carry[2];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   /* 1. The batch's work W = sum of row tiles x span keys. */
   long long w = 0;
-  for (int b = tid; b < batch; b += 1024) {
+  for (int b = tid; b < batch; b += NT) {
     const int Lq = cu_q[b + 1] - cu_q[b], Lk = seqlens_k[b];
     int k0, k1;
     seq_span(Lq, Lk, causal, wl, wr, k0, k1);
@@ -249,28 +262,22 @@ scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, in
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) w += __shfl_xor_sync(0xffffffffu, w, o);
   if (lane == 0) red[warp] = w;
+  if (tid == 0) carry[0] = carry[1] = 0;
   __syncthreads();
-  if (warp == 0) {
-    long long x = red[lane];
+  long long W = 0;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    if (lane == 0) carry[0] = x;
-  }
-  __syncthreads();
-  const long long W = carry[0] * heads_kv;
+  for (int i = 0; i < NWP; i++) W += red[i];
+  W *= heads_kv;
   long long chunk = 0x7fffffff;
   if (SCREE_SPLIT && target > 0) {
     chunk = cdivll(cdivll(W, target), BN) * BN;
     if (chunk < BN) chunk = BN;
   }
-  __syncthreads();
-  if (tid == 0) carry[0] = carry[1] = 0;
-  __syncthreads();
   int *start = p_start(plan), *nsplit = p_nsplit(plan, batch), *chk = p_chunk(plan, batch),
       *gstart = p_gstart(plan, batch);
-  /* 2. Per sequence: chunks, then exclusive scans of items and groups, 1024
+  /* 2. Per sequence: chunks, then exclusive scans of items and groups, NT
    * sequences at a time. */
-  for (int base = 0; base < batch; base += 1024) {
+  for (int base = 0; base < batch; base += NT) {
     const int b = base + tid;
     long long items = 0, groups = 0;
     if (b < batch) {
@@ -288,7 +295,7 @@ scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, in
       nsplit[b] = (int)ns;
       chk[b] = (int)ch;
     }
-    /* inclusive scans of items and groups over the 1024 threads */
+    /* inclusive scans of items and groups over the NT threads */
     long long si = items, sg = groups;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -296,28 +303,22 @@ scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, in
       const long long tg = __shfl_up_sync(0xffffffffu, sg, o);
       if (lane >= o) si += ti, sg += tg;
     }
-    __shared__ long long wi[32], wg[32];
     if (lane == 31) wi[warp] = si, wg[warp] = sg;
     __syncthreads();
-    if (warp == 0) {
-      long long xi = wi[lane], xg = wg[lane];
+    long long pi = carry[0], pg = carry[1], ti = 0, tg = 0;
 #pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const long long ti = __shfl_up_sync(0xffffffffu, xi, o);
-        const long long tg = __shfl_up_sync(0xffffffffu, xg, o);
-        if (lane >= o) xi += ti, xg += tg;
-      }
-      wi[lane] = xi, wg[lane] = xg;
+    for (int i = 0; i < NWP; i++) {
+      if (i < warp) pi += wi[i], pg += wg[i];
+      ti += wi[i], tg += wg[i];
     }
-    __syncthreads();
-    const long long pi = (warp ? wi[warp - 1] : 0) + si - items + carry[0];
-    const long long pg = (warp ? wg[warp - 1] : 0) + sg - groups + carry[1];
+    pi += si - items;
+    pg += sg - groups;
     if (b < batch) {
       start[b] = (int)min(pi, 0x7fffffffll);
       gstart[b] = (int)min(pg, 0x7fffffffll);
     }
-    __syncthreads();
-    if (tid == 1023) carry[0] = pi + items, carry[1] = pg + groups;
+    __syncthreads(); /* every thread has read wi, wg and carry */
+    if (tid == 0) carry[0] += ti, carry[1] += tg;
     __syncthreads();
   }
   if (tid == 0) {
@@ -328,9 +329,22 @@ scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, in
   }
   __syncthreads();
   /* 3. The merge counters, zeroed. */
-  int *count = p_count(plan, batch);
-  const int ng = gstart[batch];
-  for (int i = tid; i < ng; i += 1024) count[i] = 0;
+  if (counters) {
+    const int ng = gstart[batch];
+    for (int i = tid; i < ng; i += NT) counters[i] = 0;
+  }
+}
+
+} /* namespace scree_paged */
+
+using namespace scree_paged;
+
+/* The plan kernel: one CTA of 1024 threads. */
+extern "C" __global__ void __launch_bounds__(1024)
+scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, int heads_kv,
+                 long long target, int causal, int wl, int wr, int *plan) {
+  make_plan<1024>(cu_q, seqlens_k, batch, group, heads_kv, target, causal, wl, wr, plan,
+                  p_count(plan, batch));
 }
 
 /* Copies tile rows of K or V: rows r0 + i * RS of the tile at key kt, from
@@ -387,12 +401,25 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
                       long long c_ps, long long c_ts, long long c_hs, long long bt_stride,
                       long long total_q, int batch, int heads_kv, int group, int logp,
                       float sl2, float cap_in, float cap_out, int causal, int wl, int wr,
-                      int *plan, float *part, float *plse) {
+                      int *plan, float *part, float *plse, long long target, int self_plan,
+                      int *zeroed) {
   extern __shared__ __align__(128) unsigned char smem[];
   const unsigned sbase = scree_smem_u32(smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int w = blockIdx.x;
+  /* The plan: from the plan kernel, or (self_plan: batch <= THREADS) made
+   * here by every CTA alike, its merge counters then in zeroed, which every
+   * launch leaves zero (the merging CTA resets its group's). */
+  int *counters;
+  if (self_plan) {
+    plan = reinterpret_cast<int *>(smem + PLAN_OFF);
+    make_plan<THREADS>(cu_q, seqlens_k, batch, group, heads_kv, target, causal, wl, wr, plan,
+                       nullptr);
+    counters = zeroed;
+  } else {
+    counters = p_count(plan, batch);
+  }
   if (w >= plan[0]) return;
   const int *start = p_start(plan);
   /* The item's sequence: the last b with start[b] <= w. */
@@ -687,8 +714,9 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
   __threadfence();
   __syncthreads();
   if (tid == 0) {
-    int *count = p_count(plan, batch) + p_gstart(plan, batch)[b] + rest;
+    int *count = counters + p_gstart(plan, batch)[b] + rest;
     is_last = atomicAdd(count, 1) == nsplit - 1;
+    if (is_last) *count = 0; /* every split has counted: zero for the next launch */
   }
   __syncthreads();
   if (!is_last) return;
@@ -698,7 +726,7 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
    * e_s = exp(lse_s - m) (kept in shared memory when they fit, over the
    * scratch, which the loop above has finished with) and their sum. */
   float *rm = scr, *rl = scr + BM, *wt = scr + 2 * BM;
-  const bool keep = (2 + nsplit) * BM * 4 <= SMEM_BYTES - Q_BYTES;
+  const bool keep = (2 + nsplit) * BM * 4 <= WORK_BYTES - Q_BYTES;
   for (int r = warp; r < nrows; r += WARPS) {
     float m = neg_inf();
     for (int sp = lane; sp < nsplit; sp += 32) m = fmaxf(m, __ldcg(plse + g0 + (long long)sp * BM + r));

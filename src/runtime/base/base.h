@@ -261,6 +261,13 @@ scree_status scree__workspace(scree_context *ctx, CUstream stream,
  * without a launch to clear it. */
 #define SCREE__COUNTERS 4
 scree_status scree__stream_counters(scree_context *ctx, CUstream stream, CUdeviceptr *out);
+/* bytes (at least) of per-stream device memory that is zero whenever a
+ * launch on the stream starts, under the same rule as the counters (a
+ * kernel leaves what it used zero): per-group merge counters of a kernel
+ * with no launch before it to clear them. Grows on demand (waiting for
+ * the stream's queued work, then zeroed on the stream). */
+scree_status scree__stream_zeroed(scree_context *ctx, CUstream stream, size_t bytes,
+                                  CUdeviceptr *out);
 void scree__workspace_free(scree_context *ctx);
 
 #endif

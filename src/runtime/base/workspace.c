@@ -24,6 +24,7 @@ struct scree__workspaces {
   pthread_mutex_t lock;
   ws_table scratch;  /* grows with the largest request */
   ws_table counters; /* SCREE__COUNTERS ints each, allocated once, never moved */
+  ws_table zeroed;   /* kept zero by the kernels that use it; grows */
 };
 
 static pthread_mutex_t g_create = PTHREAD_MUTEX_INITIALIZER;
@@ -128,6 +129,45 @@ scree_status scree__stream_counters(scree_context *ctx, CUstream stream, CUdevic
   return st;
 }
 
+scree_status scree__stream_zeroed(scree_context *ctx, CUstream stream, size_t bytes,
+                                  CUdeviceptr *out) {
+  struct scree__workspaces *w = tables_of(ctx);
+  if (!w) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
+  if (bytes < 256) bytes = 256;
+  scree_status st = SCREE_OK;
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&w->lock);
+  ws_entry *e = entry_of(&w->zeroed, stream);
+  if (!e) {
+    st = scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "zeroed stream buffer table");
+  } else if (e->size >= bytes) {
+    *out = e->ptr;
+  } else {
+    /* Kernels queued earlier on this stream may still use the old buffer. */
+    if (e->ptr && (r = ctx->cu->StreamSynchronize(stream))) {
+      st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "zeroed stream buffer: cuStreamSynchronize");
+    } else {
+      if (e->ptr) ctx->cu->MemFree(e->ptr);
+      e->ptr = 0;
+      e->size = 0;
+      const size_t size = bytes + bytes / 2;
+      if ((r = ctx->cu->MemAlloc(&e->ptr, size))) {
+        e->ptr = 0;
+        st = scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, "zeroed stream buffer: cuMemAlloc");
+      } else if ((r = ctx->cu->MemsetD8Async(e->ptr, 0, size, stream))) {
+        ctx->cu->MemFree(e->ptr);
+        e->ptr = 0;
+        st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "zeroed stream buffer: cuMemsetD8Async");
+      } else {
+        e->size = size;
+        *out = e->ptr;
+      }
+    }
+  }
+  pthread_mutex_unlock(&w->lock);
+  return st;
+}
+
 static void table_free(scree_context *ctx, ws_table *t) {
   for (int i = 0; i < t->n; i++)
     if (t->e[i].ptr) ctx->cu->MemFree(t->e[i].ptr);
@@ -139,6 +179,7 @@ void scree__workspace_free(scree_context *ctx) {
   if (!w) return;
   table_free(ctx, &w->scratch);
   table_free(ctx, &w->counters);
+  table_free(ctx, &w->zeroed);
   pthread_mutex_destroy(&w->lock);
   free(w);
   ctx->ws = NULL;

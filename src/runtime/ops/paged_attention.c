@@ -59,8 +59,11 @@ static const scree__arg schema[] = {
     SCREE__DTYPE(dtype),
     SCREE__INT(causal),
     SCREE__FLOAT(scale, .flags = SCREE__FINITE), /* 0 means 1 / sqrt(head_dim) */
-    SCREE__INT(window_left, SCREE__MIN(-1), .hint = "(-1: unbounded)"),
-    SCREE__INT(window_right, SCREE__MIN(-1), .hint = "(-1: unbounded)"),
+    /* Shape fields: a window changes the work of a call (window 0 is one
+     * key a query), so a shape (a recorded miss, prewarm --shape, a bench
+     * entry) carries it; -1 unbounded. */
+    SCREE__INT(window_left, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
+    SCREE__INT(window_right, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
     SCREE__FLOAT(softcap, .flags = SCREE__FINITE | SCREE__NONNEG, .hint = "(0: none)"),
 };
 
@@ -103,7 +106,8 @@ static size_t smem(const scree__config *c, const scree__variant *var) {
   const size_t q = bm * d * 2;
   const size_t kv = 2 * (size_t)c->v[F_STAGES] * (size_t)c->v[F_BN] * d * 2;
   const size_t scratch = (size_t)c->v[F_WARPS] * 16 * (size_t)l.mt * (d + 2) * 4;
-  return q + (kv > scratch ? kv : scratch);
+  const size_t plan = (6 + 4 * 32 * (size_t)c->v[F_WARPS]) * 4; /* a self-made plan */
+  return q + (kv > scratch ? kv : scratch) + plan;
 }
 
 static int threads(const scree__config *c) { return 32 * c->v[F_WARPS]; }
@@ -217,6 +221,10 @@ static int64_t plan_ints(const scree_paged_attention_args *a, int64_t groups) {
   return 6 + 4 * a->batch + groups;
 }
 
+/* Merge counters of a self-planned launch at most (a 256 KiB zeroed
+ * buffer a stream); more groups take the plan kernel. */
+#define SELF_PLAN_GROUPS ((int64_t)1 << 16)
+
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                            const scree__variant *var, const void *args, CUstream stream) {
   const scree_paged_attention_args *a = args;
@@ -248,13 +256,24 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   float sl2 = (float)(scale * 1.4426950408889634);
   float cap_in = a->softcap > 0.f ? (float)(scale / a->softcap) : 0.f;
   float cap_out = a->softcap > 0.f ? (float)(a->softcap / scale) : 0.f;
-  void *pp[] = {&cu_q, &sk, &batch, &group, &heads_kv, &target, &causal, &wl, &wr, &plan};
-  CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
-  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(paged attention plan)");
+  /* A batch the CTA's threads cover plans in the kernel (no second
+   * launch); its merge counters then come from the stream's zeroed buffer. */
+  int self_plan = batch <= threads(c) && groups <= SELF_PLAN_GROUPS;
+  CUdeviceptr zeroed = 0;
+  CUresult r;
+  if (self_plan) {
+    if ((st = scree__stream_zeroed(ctx, stream, (size_t)groups * 4, &zeroed))) return st;
+  } else {
+    void *pp[] = {&cu_q, &sk, &batch, &group, &heads_kv, &target, &causal, &wl, &wr, &plan};
+    r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
+    if (r)
+      return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(paged attention plan)");
+  }
+  uint64_t zp = zeroed;
   void *params[] = {&q,   &kc,       &vc,     &o,       &lse,  &bt,     &sk,     &cu_q,
                     &qt,  &qh,       &ot,     &oh,      &cp,   &ct,     &ch,     &bts,
                     &total_q, &batch, &heads_kv, &group, &logp, &sl2, &cap_in, &cap_out,
-                    &causal, &wl, &wr, &plan, &partp, &plsep};
+                    &causal, &wl, &wr, &plan, &partp, &plsep, &target, &self_plan, &zp};
   r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)(bound > 0 ? bound : 1), 1, 1,
                             (unsigned)threads(c), 1, 1, (unsigned)smem(c, var), stream, params,
                             NULL);
@@ -751,11 +770,11 @@ SCREE__REFERENCE(paged_attention) {
  * FlashAttention-2 and a copy side by side). */
 static const char *const bench[] = {
     "dtype=bf16,head_dim=128 batch=64,max_seqlen_q=1,max_seqlen_k=4096,page_size=16,"
-    "heads_q=32,heads_kv=8,head_dim=128",
+    "heads_q=32,heads_kv=8,head_dim=128,window_left=-1,window_right=-1",
     "dtype=bf16,head_dim=128 batch=64,max_seqlen_q=4,max_seqlen_k=4096,page_size=16,"
-    "heads_q=32,heads_kv=8,head_dim=128",
+    "heads_q=32,heads_kv=8,head_dim=128,window_left=-1,window_right=-1",
     "dtype=bf16,head_dim=128 batch=8,max_seqlen_q=1,max_seqlen_k=32768,page_size=64,"
-    "heads_q=64,heads_kv=8,head_dim=128",
+    "heads_q=64,heads_kv=8,head_dim=128,window_left=-1,window_right=-1",
     NULL,
 };
 

@@ -181,6 +181,37 @@ START_TEST(splits_and_tiles) {
 }
 END_TEST
 
+/* Both plan paths: 100 sequences (the CTA's threads cover the batch: each
+ * CTA plans, merge counters in the stream's zeroed buffer) and 300 (more
+ * than 256 threads: the plan kernel), with splits on 4 and 8 warps; every
+ * config runs twice, so a merge counter left nonzero by the first launch
+ * fails the second. */
+START_TEST(plan_paths) {
+  enum { MAXN = 300 };
+  static int64_t lq[MAXN], lk[MAXN];
+  const int n = _i ? 300 : 100;
+  for (int i = 0; i < n; i++) {
+    lq[i] = 1 + i % 3;
+    lk[i] = i == 7 ? 3000 : (int64_t)((i * 7919) % 600);
+  }
+  const pcase c = {SCREE_DTYPE_BF16, 128, 16, 8, 2, 1, -1, -1, 0, 3, 3000, lq, lk, n};
+  static const int tiles[][4] = {{16, 64, 4, 3}, {16, 128, 8, 3}};
+  scree__config cfgs[2 * 3];
+  int m = 0;
+  for (int t = 0; t < 2; t++)
+    for (int s = 1; s <= 4; s *= 2) {
+      scree__config *k = &cfgs[m++];
+      memset(k, 0, sizeof *k);
+      k->v[F_BM] = tiles[t][0];
+      k->v[F_BN] = tiles[t][1];
+      k->v[F_WARPS] = tiles[t][2];
+      k->v[F_STAGES] = tiles[t][3];
+      k->v[F_SPLIT] = s;
+    }
+  for (int rep = 0; rep < 2; rep++) ck_assert_int_eq(check_configs(&c, cfgs, m), m);
+}
+END_TEST
+
 /* A sequence of 100k keys decoded, beside short ones. */
 START_TEST(long_keys) {
   static const int64_t lq[] = {1, 4, 1};
@@ -320,6 +351,7 @@ int main(void) {
   tcase_add_test(quick, mixed_query_lengths);
   tcase_add_loop_test(quick, splits_and_tiles, 0, 2);
   tcase_add_test(quick, validate_device_args);
+  tcase_add_loop_test(quick, plan_paths, 0, 2);
   tcase_add_test(full, long_keys);
   tcase_add_test(full, every_config);
   tcase_add_test(full, every_safelisted_config);
