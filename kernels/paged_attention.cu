@@ -347,40 +347,52 @@ scree_paged_plan(const int *cu_q, const int *seqlens_k, int batch, int group, in
                   p_count(plan, batch));
 }
 
-/* Copies tile rows of K or V: rows r0 + i * RS of the tile at key kt, from
- * the pages in pg (one per row), zero-filled at and past kend. */
-__device__ __forceinline__ void load_kv(unsigned sdst, const elem *cache, const int (&pg)[KIT],
-                                        int kt, int kend, int pmask, long long ps, long long ts) {
-  const int r0 = (int)threadIdx.x / CPRP, c0 = (int)threadIdx.x % CPRP;
-  if (CPRP == CPR || c0 < CPR) {
-#pragma unroll
-    for (int i = 0; i < KIT; i++) {
-      const int r = r0 + i * RS;
-      if (BN % RS == 0 || r < BN) {
-        const int key = kt + r;
-        const elem *src =
-            cache + (long long)pg[i] * ps + (long long)(key & pmask) * ts + c0 * 8;
-        scree_cp_async16(sdst + r * ROWB + ((c0 ^ swz(r)) << 4), src, key < kend ? 16 : 0);
-      }
-    }
-  }
+/* This thread's rows of a K or V tile: KIT consecutive rows from RB (its
+ * column chunk c0 of each), so with pages of at least KIT keys they lie in
+ * one page: one page id a tile, one 64-bit address and a row stride. */
+__device__ __forceinline__ int tile_rb() { return (int)threadIdx.x / CPRP * KIT; }
+
+/* The page of this thread's first row of tile kt (0 past kend): what
+ * load_kv needs with pages of KIT keys or more, read a tile ahead. */
+__device__ __forceinline__ int load_page(const int *bt, int kt, int kend, int logp) {
+  const int key = kt + tile_rb();
+  return key < kend ? __ldg(bt + (key >> logp)) : 0;
 }
 
-/* The page ids of this thread's rows of tile kt, 0 past kend. A tile of
- * BN keys from a multiple of BN lies in one page when pages hold at least
- * BN keys: one load then. */
-__device__ __forceinline__ void load_pages(int (&pg)[KIT], const int *bt, int kt, int kend,
-                                           int logp) {
-  if ((1 << logp) >= BN) {
-    const int p = kt < kend ? __ldg(bt + (kt >> logp)) : 0;
-#pragma unroll
-    for (int i = 0; i < KIT; i++) pg[i] = p;
-  } else {
-    const int r0 = (int)threadIdx.x / CPRP;
+/* Copies this thread's rows of the K and V tiles at key kt, zero-filled at
+ * and past kend. Pages of KIT keys or more: all in page pg (load_page);
+ * smaller pages: each row's page read here. */
+__device__ __forceinline__ void load_kv(unsigned kdst, unsigned vdst, const elem *kc,
+                                        const elem *vc, int pg, const int *bt, int kt, int kend,
+                                        int logp, long long ps, long long ts) {
+  const int c0 = (int)threadIdx.x % CPRP, rb = tile_rb();
+  if (CPRP != CPR && c0 >= CPR) return;
+  const int pmask = (1 << logp) - 1;
+  if ((1 << logp) >= KIT) {
+    const long long off = (long long)pg * ps + (long long)((kt + rb) & pmask) * ts + c0 * 8;
+    const elem *ks = kc + off, *vs = vc + off;
 #pragma unroll
     for (int i = 0; i < KIT; i++) {
-      const int key = kt + r0 + i * RS;
-      pg[i] = key < kend ? __ldg(bt + (key >> logp)) : 0;
+      const int r = rb + i;
+      if (BN % RS == 0 || r < BN) {
+        const int n = kt + r < kend ? 16 : 0;
+        const unsigned so = r * ROWB + ((c0 ^ swz(r)) << 4);
+        scree_cp_async16(kdst + so, ks + i * ts, n);
+        scree_cp_async16(vdst + so, vs + i * ts, n);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < KIT; i++) {
+      const int r = rb + i, key = kt + r;
+      if (BN % RS == 0 || r < BN) {
+        const int p = key < kend ? __ldg(bt + (key >> logp)) : 0;
+        const long long off = (long long)p * ps + (long long)(key & pmask) * ts + c0 * 8;
+        const int n = key < kend ? 16 : 0;
+        const unsigned so = r * ROWB + ((c0 ^ swz(r)) << 4);
+        scree_cp_async16(kdst + so, kc + off, n);
+        scree_cp_async16(vdst + so, vc + off, n);
+      }
     }
   }
 }
@@ -486,19 +498,17 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
   const int *bt = block_table + (long long)b * bt_stride;
   const elem *kc = k_cache + (long long)kvh * c_hs;
   const elem *vc = v_cache + (long long)kvh * c_hs;
-  const int pmask = (1 << logp) - 1;
-  int pnext[KIT];
+  int pnext = 0;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < ntl) {
-      int pg[KIT];
-      load_pages(pg, bt, kbeg + s * BN, kend, logp);
-      load_kv(sbase + K_OFF + s * KV_BYTES, kc, pg, kbeg + s * BN, kend, pmask, c_ps, c_ts);
-      load_kv(sbase + V_OFF + s * KV_BYTES, vc, pg, kbeg + s * BN, kend, pmask, c_ps, c_ts);
+      const int kt = kbeg + s * BN;
+      load_kv(sbase + K_OFF + s * KV_BYTES, sbase + V_OFF + s * KV_BYTES, kc, vc,
+              load_page(bt, kt, kend, logp), bt, kt, kend, logp, c_ps, c_ts);
     }
     scree_cp_async_commit();
   }
-  if (STAGES - 1 < ntl) load_pages(pnext, bt, kbeg + (STAGES - 1) * BN, kend, logp);
+  if (STAGES - 1 < ntl) pnext = load_page(bt, kbeg + (STAGES - 1) * BN, kend, logp);
 
   float o[MT][DN][4];
   float mx[MT][2], ls[MT][2];
@@ -531,9 +541,9 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
       if (nbuf >= STAGES) nbuf -= STAGES;
       if (nt < ntl) {
         const int ktn = kbeg + nt * BN;
-        load_kv(sbase + K_OFF + nbuf * KV_BYTES, kc, pnext, ktn, kend, pmask, c_ps, c_ts);
-        load_kv(sbase + V_OFF + nbuf * KV_BYTES, vc, pnext, ktn, kend, pmask, c_ps, c_ts);
-        if (nt + 1 < ntl) load_pages(pnext, bt, ktn + BN, kend, logp);
+        load_kv(sbase + K_OFF + nbuf * KV_BYTES, sbase + V_OFF + nbuf * KV_BYTES, kc, vc, pnext,
+                bt, ktn, kend, logp, c_ps, c_ts);
+        if (nt + 1 < ntl) pnext = load_page(bt, ktn + BN, kend, logp);
       }
       scree_cp_async_commit();
     }
