@@ -70,4 +70,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   # The paged decode table (FA-2 on gathered K/V and a copy beside it).
   SCREE_CACHE_DIR=$(mktemp -d) SCREE_MISS_POLICY=tune python3 bench/compare_torch.py --op paged \
     --lib "$build/libscree.so" --json "$out/compare_paged.json" 2>&1 | tee "$out/compare_paged.txt"
+  # Paged prefill against scree_attention on the same data (the hopper implementation on sm_90).
+  SCREE_CACHE_DIR=$(mktemp -d) python3 bench/compare_torch.py --op paged --paged-set prefill \
+    --lib "$build/libscree.so" --json "$out/compare_paged_prefill.json" 2>&1 | tee "$out/compare_paged_prefill.txt"
 fi

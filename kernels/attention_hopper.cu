@@ -136,9 +136,19 @@ constexpr int SMEM_BYTES = SLOT_OFF + 16 + 1024;
  * measured, hangs). The producer then spills 8 bytes in the windowed
  * non-causal variants, outside the consumers' loop; with the softcap
  * branch, BN = 128 spills 8 bytes too: one value stored at entry and
- * reloaded once per item, outside the key-tile loop (SASS). */
+ * reloaded once per item, outside the key-tile loop (SASS).
+ * Paged, the producer holds the block-table walk too: 32 registers (24
+ * spilled 36 to 68 bytes, partly inside the key-tile loop), the consumers
+ * what is left of the CTA's pool (232 for CWG = 2, 160 for CWG = 3); the
+ * producer then spills 16 bytes, stored at entry and reloaded per item. */
+#if SCREE_PAGED
+constexpr int PROD_REGS = 32;
+constexpr int CONS_REGS_RAW =
+    ((65536 / THREADS) / 8 * 8 * THREADS - 128 * PROD_REGS) / (128 * CWG) / 8 * 8;
+#else
 constexpr int PROD_REGS = 24;
 constexpr int CONS_REGS_RAW = (65536 / 128 - PROD_REGS) / CWG / 8 * 8;
+#endif
 constexpr int CONS_REGS = CONS_REGS_RAW > 240 ? 240 : CONS_REGS_RAW;
 constexpr int ACC_REGS = BN / 2 + D / 2 + BN / 4;
 constexpr int NB = BN / 8; /* 8-column blocks of S */

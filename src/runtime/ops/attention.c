@@ -307,7 +307,7 @@ static size_t hsmem(const scree__config *c, const scree__variant *var) {
 
 static int hcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
                   char *why, size_t n) {
-  if (!scree__hopper_check(c, var->v[V_DTYPE], var->v[V_D], t, why, n)) return 0;
+  if (!scree__hopper_check(c, var->v[V_DTYPE], var->v[V_D], 0, t, why, n)) return 0;
   if ((var->v[V_CAUSAL] | var->v[V_WINDOW]) & ~1) {
     scree__set_why(why, n, "causal and window are 0 or 1");
     return 0;

@@ -23,8 +23,8 @@ size_t scree__hopper_smem(const scree__config *c, int d) {
 int scree__hopper_threads(const scree__config *c) { return 128 * (c->v[SCREE__H_CWG] + 1); }
 
 /* Mirrors the static_asserts of kernels/attention_hopper.cu. */
-int scree__hopper_check(const scree__config *c, int dtype, int d, const scree__target *t,
-                        char *why, size_t n) {
+int scree__hopper_check(const scree__config *c, int dtype, int d, int paged,
+                        const scree__target *t, char *why, size_t n) {
   const int bn = c->v[SCREE__H_BN], cwg = c->v[SCREE__H_CWG], stages = c->v[SCREE__H_STAGES];
   if (dtype != SCREE_DTYPE_FP16 && dtype != SCREE_DTYPE_BF16) {
     scree__set_why(why, n, "dtype code %d is not fp16 or bf16", dtype);
@@ -43,9 +43,13 @@ int scree__hopper_check(const scree__config *c, int dtype, int d, const scree__t
     return 0;
   }
   /* The consumers' registers: 65536 less the producer's 24 a thread, shared
-   * by cwg warpgroups (at most 240 a thread); the accumulators of S, O and
-   * P plus about 48 of addresses and softmax state must fit. */
-  int regs = (65536 / 128 - 24) / cwg / 8 * 8;
+   * by cwg warpgroups (at most 240 a thread); paged, the CTA's pool (65536 /
+   * threads, rounded down to 8, a thread) less the producer's 32. The
+   * accumulators of S, O and P plus about 48 of addresses and softmax state
+   * must fit. */
+  const int threads = scree__hopper_threads(c);
+  int regs = paged ? ((65536 / threads) / 8 * 8 * threads - 128 * 32) / (128 * cwg) / 8 * 8
+                   : (65536 / 128 - 24) / cwg / 8 * 8;
   if (regs > 240) regs = 240;
   const int acc = bn / 2 + d / 2 + bn / 4;
   if (acc + 48 > regs) {

@@ -22,9 +22,10 @@ size_t scree__hopper_smem(const scree__config *c, int d);
 int scree__hopper_threads(const scree__config *c);
 /* 1 if the config compiles and runs for dtype and head_dim d on t (the
  * kernel's static_asserts, shared memory, tensor maps), else 0 with the
- * reason. The variant's other fields are the caller's to check. */
-int scree__hopper_check(const scree__config *c, int dtype, int d, const scree__target *t,
-                        char *why, size_t n);
+ * reason; paged: compiled with SCREE_PAGED=1 (another register split). The
+ * variant's other fields are the caller's to check. */
+int scree__hopper_check(const scree__config *c, int dtype, int d, int paged,
+                        const scree__target *t, char *why, size_t n);
 /* The fields of the default config at head_dim d (64 or 128), measured on
  * an H100 (ops/attention.c's default_config says how); out->impl is the
  * caller's. */

@@ -219,7 +219,7 @@ static void default_config(const scree__target *t, const scree__variant *var, co
     memset(out, 0, sizeof *out);
     out->impl = IMPL_HOPPER;
     scree__hopper_default(d, out);
-    if (scree__hopper_check(out, var->v[V_DTYPE], d, t, NULL, 0)) return;
+    if (scree__hopper_check(out, var->v[V_DTYPE], d, 1, t, NULL, 0)) return;
   }
   split_default(var, args, out);
   if (!check(out, var, t, NULL, 0)) out->v[F_STAGES] = 2;
@@ -314,7 +314,7 @@ static size_t hsmem(const scree__config *c, const scree__variant *var) {
 
 static int hcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
                   char *why, size_t n) {
-  return scree__hopper_check(c, var->v[V_DTYPE], var->v[V_D], t, why, n);
+  return scree__hopper_check(c, var->v[V_DTYPE], var->v[V_D], 1, t, why, n);
 }
 
 /* A call the hopper kernel cannot run (hopper_serves: pages of fewer than
