@@ -196,11 +196,21 @@ static void split_default(const scree__variant *var, const void *args, scree__co
  * 1024 bytes), and cache strides the copy engine's tensor maps take (below
  * 2^40 bytes; the schema's 8-element multiples and 16-byte aligned
  * pointers give the rest of what TMA needs). */
+static int64_t mul_sat(int64_t x, int64_t y) {
+  int64_t r;
+  return __builtin_mul_overflow(x, y, &r) ? INT64_MAX : r;
+}
 static int hopper_serves(const scree_paged_attention_args *a) {
   if (a->page_size < 8) return 0;
-  const int64_t lim = (int64_t)1 << 39; /* elements of 2 bytes */
-  const strides s = strides_of(a);
-  return s.cp < lim && s.ct < lim && s.ch < lim && s.qt < lim && s.qh < lim;
+  /* strides_of's, saturating: extreme shapes (a bucket's representative)
+   * must not overflow, and this runs on every call (adapt_class). */
+  const int64_t lim = (int64_t)1 << 39, d = a->head_dim; /* elements of 2 bytes */
+  const int64_t ct = a->cache_token_stride ? a->cache_token_stride : mul_sat(a->heads_kv, d);
+  const int64_t cp = a->cache_page_stride ? a->cache_page_stride : mul_sat(a->page_size, ct);
+  const int64_t ch = a->cache_head_stride ? a->cache_head_stride : d;
+  const int64_t qt = a->q_token_stride ? a->q_token_stride : mul_sat(a->heads_q, d);
+  const int64_t qh = a->q_head_stride ? a->q_head_stride : d;
+  return cp < lim && ct < lim && ch < lim && qt < lim && qh < lim;
 }
 
 /* Prefill-like calls on sm_90 take the hopper implementation: head_dim 64
