@@ -908,8 +908,10 @@ SCREE__REFERENCE(paged_attention) {
 }
 
 /* ---- benchmark entries ----------------------------------------------------
- * Decode steps (bench/compare_torch.py --paged has the whole table, with
- * FlashAttention-2 and a copy side by side). */
+ * Decode steps (bench/compare_torch.py --op paged has the whole table, with
+ * FlashAttention-2 and a copy side by side), and a chunked prefill (the
+ * hopper implementation on sm_90; --paged-set prefill compares it with
+ * scree_attention on the same data). */
 static const char *const bench[] = {
     "dtype=bf16,head_dim=128 batch=64,max_seqlen_q=1,max_seqlen_k=4096,page_size=16,"
     "heads_q=32,heads_kv=8,head_dim=128",
@@ -917,6 +919,8 @@ static const char *const bench[] = {
     "heads_q=32,heads_kv=8,head_dim=128",
     "dtype=bf16,head_dim=128 batch=8,max_seqlen_q=1,max_seqlen_k=32768,page_size=64,"
     "heads_q=64,heads_kv=8,head_dim=128",
+    "dtype=bf16,head_dim=128 batch=2,max_seqlen_q=2048,max_seqlen_k=16384,page_size=16,"
+    "heads_q=32,heads_kv=8,head_dim=128",
     NULL,
 };
 
