@@ -140,7 +140,8 @@ constexpr int SMEM_BYTES = SLOT_OFF + 16 + 1024;
  * Paged, the producer holds the block-table walk too: 32 registers (24
  * spilled 36 to 68 bytes, partly inside the key-tile loop), the consumers
  * what is left of the CTA's pool (232 for CWG = 2, 160 for CWG = 3); the
- * producer then spills 16 bytes, stored at entry and reloaded per item. */
+ * producer then spills 16 bytes (24 with CWG = 3 at head_dim 128), stored
+ * at entry and reloaded per item, outside the key-tile loop (SASS). */
 #if SCREE_PAGED
 constexpr int PROD_REGS = 32;
 constexpr int CONS_REGS_RAW =
