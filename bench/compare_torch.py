@@ -31,7 +31,8 @@ rounds, median of --attn-reps; inputs rotated over enough copies of q, k, v
 sum(L^2), halved when causal; ratio = FA-2 time / scree time (> 1: scree is
 faster).
 
-Paged decode (--op paged, --paged-set core|smoke): bench/paged_torch.py.
+Paged decode (--op paged, --paged-set core|smoke) and paged prefill against
+scree_attention on the same data (--paged-set prefill): bench/paged_torch.py.
 """
 import argparse
 import ctypes
@@ -513,7 +514,8 @@ def main():
     ap.add_argument("--rowwise-ops", help="row-wise table: only these ops (comma-separated; "
                     "rmsnorm included, timed as the others are)")
     ap.add_argument("--paged-set", default="core",
-                    help="paged decode: the case list (core: the decode table; smoke: four)")
+                    help="paged: the case list (core: the decode table; smoke: four; prefill: "
+                         "paged against contiguous scree_attention on prefill batches)")
     ap.add_argument("--no-compile", action="store_true",
                     help="row-wise table: leave torch.compile out (quicker A/B runs)")
     args = ap.parse_args()
@@ -588,7 +590,7 @@ def main():
         out["attention"] = run_attention(args, lib, ctx, configs, l2)
         dump()
     if do_paged:
-        out["paged"] = paged_torch.run(args, lib, ctx, l2, time_batched, torch)
+        out["paged"] = paged_torch.run(args, lib, ctx, l2, time_batched, torch, AttnArgs)
         dump()
     if do_rowwise:
         gbps = out.get("copy_gbps") or copy_bandwidth()

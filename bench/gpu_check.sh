@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check.sh - everything that needs the GPU, in one go: the gpu-labelled
 # tests, the attention, paged attention and KV-append tests under
-# compute-sanitizer (memcheck, racecheck),
+# compute-sanitizer (memcheck, racecheck; synccheck too for the hopper kernels),
 # then the benchmarks (CPU tests run in CI: scripts/test.sh). Run from the
 # repository root on a GPU machine with a build made by scripts/build.sh
 # (or any build in ./build). Results go to OUTDIR.
@@ -53,6 +53,12 @@ if [ "$what" = sanitize ] || [ "$what" = all ]; then
       "$build/tests/test_attention_gpu" > "$out/sanitize-hopper-$tool.txt" 2>&1
     echo "compute-sanitizer $tool (hopper): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-hopper-$tool.txt" | tail -1))"
   done
+  # Paged attention's hopper implementation: a small prefill batch, pages of 8 and 64.
+  for tool in memcheck racecheck synccheck; do
+    CK_RUN_CASE=hopper_race compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$build/tests/test_paged_attention_gpu" > "$out/sanitize-paged-hopper-$tool.txt" 2>&1
+    echo "compute-sanitizer $tool (paged hopper): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-paged-hopper-$tool.txt" | tail -1))"
+  done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   "$build/bench/bench_rowwise" --csv "$out/rowwise.csv" 2>&1 | tee "$out/bench_rowwise.txt"
@@ -64,4 +70,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   # The paged decode table (FA-2 on gathered K/V and a copy beside it).
   SCREE_CACHE_DIR=$(mktemp -d) SCREE_MISS_POLICY=tune python3 bench/compare_torch.py --op paged \
     --lib "$build/libscree.so" --json "$out/compare_paged.json" 2>&1 | tee "$out/compare_paged.txt"
+  # Paged prefill against scree_attention on the same data (the hopper implementation on sm_90).
+  SCREE_CACHE_DIR=$(mktemp -d) python3 bench/compare_torch.py --op paged --paged-set prefill \
+    --lib "$build/libscree.so" --json "$out/compare_paged_prefill.json" 2>&1 | tee "$out/compare_paged_prefill.txt"
 fi

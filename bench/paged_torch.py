@@ -12,6 +12,16 @@ written), timed in the same run. Timing: CUDA events around --inner
 back-to-back calls, median of --attn-reps; input sets rotated so that they
 exceed 3x the L2 where they are small. Checks, which fail the run: no NaN in
 scree's output (poisoned first), max |scree - FA-2| <= 2e-2.
+
+Paged prefill (--paged-set prefill): scree_paged_attention against
+scree_attention on the same data, the keys of each sequence stored in pages
+(shuffled) and gathered contiguous, the same q; causal (bottom-right
+aligned in both), bf16, d=128, GQA 32:8, pages of 16 and 64; fresh prefill
+(queries = keys), chunked prefill (a chunk of new tokens against a long
+cached prefix). Both write lse. TFLOP/s count the causal pairs (4 * hq * d
+per visible query-key pair); ratio = paged time / contiguous time (the aim:
+at most 1.10). Checks, which fail the run: no NaN in either output
+(poisoned first), max |paged - contiguous| <= 2e-2.
 """
 import ctypes
 import math
@@ -63,6 +73,13 @@ CASES = {
     ],
 }
 CASES["smoke"] = [CASES["core"][i] for i in (0, 17, 19, 24)]
+# Prefill: (name, batch, keys a sequence, new query tokens a sequence, hq, hkv,
+# page), the queries the last tokens of the keys.
+CASES["prefill"] = [
+    (f"b{b}-q{q}-k{k}-p{p}", b, k, q, 32, 8, p)
+    for (b, q, k) in [(4, 4096, 4096), (2, 2048, 16384), (8, 512, 8192)]
+    for p in (16, 64)
+]
 
 
 def key_lengths(keys, batch, rng):
@@ -74,9 +91,118 @@ def key_lengths(keys, batch, rng):
     return lens
 
 
-def run(args, lib, ctx, l2, time_batched, torch_module):
+def causal_pairs(lq, lk):
+    """Query-key pairs a causal, bottom-right aligned sequence visits."""
+    return sum(min(max(t + lk - lq + 1, 0), lk) for t in range(lq))
+
+
+def run_prefill(args, lib, ctx, l2, time_batched, attn_args):
+    fn = lib.scree_paged_attention
+    fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(PagedArgs), ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    afn = lib.scree_attention
+    afn.argtypes = [ctypes.c_void_p, ctypes.POINTER(attn_args), ctypes.c_void_p]
+    afn.restype = ctypes.c_int
+    stream = torch.cuda.current_stream().cuda_stream
+    d, dt = 128, torch.bfloat16
+    cases = CASES[args.paged_set]
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only.split(",")]
+    print(f"\npaged prefill: scree_paged_attention vs scree_attention on the same K/V stored "
+          f"contiguously; bf16, d={d}, causal")
+    results = []
+    for (name, batch, keys, qn, hq, hkv, page) in cases:
+        npg = -(-keys // page)
+        pool = npg * batch
+        total_k, total_q = keys * batch, qn * batch
+        flops = 4.0 * hq * d * causal_pairs(qn, keys) * batch
+        set_bytes = (2 * total_k * hkv * 2 + 2 * total_q * hq) * d * 2
+        nsets = max(1, min(args.max_sets, -(-3 * l2 // set_bytes)))
+        scale = 1.0 / math.sqrt(d)
+        sk = torch.full((batch,), keys, device="cuda", dtype=torch.int32)
+        cu_q = torch.arange(0, total_q + 1, qn, device="cuda", dtype=torch.int32)
+        cu_k = torch.arange(0, total_k + 1, keys, device="cuda", dtype=torch.int32)
+        sets = []
+        for _ in range(nsets):
+            kc = torch.randn(pool, page, hkv, d, device="cuda", dtype=dt)
+            vc = torch.randn(pool, page, hkv, d, device="cuda", dtype=dt)
+            bt = torch.randperm(pool, device="cuda", dtype=torch.int32).reshape(batch, npg)
+            flat = (bt.long()[:, :, None] * page +
+                    torch.arange(page, device="cuda")[None, None, :]).reshape(batch, -1)
+            idx = flat[:, :keys].reshape(-1)
+            k = kc.reshape(-1, hkv, d)[idx].contiguous()
+            v = vc.reshape(-1, hkv, d)[idx].contiguous()
+            q = torch.randn(total_q, hq, d, device="cuda", dtype=dt)
+            outs = [torch.full_like(q, float("nan")) for _ in range(2)]
+            lses = [torch.full((hq, total_q), float("nan"), device="cuda", dtype=torch.float32)
+                    for _ in range(2)]
+            sets.append(dict(kc=kc, vc=vc, bt=bt, k=k, v=v, q=q, outs=outs, lses=lses))
+        pargs, aargs = [], []
+        for st in sets:
+            a = PagedArgs()
+            a.q, a.out, a.lse = st["q"].data_ptr(), st["outs"][0].data_ptr(), st["lses"][0].data_ptr()
+            a.k_cache, a.v_cache = st["kc"].data_ptr(), st["vc"].data_ptr()
+            a.block_table, a.seqlens_k, a.cu_seqlens_q = (st["bt"].data_ptr(), sk.data_ptr(),
+                                                          cu_q.data_ptr())
+            a.batch, a.total_q, a.max_seqlen_q, a.max_seqlen_k = batch, total_q, qn, keys
+            a.num_pages, a.page_size, a.block_table_stride = pool, page, npg
+            a.heads_q, a.heads_kv, a.head_dim = hq, hkv, d
+            a.dtype, a.causal, a.scale = 2, 1, scale
+            a.window_left = a.window_right = -1
+            pargs.append(a)
+            c = attn_args()
+            c.q, c.k, c.v = st["q"].data_ptr(), st["k"].data_ptr(), st["v"].data_ptr()
+            c.out, c.lse = st["outs"][1].data_ptr(), st["lses"][1].data_ptr()
+            c.cu_seqlens_q, c.cu_seqlens_k = cu_q.data_ptr(), cu_k.data_ptr()
+            c.batch, c.total_q, c.total_k = batch, total_q, total_k
+            c.max_seqlen_q, c.max_seqlen_k = qn, keys
+            c.heads_q, c.heads_kv, c.head_dim = hq, hkv, d
+            c.dtype, c.causal, c.scale = 2, 1, scale
+            c.window_left = c.window_right = -1
+            aargs.append(c)
+
+        def call(f, what, argv):
+            def go(i):
+                st = f(ctx, ctypes.byref(argv[i % nsets]), ctypes.c_void_p(stream))
+                if st != 0:
+                    sys.exit(f"{name}: {what}: {lib.scree_status_name(st).decode()}: "
+                             f"{lib.scree_last_error(ctx).decode()}")
+            return go
+
+        paged_call = call(fn, "scree_paged_attention", pargs)
+        attn_call = call(afn, "scree_attention", aargs)
+        # First calls alone: a miss tunes here under SCREE_MISS_POLICY=tune.
+        paged_call(0)
+        attn_call(0)
+        torch.cuda.synchronize()
+        got, ref = sets[0]["outs"][0].float(), sets[0]["outs"][1].float()
+        nan = bool(torch.isnan(got).any().item() or torch.isnan(ref).any().item())
+        diff = (got - ref).abs().max().item()
+        ldiff = (sets[0]["lses"][0] - sets[0]["lses"][1]).abs().max().item()
+        if nan or not diff <= 2e-2:
+            sys.exit(f"FAIL {name}: paged and contiguous attention differ (NaN: {nan}, max "
+                     f"|paged - contiguous| {diff:.3g}, limit 2e-2)")
+        pa_ms = time_batched(paged_call, args.attn_reps, args.inner, args.warmup)
+        at_ms = time_batched(attn_call, args.attn_reps, args.inner, args.warmup)
+        r = dict(name=name, batch=batch, keys=keys, q=qn, hq=hq, hkv=hkv, page=page,
+                 flops=flops, paged_us=pa_ms * 1e3, attention_us=at_ms * 1e3,
+                 paged_tflops=flops / pa_ms / 1e9, attention_tflops=flops / at_ms / 1e9,
+                 ratio=pa_ms / at_ms, maxdiff=diff, lse_maxdiff=ldiff, input_sets=nsets)
+        results.append(r)
+        print(f"{name:<22} paged {r['paged_us']:9.1f} us {r['paged_tflops']:6.1f} TFLOP/s  "
+              f"contiguous {r['attention_us']:9.1f} us {r['attention_tflops']:6.1f} TFLOP/s  "
+              f"paged/contiguous {r['ratio']:5.3f}{'' if r['ratio'] <= 1.10 else ' (> 1.10)'}  "
+              f"diff {diff:.1e} lse {ldiff:.1e}", flush=True)
+        del sets, pargs, aargs, got, ref
+        torch.cuda.empty_cache()
+    return results
+
+
+def run(args, lib, ctx, l2, time_batched, torch_module, attn_args=None):
     global torch
     torch = torch_module
+    if args.paged_set == "prefill":
+        return run_prefill(args, lib, ctx, l2, time_batched, attn_args)
     fn = lib.scree_paged_attention
     fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(PagedArgs), ctypes.c_void_p]
     fn.restype = ctypes.c_int

@@ -51,19 +51,38 @@
  * 8), as the 128-byte swizzle of the copy engine and wgmma's descriptors
  * assume.
  *
- * Macros (all required; set by the host):
+ * Paged (SCREE_PAGED 1: scree_paged_attention's implementation "hopper",
+ * src/runtime/ops/paged_attention.c): the entry is
+ * scree_paged_attention_hopper, K and V come from a paged cache through
+ * 4-d tensor maps (head_dim, heads_kv, tokens of a page, pages) with boxes
+ * of (64, 1, R, 1), R = min(page size, BN) keys: key tile j is BN / R
+ * chunks, chunk c from page block_table[b][(j BN + c R) >> logp] at token
+ * (j BN + c R) & (page size - 1), each landing at row c R of the tile's
+ * panels (R a multiple of 8 keeps every chunk 1024-byte aligned). Lane c of
+ * the producer warp reads chunk c's page, one tile ahead, and issues its
+ * copies; chunks past the sequence's last page read the last page again
+ * (never a block-table entry past the sequence's pages), their rows masked
+ * (K) and zeroed (V) as any rows past the end. Key counts come from
+ * seqlens_k; causal masking is the window's right side (the host passes
+ * 0), so the paged module is compiled with SCREE_CAUSAL 0, SCREE_WINDOW 1.
+ *
+ * Macros (all required but SCREE_PAGED; set by the host):
  *   variant: SCREE_DTYPE (1 fp16, 2 bf16), SCREE_HEAD_DIM (64, 128),
  *            SCREE_CAUSAL, SCREE_WINDOW (0, 1)
  *   config:  SCREE_BN (64, 128 keys per tile), SCREE_CWG (1, 2, 3 consumer
  *            warpgroups), SCREE_STAGES (2, 3, 4), SCREE_SCHED (1, 2)
+ *   impl:    SCREE_PAGED (0 default, 1 paged)
  * Constraints (static_assert; the host mirrors them): shared memory within
  * 232448 bytes; the consumers' accumulators (BN / 2 + HEAD_DIM / 2 + BN / 4
  * registers a thread) within their register budget (below).
  *
  * Host guarantees: the tensor maps (kernel parameters 1-3) describe q, k, v
  * as (head_dim, heads, tokens) with the 128-byte swizzle and boxes of
- * (64, 1, BM) for q and (64, 1, BN) for k and v; out 4-byte aligned, its
- * strides even; cu_q / cu_k as for attention.cu; sched from
+ * (64, 1, BM) for q and (64, 1, BN) for k and v (paged: k and v as above,
+ * page size a power of two from 8 to 256, logp its log2, block_table rows
+ * bt_stride ints apart with valid pages for each sequence's keys,
+ * seqlens_k[b] its keys); out 4-byte aligned, its strides even; cu_q /
+ * cu_k as for attention.cu; sched from
  * scree_attention_schedule (this module, same BM / BN / CAUSAL / WINDOW)
  * on the same stream, 2 + 2 * cap ints. Launch: blockDim = 128 * (CWG + 1),
  * dynamic shared memory SMEM_BYTES (below); SCHED 1: grid cap * heads_q;
@@ -71,6 +90,10 @@
  */
 #include "ptx.cuh"
 #include "hopper.cuh"
+
+#ifndef SCREE_PAGED
+#define SCREE_PAGED 0
+#endif
 
 #if !defined(SCREE_DTYPE) || !defined(SCREE_HEAD_DIM) || !defined(SCREE_CAUSAL) || \
     !defined(SCREE_WINDOW) || !defined(SCREE_BN) || !defined(SCREE_CWG) ||          \
@@ -90,10 +113,12 @@ constexpr int STAGES = SCREE_STAGES;
 constexpr bool CAUSAL = SCREE_CAUSAL != 0;
 constexpr bool WINDOW = SCREE_WINDOW != 0;
 constexpr bool OVL = SCREE_OVL != 0;
+constexpr bool PAGED = SCREE_PAGED != 0;
 constexpr int THREADS = 128 * (CWG + 1);
 constexpr int KP = D / 64;            /* 128-byte panels per row */
 constexpr int Q_PANEL = BM * 128;     /* bytes of one Q panel */
 constexpr int KV_PANEL = BN * 128;    /* bytes of one K or V panel */
+constexpr int LOG_BN = BN == 64 ? 6 : 7;
 constexpr int KV_BYTES = KP * KV_PANEL;
 constexpr int K_OFF = KP * Q_PANEL;
 constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;
@@ -111,9 +136,20 @@ constexpr int SMEM_BYTES = SLOT_OFF + 16 + 1024;
  * measured, hangs). The producer then spills 8 bytes in the windowed
  * non-causal variants, outside the consumers' loop; with the softcap
  * branch, BN = 128 spills 8 bytes too: one value stored at entry and
- * reloaded once per item, outside the key-tile loop (SASS). */
+ * reloaded once per item, outside the key-tile loop (SASS).
+ * Paged, the producer holds the block-table walk too: 32 registers (24
+ * spilled 36 to 68 bytes, partly inside the key-tile loop), the consumers
+ * what is left of the CTA's pool (232 for CWG = 2, 160 for CWG = 3); the
+ * producer then spills 16 bytes (24 with CWG = 3 at head_dim 128), stored
+ * at entry and reloaded per item, outside the key-tile loop (SASS). */
+#if SCREE_PAGED
+constexpr int PROD_REGS = 32;
+constexpr int CONS_REGS_RAW =
+    ((65536 / THREADS) / 8 * 8 * THREADS - 128 * PROD_REGS) / (128 * CWG) / 8 * 8;
+#else
 constexpr int PROD_REGS = 24;
 constexpr int CONS_REGS_RAW = (65536 / 128 - PROD_REGS) / CWG / 8 * 8;
+#endif
 constexpr int CONS_REGS = CONS_REGS_RAW > 240 ? 240 : CONS_REGS_RAW;
 constexpr int ACC_REGS = BN / 2 + D / 2 + BN / 4;
 constexpr int NB = BN / 8; /* 8-column blocks of S */
@@ -126,6 +162,9 @@ static_assert(CWG >= 1 && CWG <= 3, "SCREE_CWG must be 1, 2 or 3");
 static_assert(STAGES >= 2 && STAGES <= 4, "SCREE_STAGES must be 2, 3 or 4");
 static_assert(SCREE_SCHED == 1 || SCREE_SCHED == 2, "SCREE_SCHED must be 1 or 2");
 static_assert(SCREE_OVL == 0 || SCREE_OVL == 1, "SCREE_OVL must be 0 or 1");
+static_assert(SCREE_PAGED == 0 || SCREE_PAGED == 1, "SCREE_PAGED must be 0 or 1");
+static_assert(!PAGED || (!CAUSAL && WINDOW),
+              "SCREE_PAGED takes causal masking as the window's right side: CAUSAL 0, WINDOW 1");
 static_assert(SMEM_BYTES <= 232448, "shared memory past the 232448 bytes of sm_90");
 static_assert(ACC_REGS + 48 <= CONS_REGS,
               "the consumers' accumulators do not fit their register budget");
@@ -164,6 +203,18 @@ __device__ __forceinline__ bool item_of(int w, const int *sched, int heads_q, in
 
 } /* namespace scree_attn */
 
+#if SCREE_PAGED
+extern "C" __global__ void __launch_bounds__(scree_attn::THREADS, 1)
+scree_paged_attention_hopper(const __grid_constant__ scree_tmap tq,
+                             const __grid_constant__ scree_tmap tk,
+                             const __grid_constant__ scree_tmap tv, scree_attn::elem *out,
+                             float *lse, const int *cu_q, const int *seqlens_k,
+                             const int *block_table, long long bt_stride, int logp,
+                             long long o_ts, long long o_hs, long long total_q, int heads_q,
+                             int group, float scale_log2, int window_left, int window_right,
+                             float cap_in, float cap_out, int *sched) {
+  const int *cu_k = seqlens_k; /* keys_of reads it as seqlens_k */
+#else
 extern "C" __global__ void __launch_bounds__(scree_attn::THREADS, 1)
 scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_constant__ scree_tmap tk,
                        const __grid_constant__ scree_tmap tv, scree_attn::elem *out, float *lse,
@@ -171,6 +222,7 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
                        long long total_q, int heads_q, int group, float scale_log2,
                        int window_left, int window_right, float cap_in, float cap_out,
                        int *sched) {
+#endif
   using namespace scree_attn;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const unsigned raw = scree_smem_u32(smem_raw);
@@ -235,7 +287,11 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
       int b, m, h;
       if (!item_of(w, sched, heads_q, b, m, h)) break;
       const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0;
+#if SCREE_PAGED
+      const int Lk = keys_of(cu_k, b);
+#else
       const int k0 = cu_k[b], Lk = cu_k[b + 1] - k0;
+#endif
       const int kvh = h / group;
       const kv_range rg = tile_range(Lq, Lk, m, window_left, window_right);
       if (lane == 0) {
@@ -245,6 +301,74 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
         for (int p = 0; p < KP; p++)
           scree_tma_load_3d(sbase + p * Q_PANEL, &tq, qfull, 64 * p, h, q0 + m * BM);
       }
+#if SCREE_PAGED
+      /* Chunks of R keys (a page, or a tile of a larger page): lane c < nch
+       * copies chunk c of each tile, from page pg (of this tile) and reads
+       * pg_next (the next tile's) while this tile's copies wait. */
+      const int lr = logp < LOG_BN ? logp : LOG_BN, nch = BN >> lr;
+      const int *bt = block_table + (long long)b * bt_stride;
+      const unsigned lastp = (unsigned)(Lk - 1) >> logp, pmask = (1u << logp) - 1u;
+      auto page_of = [&](int j) {
+        const unsigned key = (unsigned)(j * BN) + ((unsigned)lane << lr);
+        return lane < nch ? bt[min(key >> logp, lastp)] : 0;
+      };
+      int pg = rg.hi > rg.lo ? page_of(rg.hi - 1) : 0;
+      for (int j = rg.hi - 1; j >= rg.lo; j--, it++) {
+        const int s = it % STAGES;
+        const unsigned ph = (unsigned)(it / STAGES) & 1u;
+        const unsigned kdst = sbase + K_OFF + s * KV_BYTES + lane * (128u << lr),
+                       vdst = sbase + V_OFF + s * KV_BYTES + lane * (128u << lr);
+        const int valid = Lk - j * BN;
+        const int tok = (int)(((unsigned)(j * BN) + ((unsigned)lane << lr)) & pmask);
+        const int pg_next = j > rg.lo ? page_of(j - 1) : 0;
+        if (lane == 0) {
+          scree_mbar_wait(kempty(s), ph ^ 1);
+          scree_mbar_expect(kfull(s), KV_BYTES);
+        }
+        __syncwarp();
+        if (lane < nch) {
+#pragma unroll
+          for (int p = 0; p < KP; p++)
+            scree_tma_load_4d(kdst + p * KV_PANEL, &tk, kfull(s), 64 * p, kvh, tok, pg);
+        }
+        if (lane == 0) scree_mbar_wait(vempty(s), ph ^ 1);
+        if (valid >= BN) {
+          if (lane == 0) scree_mbar_expect(vfull(s), KV_BYTES);
+          __syncwarp();
+          if (lane < nch) {
+#pragma unroll
+            for (int p = 0; p < KP; p++)
+              scree_tma_load_4d(vdst + p * KV_PANEL, &tv, vfull(s), 64 * p, kvh, tok, pg);
+          }
+        } else {
+          /* As unpaged: land on vraw, zero the rows past the end, publish. */
+          if (lane == 0) scree_mbar_expect(vraw, KV_BYTES);
+          __syncwarp();
+          if (lane < nch) {
+#pragma unroll
+            for (int p = 0; p < KP; p++)
+              scree_tma_load_4d(vdst + p * KV_PANEL, &tv, vraw, 64 * p, kvh, tok, pg);
+          }
+          if (lane == 0) scree_mbar_wait(vraw, vraw_n & 1u);
+          vraw_n++;
+          __syncwarp();
+          const int from = valid > 0 ? valid : 0;
+          const scree_vec<unsigned, 4> zero = {{0u, 0u, 0u, 0u}};
+          for (int i = from * 8 + lane; i < BN * 8; i += 32) {
+            const int r = i >> 3, c = i & 7;
+#pragma unroll
+            for (int p = 0; p < KP; p++)
+              *reinterpret_cast<scree_vec<unsigned, 4> *>(smem + V_OFF + s * KV_BYTES +
+                                                          p * KV_PANEL + r * 128 + c * 16) = zero;
+          }
+          scree_fence_proxy_async();
+          __syncwarp();
+          if (lane == 0) scree_mbar_arrive(vfull(s));
+        }
+        pg = pg_next;
+      }
+    }
+#else
       for (int j = rg.hi - 1; j >= rg.lo; j--, it++) {
         const int s = it % STAGES;
         const unsigned ph = (unsigned)(it / STAGES) & 1u;
@@ -292,6 +416,7 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
         }
       }
     }
+#endif
     return;
   }
 
@@ -311,7 +436,11 @@ scree_attention_hopper(const __grid_constant__ scree_tmap tq, const __grid_const
     int b, m, h;
     if (!item_of(w, sched, heads_q, b, m, h)) break;
     const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0;
+#if SCREE_PAGED
+    const int Lk = keys_of(cu_k, b);
+#else
     const int Lk = cu_k[b + 1] - cu_k[b];
+#endif
     const kv_range rg = tile_range(Lq, Lk, m, window_left, window_right);
     const int row0 = m * BM + 64 * c; /* first row of this warpgroup, in the sequence */
 

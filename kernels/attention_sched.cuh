@@ -9,11 +9,23 @@
  *   CAUSAL, WINDOW  bool constants (the variant)
  * and with SCREE_SCHED defined (2: the persistent grid, gridDim.x CTAs in
  * flight). It closes the namespace to define the schedule kernel and
- * reopens it at the end. Reads no other macro (SCREE_ATTN_RANK_CHUNK, a
- * development switch, fixes the rank chunk).
+ * reopens it at the end. Reads no other macro but SCREE_PAGED (1: the
+ * schedule's second argument is seqlens_k, the key count of each sequence,
+ * instead of cu_seqlens_k; kernels/attention_hopper.cu) and
+ * SCREE_ATTN_RANK_CHUNK (a development switch that fixes the rank chunk).
  */
 #ifndef SCREE_ATTENTION_SCHED_CUH
 #define SCREE_ATTENTION_SCHED_CUH
+
+/* Keys of sequence b: from cu_seqlens_k (k[b + 1] - k[b]), or, paged, from
+ * seqlens_k (k[b]). */
+__device__ __forceinline__ int keys_of(const int *k, int b) {
+#if defined(SCREE_PAGED) && SCREE_PAGED
+  return k[b];
+#else
+  return k[b + 1] - k[b];
+#endif
+}
 
 /* Key-tile range of q-tile m: visit tiles [lo, hi); tiles in
  * [full_lo, full_hi) need no mask. */
@@ -97,7 +109,8 @@ __device__ __forceinline__ bool decode_work(int w, int ntiles, int heads_q, int 
  * NBUCKET buckets: exact below 2048 tiles, 32 tiles wide above). One CTA of
  * 1024 threads; static shared memory only (16.1 KiB). Writes sched[0] = 0
  * (the persistent grid's counter), sched[1] = ntiles (at most cap), and
- * (sequence, q-tile) at sched[2 + 2r], sched[3 + 2r] for rank r < ntiles. */
+ * (sequence, q-tile) at sched[2 + 2r], sched[3 + 2r] for rank r < ntiles.
+ * cu_k: cu_seqlens_k, or with SCREE_PAGED seqlens_k (keys_of). */
 namespace scree_attn {
 constexpr int NBUCKET = 4096;
 __device__ __forceinline__ int work_bucket(int w) {
@@ -120,7 +133,7 @@ scree_attention_schedule(const int *cu_q, const int *cu_k, int batch, int *sched
    * aggregated per bucket over the warp (__match_any_sync), which also keeps
    * a warp's consecutive q-tiles in order inside a bucket. */
   for (int b = warp; b < batch; b += nw) {
-    const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0, Lk = cu_k[b + 1] - cu_k[b];
+    const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0, Lk = keys_of(cu_k, b);
     const int nt = (Lq + BM - 1) / BM;
     for (int m0 = 0; m0 < nt; m0 += 32) {
       const int m = m0 + lane;
@@ -176,7 +189,7 @@ scree_attention_schedule(const int *cu_q, const int *cu_k, int batch, int *sched
   }
   __syncthreads();
   for (int b = warp; b < batch; b += nw) {
-    const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0, Lk = cu_k[b + 1] - cu_k[b];
+    const int q0 = cu_q[b], Lq = cu_q[b + 1] - q0, Lk = keys_of(cu_k, b);
     const int nt = (Lq + BM - 1) / BM;
     for (int m0 = 0; m0 < nt; m0 += 32) {
       const int m = m0 + lane;

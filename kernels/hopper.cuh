@@ -81,6 +81,17 @@ __device__ __forceinline__ void scree_tma_load_3d(unsigned dst, const scree_tmap
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+/* The same for a 4-d tensor map (a paged cache: head_dim, heads, tokens of
+ * a page, pages). */
+__device__ __forceinline__ void scree_tma_load_4d(unsigned dst, const scree_tmap *map,
+                                                  unsigned bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
+      "r"(c3)
+      : "memory");
+}
 __device__ __forceinline__ void scree_tma_prefetch_desc(const scree_tmap *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map))
                : "memory");

@@ -36,7 +36,7 @@ scree_status scree__compile(const scree__nvrtc_api *nv, const scree__op *op,
     if (log) *log = log_msg("kernel source %s (or a header it includes) not found", im->source);
     return SCREE_ERROR_COMPILE;
   }
-  enum { MAXOPT = 4 + SCREE__MAX_FIELDS + SCREE__MAX_VARIANT };
+  enum { MAXOPT = 4 + SCREE__MAX_FIELDS + SCREE__MAX_VARIANT + SCREE__MAX_DEFINES };
   char optbuf[MAXOPT][96];
   const char *opts[MAXOPT];
   int n = 0;
@@ -46,6 +46,18 @@ scree_status scree__compile(const scree__nvrtc_api *nv, const scree__op *op,
     snprintf(optbuf[n++], 96, "-D%s=%d", im->fields[i].macro, cfg->v[i]);
   for (int i = 0; i < op->nvfields; i++)
     snprintf(optbuf[n++], 96, "-D%s=%d", op->vfields[i].macro, var->v[i]);
+  /* The implementation's fixed macros, one -D a space-separated word. */
+  for (const char *d = im->defines; d && *d;) {
+    while (*d == ' ') d++;
+    const size_t len = strcspn(d, " ");
+    if (!len) break;
+    if (n == MAXOPT - 1 || len > 80) {
+      if (log) *log = log_msg("implementation %s: too many or too long defines", im->name);
+      return SCREE_ERROR_INVALID_CONFIG;
+    }
+    snprintf(optbuf[n++], 96, "-D%.*s", (int)len, d);
+    d += len;
+  }
   if (extra_opts && *extra_opts) snprintf(optbuf[n++], 96, "%s", extra_opts);
   for (int i = 0; i < n; i++) opts[i] = optbuf[i];
 

@@ -151,9 +151,11 @@ const char *scree__source_hash(const scree__op *op) {
     int ok = 1;
     for (int i = 0; i < op->nimpls && ok; i++) {
       const char *src = scree__kernel_source(op->impls[i].source);
-      char head[160];
-      snprintf(head, sizeof head, "//impl %s %s%s\n", op->impls[i].name,
-               op->impls[i].arch_specific ? "arch-specific " : "", op->impls[i].entries[0]);
+      char head[640];
+      snprintf(head, sizeof head, "//impl %s %s%s%s%.500s\n", op->impls[i].name,
+               op->impls[i].arch_specific ? "arch-specific " : "", op->impls[i].entries[0],
+               op->impls[i].defines ? " -D " : "",
+               op->impls[i].defines ? op->impls[i].defines : "");
       ok = src && !append(&all, &len, &cap, head, strlen(head)) &&
            !append(&all, &len, &cap, src, strlen(src));
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/attention_hopper.h"
 #include "ops/op.h"
 
 #define SCREE__ARGS_T scree_attention_args
@@ -57,7 +58,6 @@ static const scree__arg schema[] = {
 
 enum { F_BM, F_BN, F_WARPS, F_STAGES, F_QREG, F_SCHED };
 enum { V_DTYPE, V_D, V_CAUSAL, V_WINDOW };
-enum { H_BN, H_CWG, H_STAGES, H_SCHED, H_OVL, H_NFIELDS }; /* impl=hopper */
 
 static const scree__field fields[] = {
     {"bm", "SCREE_BM", 2, {64, 128}},
@@ -169,13 +169,9 @@ static void default_config(const scree__target *t, const scree__variant *var, co
      * one on the benchmark cases. On an H100 sweep this config was within
      * 2% of the best hopper config at head_dim 64, where the overlap of
      * softmax and P V cost 8-12%; at 128 the overlap (ovl) was within 5%
-     * of the best and without it up to 6% slower. */
+     * of the best and without it up to 6% slower (ops/attention_hopper.c). */
     out->impl = 1;
-    out->v[H_BN] = 128;
-    out->v[H_CWG] = 2;
-    out->v[H_STAGES] = 2;
-    out->v[H_SCHED] = 2;
-    out->v[H_OVL] = d == 128;
+    scree__hopper_default(d, out);
     return;
   }
   const int small_smem = t->smem_optin < 200 * 1024;
@@ -301,92 +297,33 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   return SCREE_OK;
 }
 
-/* ---- the Hopper implementation (kernels/attention_hopper.cu) -------------- */
+/* ---- the Hopper implementation (kernels/attention_hopper.cu) --------------
+ * Fields, check, shared memory and tensor maps shared with paged attention's
+ * (ops/attention_hopper.c). */
 
-static const scree__field hfields[H_NFIELDS] = {
-    {"bn", "SCREE_BN", 2, {64, 128}},
-    {"cwg", "SCREE_CWG", 3, {1, 2, 3}},
-    {"stages", "SCREE_STAGES", 3, {2, 3, 4}},
-    {"sched", "SCREE_SCHED", 2, {1, 2}},
-    {"ovl", "SCREE_OVL", 2, {0, 1}},
-};
-
-/* Mirrors the kernel's layout: Q (64 * cwg rows), STAGES K and V tiles,
- * 1024 bytes of alignment slack, the mbarriers and two work slots. */
 static size_t hsmem(const scree__config *c, const scree__variant *var) {
-  const size_t row = (size_t)var->v[V_D] * 2;
-  return row * (size_t)(64 * c->v[H_CWG] + 2 * c->v[H_STAGES] * c->v[H_BN]) +
-         (size_t)8 * (size_t)(7 + 4 * c->v[H_STAGES]) + 16 + 1024;
+  return scree__hopper_smem(c, var->v[V_D]);
 }
 
-static int hthreads(const scree__config *c) { return 128 * (c->v[H_CWG] + 1); }
-
-/* Mirrors the static_asserts of kernels/attention_hopper.cu. */
 static int hcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
                   char *why, size_t n) {
-  const int bn = c->v[H_BN], cwg = c->v[H_CWG], stages = c->v[H_STAGES], d = var->v[V_D];
-  if (var->v[V_DTYPE] != SCREE_DTYPE_FP16 && var->v[V_DTYPE] != SCREE_DTYPE_BF16) {
-    scree__set_why(why, n, "dtype code %d is not fp16 or bf16", var->v[V_DTYPE]);
-    return 0;
-  }
-  if (d != 64 && d != 128) {
-    scree__set_why(why, n, "head_dim=%d: the hopper implementation covers 64 and 128 (the "
-                   "generic one serves the others)", d);
-    return 0;
-  }
+  if (!scree__hopper_check(c, var->v[V_DTYPE], var->v[V_D], 0, t, why, n)) return 0;
   if ((var->v[V_CAUSAL] | var->v[V_WINDOW]) & ~1) {
     scree__set_why(why, n, "causal and window are 0 or 1");
-    return 0;
-  }
-  if ((bn != 64 && bn != 128) || cwg < 1 || cwg > 3 || stages < 2 || stages > 4 ||
-      (c->v[H_SCHED] != 1 && c->v[H_SCHED] != 2) || (c->v[H_OVL] & ~1)) {
-    scree__set_why(why, n, "bn=%d, cwg=%d, stages=%d, sched=%d, ovl=%d: bn is 64 or 128, cwg "
-                   "1..3, stages 2..4, sched 1 or 2, ovl 0 or 1", bn, cwg, stages,
-                   c->v[H_SCHED], c->v[H_OVL]);
-    return 0;
-  }
-  /* The consumers' registers: 65536 less the producer's 24 a thread, shared
-   * by cwg warpgroups (at most 240 a thread); the accumulators of S, O and
-   * P plus about 48 of addresses and softmax state must fit. */
-  int regs = (65536 / 128 - 24) / cwg / 8 * 8;
-  if (regs > 240) regs = 240;
-  const int acc = bn / 2 + d / 2 + bn / 4;
-  if (acc + 48 > regs) {
-    scree__set_why(why, n, "bn=%d, head_dim=%d: %d accumulator registers a thread, past the "
-                   "%d a consumer of %d warpgroups has", bn, d, acc, regs - 48, cwg);
-    return 0;
-  }
-  if (!scree__check_smem(hsmem(c, var), t, why, n)) return 0;
-  if (!t->tensor_maps) {
-    scree__set_why(why, n, "the driver has no cuTensorMapEncodeTiled (tensor maps)");
     return 0;
   }
   return 1;
 }
 
-/* cuTensorMapEncodeTiled's enums (cuda.h). */
-#define TMAP_FP16 6
-#define TMAP_BF16 9
-#define TMAP_SWIZZLE_128B 3
-#define TMAP_L2_256B 3
-
 /* A (head_dim, heads, tokens) map over one packed tensor, boxes of 64
- * columns x 1 head x rows tokens, 128-byte swizzle, zeros past the end. */
+ * columns x 1 head x rows tokens. */
 static scree_status tmap(scree_context *ctx, void *map, const char *name, scree_devptr p,
                          scree_dtype dt, int64_t d, int64_t heads, int64_t tokens, int64_t ts,
                          int64_t hs, unsigned rows) {
   const uint64_t dims[3] = {(uint64_t)d, (uint64_t)heads, (uint64_t)(tokens > 0 ? tokens : 1)};
   const uint64_t st[2] = {(uint64_t)hs * 2, (uint64_t)ts * 2};
-  const unsigned box[3] = {64, 1, rows}, es[3] = {1, 1, 1};
-  CUresult r = ctx->cu->TensorMapEncodeTiled(map, dt == SCREE_DTYPE_BF16 ? TMAP_BF16 : TMAP_FP16,
-                                             3, (void *)(uintptr_t)p, dims, st, box, es, 0,
-                                             TMAP_SWIZZLE_128B, TMAP_L2_256B, 0);
-  if (r) {
-    char what[64];
-    snprintf(what, sizeof what, "cuTensorMapEncodeTiled(%s)", name);
-    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, what);
-  }
-  return SCREE_OK;
+  const unsigned box[3] = {64, 1, rows};
+  return scree__hopper_tmap(ctx, map, name, p, dt, 3, dims, st, box);
 }
 
 static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
@@ -397,7 +334,7 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
                        "attention impl=hopper needs cuTensorMapEncodeTiled, which this driver "
                        "does not export");
   const strides s = strides_of(a);
-  const int bm = 64 * c->v[H_CWG], bn = c->v[H_BN], sched = c->v[H_SCHED];
+  const int bm = 64 * c->v[SCREE__H_CWG], bn = c->v[SCREE__H_BN];
   const int64_t cap = tile_cap(a, bm);
   if (cap * a->heads_q > 0x7fffffff)
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
@@ -437,13 +374,9 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   void *params[] = {mq.b,     mk.b,     mv.b,   &o,          &lse, &cu_q, &cu_k,   &ot,
                     &oh,      &total_q, &heads_q, &group,    &scale_log2, &wl, &wr, &cap_in,
                     &cap_out, &sched_ptr};
-  int64_t work = cap * heads_q;
-  if (sched == 2) {
-    const int64_t slots = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1);
-    if (work > slots) work = slots;
-  }
-  r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)hthreads(c), 1, 1,
-                            (unsigned)hsmem(c, var), stream, params, NULL);
+  const int64_t work = scree__hopper_grid(ctx, k, c, cap * heads_q);
+  r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)scree__hopper_threads(c),
+                            1, 1, (unsigned)hsmem(c, var), stream, params, NULL);
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention hopper)");
   return SCREE_OK;
 }
@@ -1052,8 +985,8 @@ static const scree__impl impls[] = {
      .adapt = adapt, .launch = launch},
     {SCREE__IMPL("hopper", "attention_hopper.cu", 90, 90, "scree_attention_hopper",
                  "scree_attention_schedule"),
-     .arch_specific = 1, .nfields = H_NFIELDS, .fields = hfields, .check = hcheck,
-     .smem = hsmem, .threads = hthreads, .launch = hlaunch},
+     .arch_specific = 1, .nfields = SCREE__H_NFIELDS, .fields = scree__hopper_fields,
+     .check = hcheck, .smem = hsmem, .threads = scree__hopper_threads, .launch = hlaunch},
 };
 
 SCREE__DEFINE_OP(attention, .validate = validate, .validate_buffers = validate_buffers,

@@ -25,6 +25,7 @@
 #define SCREE__MAX_BUFS 12
 #define SCREE__ARGS_MAX 512
 #define SCREE__MAX_ARGS 48 /* entries of a schema */
+#define SCREE__MAX_DEFINES 8 /* an implementation's fixed macros (scree__impl.defines) */
 
 /* One point of an op's config space: the implementation (index into
  * op->impls) and its field values in the implementation's order. */
@@ -233,6 +234,12 @@ typedef struct scree__impl {
   const char *entries[SCREE__MAX_ENTRIES]; /* extern "C" kernels; [0] the main one */
   int min_sm, max_sm;   /* architectures it runs on (max_sm 0: no bound) */
   int arch_specific;    /* compiled for the "a" target (sm_90a): wgmma, setmaxnreg */
+  /* Optional: fixed macros of this implementation, "NAME=VALUE" pairs
+   * separated by spaces (at most SCREE__MAX_DEFINES), passed as -DNAME=VALUE
+   * after the config's and variant's; part of the source hash. Lets two
+   * implementations share one kernel file (paged attention's "hopper":
+   * attention_hopper.cu with SCREE_PAGED=1). NULL: none. */
+  const char *defines;
   int nfields;
   const scree__field *fields;
   /* 1 if cfg may compile and run for var on target, else 0 with the reason.

@@ -1,15 +1,17 @@
 /* paged_attention.c - attention over a paged KV cache, the host side: its
  * arguments, config space and constraints, the launch (plan kernel and
  * main kernel), buckets, the problems it is tuned and checked on, the CPU
- * reference and the benchmark entries. The kernel is
- * kernels/paged_attention.cu; docs/kernels/paged-attention.md describes the
- * algorithm and the choices. */
+ * reference and the benchmark entries. The kernels are
+ * kernels/paged_attention.cu (impl "split") and kernels/attention_hopper.cu
+ * compiled with SCREE_PAGED=1 (impl "hopper", sm_90a, for prefill);
+ * docs/kernels/paged-attention.md describes the algorithms and the choices. */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/attention_hopper.h"
 #include "ops/op.h"
 
 #define SCREE__ARGS_T scree_paged_attention_args
@@ -69,6 +71,7 @@ static const scree__arg schema[] = {
 
 enum { F_BM, F_BN, F_WARPS, F_STAGES, F_SPLIT, F_N };
 enum { V_DTYPE, V_D };
+enum { IMPL_SPLIT, IMPL_HOPPER }; /* impls[], below */
 
 static const scree__field fields[F_N] = {
     {"bm", "SCREE_BM", 4, {16, 32, 64, 128}},
@@ -159,32 +162,6 @@ static int64_t seq_rows(const scree_paged_attention_args *a) {
   return (a->max_seqlen_q > 0 ? a->max_seqlen_q : 1) * (group > 0 ? group : 1);
 }
 
-/* The default (docs/kernels/paged-attention.md): the smallest row tile that
- * holds a sequence's rows (16 for a decode step of up to 16 query heads a
- * KV head), 4 warps (with 16 rows, 4 key warps of 16 keys a tile), 64-key
- * tiles, three stages (two at head_dim 256: shared memory), and splits
- * aimed at 2 items per SM slot. */
-static void default_config(const scree__target *t, const scree__variant *var, const void *args,
-                           scree__config *out) {
-  memset(out, 0, sizeof *out);
-  const int64_t rows = args ? seq_rows(args) : 16;
-  out->v[F_BM] = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
-  out->v[F_BN] = 64;
-  out->v[F_WARPS] = 4;
-  out->v[F_STAGES] = var->v[V_D] == 256 ? 2 : 3;
-  out->v[F_SPLIT] = 2;
-  if (!check(out, var, t, NULL, 0)) out->v[F_STAGES] = 2;
-}
-
-/* A row tile far larger than a sequence's rows only adds empty MMA rows. */
-static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
-  (void)var;
-  const int64_t rows = seq_rows(args);
-  return c->v[F_BM] <= 16 || c->v[F_BM] <= 2 * scree__pow2_ceil(rows);
-}
-
-/* ---- the launch ------------------------------------------------------------ */
-
 typedef struct strides {
   int64_t qt, qh, ot, oh, cp, ct, ch;
 } strides;
@@ -201,6 +178,75 @@ static strides strides_of(const scree_paged_attention_args *a) {
   s.cp = a->cache_page_stride ? a->cache_page_stride : a->page_size * s.ct;
   return s;
 }
+
+/* The split implementation's default (docs/kernels/paged-attention.md):
+ * the smallest row tile that holds a sequence's rows (16 for a decode step
+ * of up to 16 query heads a KV head), 4 warps (with 16 rows, 4 key warps of
+ * 16 keys a tile), 64-key tiles, three stages (two at head_dim 256: shared
+ * memory), and splits aimed at 2 items per SM slot. */
+static void split_default(const scree__variant *var, const void *args, scree__config *out) {
+  memset(out, 0, sizeof *out);
+  const int64_t rows = args ? seq_rows(args) : 16;
+  out->v[F_BM] = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+  out->v[F_BN] = 64;
+  out->v[F_WARPS] = 4;
+  out->v[F_STAGES] = var->v[V_D] == 256 ? 2 : 3;
+  out->v[F_SPLIT] = 2;
+}
+
+/* Whether the hopper implementation can run a call: pages of 8 tokens or
+ * more (a chunk of a key tile is a page, or BN keys of one, and must be a
+ * multiple of 8 rows: the copy engine's 128-byte swizzle repeats every
+ * 1024 bytes), and cache strides the copy engine's tensor maps take (below
+ * 2^40 bytes; the schema's 8-element multiples and 16-byte aligned
+ * pointers give the rest of what TMA needs). */
+static int64_t mul_sat(int64_t x, int64_t y) {
+  int64_t r;
+  return __builtin_mul_overflow(x, y, &r) ? INT64_MAX : r;
+}
+static int hopper_serves(const scree_paged_attention_args *a) {
+  if (a->page_size < 8) return 0;
+  /* strides_of's, saturating: extreme shapes (a bucket's representative)
+   * must not overflow, and this runs on every call (adapt_class). */
+  const int64_t lim = (int64_t)1 << 39, d = a->head_dim; /* elements of 2 bytes */
+  const int64_t ct = a->cache_token_stride ? a->cache_token_stride : mul_sat(a->heads_kv, d);
+  const int64_t cp = a->cache_page_stride ? a->cache_page_stride : mul_sat(a->page_size, ct);
+  const int64_t ch = a->cache_head_stride ? a->cache_head_stride : d;
+  const int64_t qt = a->q_token_stride ? a->q_token_stride : mul_sat(a->heads_q, d);
+  const int64_t qh = a->q_head_stride ? a->q_head_stride : d;
+  return cp < lim && ct < lim && ch < lim && qt < lim && qh < lim;
+}
+
+/* Prefill-like calls on sm_90 take the hopper implementation: head_dim 64
+ * or 128, pages of 8 or more, and a longest query sequence of more than 64
+ * tokens (its bucket, the power of two above, 128 or more: one q tile of
+ * the hopper default's 128 rows, which hold one query head's tokens; the
+ * split kernel packs the GQA group into its rows instead, so short query
+ * sequences, decode above all, stay with it). With attention.c's hopper
+ * default for the head_dim. Else the split default. */
+static void default_config(const scree__target *t, const scree__variant *var, const void *args,
+                           scree__config *out) {
+  const scree_paged_attention_args *a = args;
+  const int d = var->v[V_D];
+  if (a && t->sm == 90 && t->tensor_maps && (d == 64 || d == 128) && hopper_serves(a) &&
+      scree__pow2_ceil(a->max_seqlen_q) >= 128) {
+    memset(out, 0, sizeof *out);
+    out->impl = IMPL_HOPPER;
+    scree__hopper_default(d, out);
+    if (scree__hopper_check(out, var->v[V_DTYPE], d, 1, t, NULL, 0)) return;
+  }
+  split_default(var, args, out);
+  if (!check(out, var, t, NULL, 0)) out->v[F_STAGES] = 2;
+}
+
+/* A row tile far larger than a sequence's rows only adds empty MMA rows. */
+static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
+  (void)var;
+  const int64_t rows = seq_rows(args);
+  return c->v[F_BM] <= 16 || c->v[F_BM] <= 2 * scree__pow2_ceil(rows);
+}
+
+/* ---- the launch ------------------------------------------------------------ */
 
 static int log2i(int64_t v) {
   int l = 0;
@@ -278,6 +324,121 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
                             (unsigned)threads(c), 1, 1, (unsigned)smem(c, var), stream, params,
                             NULL);
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(paged attention)");
+  return SCREE_OK;
+}
+
+/* ---- the hopper implementation ---------------------------------------------
+ * kernels/attention_hopper.cu with SCREE_PAGED=1: scree_attention's hopper
+ * kernel (warpgroup MMAs, a producer warpgroup's copy engine loads, the
+ * longest-first schedule of work items (sequence, q tile, query head)) with
+ * K and V copied page by page through 4-d tensor maps. Its fields, check,
+ * shared memory and default are scree_attention's (ops/attention_hopper.c).
+ * Causal and the window are run-time: SCREE_CAUSAL=0 SCREE_WINDOW=1, the
+ * causal flag passed as the window's right side 0 (the reference's
+ * min(window_right, 0) with -1 unbounded, which is 0). */
+
+static size_t hsmem(const scree__config *c, const scree__variant *var) {
+  return scree__hopper_smem(c, var->v[V_D]);
+}
+
+static int hcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
+                  char *why, size_t n) {
+  return scree__hopper_check(c, var->v[V_DTYPE], var->v[V_D], 1, t, why, n);
+}
+
+/* A call the hopper kernel cannot run (hopper_serves: pages of fewer than
+ * 8 tokens) takes the split implementation's default instead, whatever
+ * config it came with (cached, shipped, tuned, asked for). */
+static void hadapt(scree__config *c, const scree__variant *var, const void *args) {
+  if (!hopper_serves(args)) split_default(var, args, c);
+}
+
+/* The plan key's class: whether hadapt turns hopper configs into split. */
+static int adapt_class(const scree__variant *var, const void *args) {
+  (void)var;
+  return !hopper_serves(args);
+}
+
+/* A q tile (one query head's 64 * cwg tokens) far larger than the longest
+ * query sequence only adds empty rows. */
+static int hworth_timing(const scree__config *c, const scree__variant *var, const void *args) {
+  (void)var;
+  const scree_paged_attention_args *a = args;
+  return 64 * c->v[SCREE__H_CWG] <= 2 * scree__pow2_ceil(a->max_seqlen_q);
+}
+
+/* Upper bound of the (sequence, q tile) pairs, as attention.c's. */
+static int64_t htile_cap(const scree_paged_attention_args *a, int bm) {
+  const int64_t by_len = a->batch * scree__cdiv(a->max_seqlen_q, bm);
+  const int64_t by_tokens = scree__cdiv(a->total_q, bm) + a->batch;
+  return by_len < by_tokens ? by_len : by_tokens;
+}
+
+static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                            const scree__variant *var, const void *args, CUstream stream) {
+  const scree_paged_attention_args *a = args;
+  if (!ctx->cu->TensorMapEncodeTiled)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "paged_attention impl=hopper needs cuTensorMapEncodeTiled, which this "
+                       "driver does not export");
+  if (!hopper_serves(a))
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "paged_attention impl=hopper needs page_size >= 8 and cache strides "
+                       "below 2^40 bytes (page_size=%lld)", (long long)a->page_size);
+  const strides s = strides_of(a);
+  const int bm = 64 * c->v[SCREE__H_CWG], bn = c->v[SCREE__H_BN];
+  const int64_t cap = htile_cap(a, bm);
+  if (cap * a->heads_q > 0x7fffffff)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "%lld query tiles x %lld heads exceed a grid of 2^31 CTAs",
+                       (long long)cap, (long long)a->heads_q);
+  struct {
+    _Alignas(64) unsigned char b[128];
+  } mq, mk, mv;
+  const uint64_t d = (uint64_t)a->head_dim;
+  const uint64_t qdims[3] = {d, (uint64_t)a->heads_q, (uint64_t)a->total_q};
+  const uint64_t qst[2] = {(uint64_t)s.qh * 2, (uint64_t)s.qt * 2};
+  const unsigned qbox[3] = {64, 1, (unsigned)bm};
+  /* The caches: (head_dim, heads_kv, tokens of a page, pages); a box is a
+   * chunk of R = min(page_size, BN) keys of one page. */
+  const uint64_t cdims[4] = {d, (uint64_t)a->heads_kv, (uint64_t)a->page_size,
+                             (uint64_t)a->num_pages};
+  const uint64_t cst[3] = {(uint64_t)s.ch * 2, (uint64_t)s.ct * 2, (uint64_t)s.cp * 2};
+  const unsigned rows = (unsigned)(a->page_size < bn ? a->page_size : bn);
+  const unsigned cbox[4] = {64, 1, rows, 1};
+  scree_status st;
+  if ((st = scree__hopper_tmap(ctx, mq.b, "q", a->q, a->dtype, 3, qdims, qst, qbox)) ||
+      (st = scree__hopper_tmap(ctx, mk.b, "k_cache", a->k_cache, a->dtype, 4, cdims, cst, cbox)) ||
+      (st = scree__hopper_tmap(ctx, mv.b, "v_cache", a->v_cache, a->dtype, 4, cdims, cst, cbox)))
+    return st;
+  uint64_t o = a->out, lse = a->lse, cu_q = a->cu_seqlens_q, sk = a->seqlens_k,
+           bt = a->block_table;
+  long long ot = s.ot, oh = s.oh, total_q = a->total_q, bts = a->block_table_stride;
+  int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
+  int logp = log2i(a->page_size);
+  int wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
+  int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
+  if (a->causal) wr = 0; /* min(window_right, 0), -1 being unbounded */
+  const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->head_dim);
+  float sl2 = (float)(scale * 1.4426950408889634);
+  float cap_in = a->softcap > 0.f ? (float)(scale / a->softcap) : 0.f;
+  float cap_out = a->softcap > 0.f ? (float)(a->softcap / scale) : 0.f;
+  CUdeviceptr ws;
+  st = scree__workspace(ctx, stream, (size_t)(2 + 2 * cap) * sizeof(int), &ws);
+  if (st) return st;
+  uint64_t sched_ptr = ws;
+  int capi = (int)cap;
+  void *pp[] = {&cu_q, &sk, &batch, &sched_ptr, &capi, &wl, &wr};
+  CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
+  if (r)
+    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(paged attention schedule)");
+  void *params[] = {mq.b,  mk.b,     mv.b,    &o,     &lse,       &cu_q, &sk,     &bt,
+                    &bts,  &logp,    &ot,     &oh,    &total_q,   &heads_q, &group, &sl2,
+                    &wl,   &wr,      &cap_in, &cap_out, &sched_ptr};
+  const int64_t work = scree__hopper_grid(ctx, k, c, cap * heads_q);
+  r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)scree__hopper_threads(c),
+                            1, 1, (unsigned)hsmem(c, var), stream, params, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(paged attention hopper)");
   return SCREE_OK;
 }
 
@@ -766,8 +927,10 @@ SCREE__REFERENCE(paged_attention) {
 }
 
 /* ---- benchmark entries ----------------------------------------------------
- * Decode steps (bench/compare_torch.py --paged has the whole table, with
- * FlashAttention-2 and a copy side by side). */
+ * Decode steps (bench/compare_torch.py --op paged has the whole table, with
+ * FlashAttention-2 and a copy side by side), and a chunked prefill (the
+ * hopper implementation on sm_90; --paged-set prefill compares it with
+ * scree_attention on the same data). */
 static const char *const bench[] = {
     "dtype=bf16,head_dim=128 batch=64,max_seqlen_q=1,max_seqlen_k=4096,page_size=16,"
     "heads_q=32,heads_kv=8,head_dim=128,window_left=-1,window_right=-1",
@@ -775,15 +938,23 @@ static const char *const bench[] = {
     "heads_q=32,heads_kv=8,head_dim=128,window_left=-1,window_right=-1",
     "dtype=bf16,head_dim=128 batch=8,max_seqlen_q=1,max_seqlen_k=32768,page_size=64,"
     "heads_q=64,heads_kv=8,head_dim=128,window_left=-1,window_right=-1",
+    "dtype=bf16,head_dim=128 batch=2,max_seqlen_q=2048,max_seqlen_k=16384,page_size=16,"
+    "heads_q=32,heads_kv=8,head_dim=128,window_left=-1,window_right=-1",
     NULL,
 };
 
 static const scree__impl impls[] = {
-    {SCREE__IMPL("split", "paged_attention.cu", 80, 0, "scree_paged_attention",
-                 "scree_paged_plan"),
-     .nfields = F_N, .fields = fields, .check = check, .smem = smem, .threads = threads,
-     .worth_timing = worth_timing, .launch = launch},
+    [IMPL_SPLIT] = {SCREE__IMPL("split", "paged_attention.cu", 80, 0, "scree_paged_attention",
+                                "scree_paged_plan"),
+                    .nfields = F_N, .fields = fields, .check = check, .smem = smem,
+                    .threads = threads, .worth_timing = worth_timing, .launch = launch},
+    [IMPL_HOPPER] = {SCREE__IMPL("hopper", "attention_hopper.cu", 90, 90,
+                                 "scree_paged_attention_hopper", "scree_attention_schedule"),
+                     .arch_specific = 1, .defines = "SCREE_PAGED=1 SCREE_CAUSAL=0 SCREE_WINDOW=1",
+                     .nfields = SCREE__H_NFIELDS, .fields = scree__hopper_fields, .check = hcheck,
+                     .smem = hsmem, .threads = scree__hopper_threads, .adapt = hadapt,
+                     .worth_timing = hworth_timing, .launch = hlaunch},
 };
 
 SCREE__DEFINE_OP(paged_attention, .validate = validate, .validate_buffers = validate_buffers,
-                 .bucket = bucket);
+                 .bucket = bucket, .adapt_class = adapt_class);

@@ -273,6 +273,8 @@ static const bad_case bad_cases[] = {
      "impl=hopper,bn=64,cwg=2,stages=2,sched=1,ovl=0"}, /* head_dim 96 */
     {"ragged_softmax", "x=bf16,y=fp16",
      "impl=cluster,tpr=8,vec=8,warps=8,stok=256,stages=2,csize=8,e1=1"}, /* e in bf16, y fp16 */
+    {"paged_attention", "dtype=fp16,head_dim=128",
+     "impl=hopper,bn=128,cwg=3,stages=2,sched=2,ovl=1"}, /* 176 accumulator registers of 160 */
 };
 
 START_TEST(host_check_matches_static_asserts) {
@@ -301,6 +303,58 @@ START_TEST(host_check_matches_static_asserts) {
     ck_assert_msg(log && strstr(log, "static assertion"), "log: %s", log ? log : "");
     free(log);
   }
+}
+END_TEST
+
+/* An implementation's fixed macros (scree__impl.defines) reach NVRTC and
+ * the source hash: paged attention's hopper implementation is
+ * attention_hopper.cu with SCREE_PAGED=1 (entry scree_paged_attention_hopper,
+ * which only exists with it), SCREE_CAUSAL=0, SCREE_WINDOW=1 (required by
+ * the kernel, absent from the op's variant). The op's every hopper config
+ * compiles in its sweep (arch_specific_space_compiles). */
+START_TEST(impl_defines_compile_and_hash) {
+  const scree__op *op = scree__op_find("paged_attention");
+  int h = -1;
+  for (int i = 0; i < op->nimpls; i++)
+    if (!strcmp(op->impls[i].name, "hopper")) h = i;
+  ck_assert_int_ge(h, 0);
+  ck_assert_ptr_nonnull(op->impls[h].defines);
+  const scree__variant var = {{SCREE_DTYPE_BF16, 128}};
+  scree__target t = {90, 227 * 1024, 1};
+  scree_paged_attention_args a = {.batch = 2, .total_q = 4096, .max_seqlen_q = 2048,
+                                  .max_seqlen_k = 16384, .num_pages = 2048, .page_size = 16,
+                                  .block_table_stride = 1024, .heads_q = 32, .heads_kv = 8,
+                                  .head_dim = 128, .dtype = SCREE_DTYPE_BF16, .causal = 1,
+                                  .window_left = -1, .window_right = -1};
+  scree__config cfg;
+  op->default_config(&t, &var, &a, &cfg);
+  ck_assert_int_eq(cfg.impl, h);
+  void *cubin;
+  size_t size;
+  char *log = NULL;
+  ck_assert_msg(scree__compile(nv, op, &cfg, &var, "sm_90a", NULL, &cubin, &size, &log) == SCREE_OK,
+                "%s", log ? log : "");
+  ck_assert(memmem(cubin, size, "scree_paged_attention_hopper", 28) != NULL);
+  free(cubin);
+  free(log);
+  /* The same op with other defines hashes apart; without them the kernel
+   * does not compile (its macros are missing). */
+  scree__impl impls[SCREE__MAX_IMPLS];
+  memcpy(impls, op->impls, (size_t)op->nimpls * sizeof *impls);
+  scree__op other = *op;
+  other.impls = impls;
+  impls[h].defines = "SCREE_PAGED=1 SCREE_CAUSAL=0 SCREE_WINDOW=0";
+  ck_assert_str_ne(scree__source_hash(op), scree__source_hash(&other));
+  scree__op none = *op;
+  scree__impl impls2[SCREE__MAX_IMPLS];
+  memcpy(impls2, op->impls, (size_t)op->nimpls * sizeof *impls2);
+  impls2[h].defines = NULL;
+  none.impls = impls2;
+  ck_assert_str_ne(scree__source_hash(op), scree__source_hash(&none));
+  log = NULL;
+  ck_assert_int_eq(scree__compile(nv, &none, &cfg, &var, "sm_90a", NULL, &cubin, &size, &log),
+                   SCREE_ERROR_COMPILE);
+  free(log);
 }
 END_TEST
 
@@ -472,6 +526,7 @@ int main(void) {
   tcase_add_test(quick, host_check_matches_static_asserts);
   tcase_add_test(quick, arch_specific_target_compiles);
   tcase_add_test(quick, config_strings_roundtrip);
+  tcase_add_test(quick, impl_defines_compile_and_hash);
   tcase_add_test(quick, every_op_has_a_sweep);
   tcase_add_loop_test(sweep, whole_space_compiles, 0, 2);
   tcase_add_loop_test(sweep, every_variant_compiles, 0, 2);

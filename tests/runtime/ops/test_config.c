@@ -1,6 +1,6 @@
 /* test_config.c - the generic text forms of ops/config.c (configs, variants,
- * buckets, shapes), RMSNorm's bucket and alignment hooks, and cache keys
- * (no GPU). */
+ * buckets, shapes), RMSNorm's bucket and alignment hooks, cache keys, and
+ * paged attention's choice of implementation (no GPU). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,10 +324,95 @@ START_TEST(shapes_files) {
 }
 END_TEST
 
+/* Paged attention's hopper implementation: the default takes it for
+ * prefill-like calls on sm_90 with tensor maps (head_dim 64 or 128, pages of
+ * 8 tokens or more, a longest query sequence above 64), with scree_attention's
+ * hopper default, and the split implementation otherwise. A call with pages
+ * of 1 token never runs it: its adapt turns any hopper config (cached,
+ * shipped, asked for) into the split default for the call, which dispatch,
+ * the tuner and verify apply to every config, and the plan key's class
+ * keeps such calls apart. */
+START_TEST(paged_hopper_choice) {
+  const scree__op *pa = scree__op_find("paged_attention"), *at = scree__op_find("attention");
+  int split = -1, hopper = -1;
+  for (int i = 0; i < pa->nimpls; i++) {
+    if (!strcmp(pa->impls[i].name, "split")) split = i;
+    if (!strcmp(pa->impls[i].name, "hopper")) hopper = i;
+  }
+  ck_assert_int_ge(split, 0);
+  ck_assert_int_ge(hopper, 0);
+  ck_assert_ptr_nonnull(pa->impls[hopper].adapt);
+  scree__target h100 = {90, 227 * 1024, 1};
+  const scree__target a100 = {80, 163 * 1024, 1};
+  scree__variant var = {{SCREE_DTYPE_BF16, 128}};
+  scree_paged_attention_args a = {
+      .batch = 4, .total_q = 4 * 4096, .max_seqlen_q = 4096, .max_seqlen_k = 4096,
+      .num_pages = 1024, .page_size = 16, .block_table_stride = 256, .heads_q = 32,
+      .heads_kv = 8, .head_dim = 128, .dtype = SCREE_DTYPE_BF16, .causal = 1,
+      .window_left = -1, .window_right = -1};
+  scree__config c, want;
+  char why[256] = "";
+  pa->default_config(&h100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, hopper);
+  ck_assert_msg(scree__config_check(pa, &c, &var, &h100, why, sizeof why), "%s", why);
+  /* scree_attention's hopper default for the same head_dim */
+  const scree__variant avar = {{SCREE_DTYPE_BF16, 128, 1, 0}};
+  at->default_config(&h100, &avar, NULL, &want);
+  ck_assert_str_eq(at->impls[want.impl].name, "hopper");
+  ck_assert_int_eq(memcmp(c.v, want.v, sizeof c.v), 0);
+  scree__config hc = c;
+  /* not prefill-like, or not on sm_90: split */
+  pa->default_config(&a100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, split);
+  h100.tensor_maps = 0;
+  pa->default_config(&h100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, split);
+  h100.tensor_maps = 1;
+  a.max_seqlen_q = 64;
+  pa->default_config(&h100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, split);
+  a.max_seqlen_q = 65;
+  pa->default_config(&h100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, hopper);
+  var.v[1] = 256;
+  pa->default_config(&h100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, split);
+  var.v[1] = 64;
+  pa->default_config(&h100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, hopper);
+  var.v[1] = 128;
+  ck_assert(scree__config_check(pa, &hc, &var, &h100, NULL, 0));
+  /* page size 8: the hopper config stays; page size 1: the split default */
+  a.page_size = 8;
+  const int cls8 = scree__adapt_class(pa, &var, &a);
+  c = hc;
+  pa->impls[hopper].adapt(&c, &var, &a);
+  ck_assert_int_eq(memcmp(&c, &hc, sizeof c), 0);
+  a.page_size = 1;
+  ck_assert_int_ne(scree__adapt_class(pa, &var, &a), cls8);
+  pa->default_config(&h100, &var, &a, &c);
+  ck_assert_int_eq(c.impl, split);
+  want = c;
+  c = hc;
+  pa->impls[hopper].adapt(&c, &var, &a);
+  ck_assert_int_eq(c.impl, split);
+  ck_assert_int_eq(memcmp(&c, &want, sizeof c), 0);
+  ck_assert_msg(scree__config_check(pa, &c, &var, &h100, why, sizeof why), "%s", why);
+  /* a call's representative (the tuner's, verify's) adapts alike */
+  scree__bucket b;
+  scree__bucket_of(pa, &var, &a, &b);
+  _Alignas(16) unsigned char rep[SCREE__ARGS_MAX];
+  pa->representative(&b, &var, 0, rep);
+  c = hc;
+  pa->impls[hopper].adapt(&c, &var, rep);
+  ck_assert_int_eq(c.impl, split);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "config", .setup_once = setup,
                 .tests = SCREE_TESTS(rows_round_up_to_powers_of_two_cols_exact,
                                      bucket_strings_roundtrip, attention_buckets,
                                      configs_roundtrip_and_check, representative_shapes,
                                      alignment_classes, alignment_class_matches_definition,
                                      variant_strings_roundtrip, cache_key_names_everything,
-                                     shapes_files))
+                                     shapes_files, paged_hopper_choice))

@@ -19,7 +19,15 @@
  * one chunk per sequence to the most the plan makes, a spread of tile
  * shapes (every config of the space in the slow set), every safelisted
  * config, SCREE_VALIDATE's checks of device-side lengths and block tables,
- * and an empty call that launches nothing. */
+ * and an empty call that launches nothing. On sm_90, the hopper
+ * implementation (kernels/attention_hopper.cu, SCREE_PAGED) on prefill
+ * batches: query lengths 1 to 1000 mixed against prefixes of 0 to 3000
+ * keys, pages of 8, 16, 64 and 256 tokens (chunks of a key tile smaller,
+ * equal and larger than a page), shuffled and shared pages, last pages
+ * partly filled, GQA, causal and not, windows, softcap, LSE; a few configs
+ * in the quick set, every valid hopper config in the slow set; and a call
+ * with pages of 1 token that the hopper config it is given turns into the
+ * split implementation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +111,143 @@ static int check_configs(const pcase *c, const scree__config *cfgs, int n) {
   scree__run_free(ctx, &r);
   return ran;
 }
+
+/* The index of the implementation called name. */
+static int impl_index(const char *name) {
+  for (int i = 0; i < op->nimpls; i++)
+    if (!strcmp(op->impls[i].name, name)) return i;
+  ck_abort_msg("no implementation %s", name);
+  return -1;
+}
+
+/* 1 if this device runs the hopper implementation (sm_90, tensor maps). */
+static int have_hopper(void) {
+  scree__target t;
+  scree__target_of(ctx, &t);
+  if (t.sm == 90 && t.tensor_maps) return 1;
+  printf("SKIP: the hopper implementation needs sm_90 and tensor maps (sm_%d)\n", t.sm);
+  return 0;
+}
+
+/* Prefill batches: chunked prefill against cached prefixes (query lengths
+ * 1 to 1000 against 0 to 3000 keys, queries past the keys with none, a
+ * prefix shared by sequences 5 and 6 (the check problem shares their first
+ * pages), the last pages partly filled, 200 query tokens against 0 keys),
+ * for a page size. */
+static const int64_t prefill_lq[] = {1000, 130, 1, 64, 257, 700, 700, 9, 200, 513};
+static const int64_t prefill_lk[] = {1000, 2900, 3000, 64, 1, 1900, 2100, 9, 0, 3000};
+static pcase prefill_case(scree_dtype dt, int d, int page, int hq, int hkv, int causal,
+                          int64_t wl, int64_t wr, float softcap) {
+  const pcase c = {dt, d, page, hq, hkv, causal, wl, wr, softcap, 1000, 3000,
+                   prefill_lq, prefill_lk, (int)(sizeof prefill_lq / sizeof prefill_lq[0])};
+  return c;
+}
+
+/* The hopper configs of the checked space (each compiled), in *n. */
+static scree__config *hopper_space(const scree__variant *var, size_t *n) {
+  const int h = impl_index("hopper");
+  size_t all = 0, m = 0;
+  scree__config *cfgs = scree_test_checked_space(ctx, op, var, &all);
+  for (size_t i = 0; i < all; i++)
+    if (cfgs[i].impl == h) cfgs[m++] = cfgs[i];
+  *n = m;
+  return cfgs;
+}
+
+/* Quick: the hopper default and two more shapes (cwg 1 and 3, bn 64,
+ * sched 1) on prefill batches: page sizes 8, 16, 64, 256; GQA 32:8 causal,
+ * 8:2 non-causal with a window on both sides, 16:4 causal with a left
+ * window and softcap; bf16 d=128 and fp16 d=64. */
+START_TEST(hopper_prefill) {
+  if (!have_hopper()) return;
+  static const int pages[] = {8, 16, 64, 256};
+  const int page = pages[_i % 4];
+  const pcase cases[] = {
+      prefill_case(SCREE_DTYPE_BF16, 128, page, 32, 8, 1, -1, -1, 0),
+      prefill_case(SCREE_DTYPE_FP16, 64, page, 8, 2, 0, 300, 40, 0),
+      prefill_case(SCREE_DTYPE_BF16, 128, page, 16, 4, 1, 500, -1, 30.0f),
+  };
+  const pcase *c = &cases[_i / 4];
+  const scree__variant var = variant_of(c);
+  const int h = impl_index("hopper");
+  scree__config cfgs[3];
+  memset(cfgs, 0, sizeof cfgs);
+  scree__target t;
+  scree__target_of(ctx, &t);
+  const scree_paged_attention_args a = shape_of(c);
+  op->default_config(&t, &var, &a, &cfgs[0]);
+  ck_assert_int_eq(cfgs[0].impl, h); /* a prefill batch takes the hopper default */
+  cfgs[1] = scree_test_config(ctx, op, "impl=hopper,bn=64,cwg=1,stages=4,sched=1,ovl=0", &var);
+  cfgs[2] = scree_test_config(ctx, op, "impl=hopper,bn=64,cwg=3,stages=3,sched=2,ovl=1", &var);
+  ck_assert_int_eq(check_configs(c, cfgs, 3), 3);
+  if (_i < 4) check_public(c); /* through dispatch: the default for the call */
+}
+END_TEST
+
+/* Slow: every hopper config that passes the check, per page size (8, 16,
+ * 64, 256) on a causal GQA 32:8 bf16 d=128 batch, and per page size with
+ * fp16 d=64, a two-sided window and softcap. */
+START_TEST(hopper_every_config) {
+  if (!have_hopper()) return;
+  static const int pages[] = {8, 16, 64, 256};
+  const int page = pages[_i % 4];
+  const pcase c = _i < 4 ? prefill_case(SCREE_DTYPE_BF16, 128, page, 32, 8, 1, -1, -1, 0)
+                         : prefill_case(SCREE_DTYPE_FP16, 64, page, 8, 2, 0, 300, 40, 20.0f);
+  const scree__variant var = variant_of(&c);
+  size_t n = 0;
+  scree__config *cfgs = hopper_space(&var, &n);
+  const int ran = check_configs(&c, cfgs, (int)n);
+  free(cfgs);
+  printf("hopper_every_config page %d d=%d: %d configs ran\n", page, c.d, ran);
+  ck_assert_int_gt(ran, 20);
+}
+END_TEST
+
+/* Pages of 1 token: a hopper config (as a cache or a tuner might give)
+ * turns into the split implementation's default for the call (the adapt
+ * that dispatch applies), which runs correctly; the hopper launch itself
+ * refuses the call. */
+START_TEST(hopper_refuses_page_one) {
+  if (!have_hopper()) return;
+  static const int64_t lq[] = {300, 5};
+  static const int64_t lk[] = {600, 40};
+  const pcase c = {SCREE_DTYPE_BF16, 128, 1, 8, 2, 1, -1, -1, 0, 300, 600, lq, lk, 2};
+  const scree__variant var = variant_of(&c);
+  const scree_paged_attention_args a = shape_of(&c);
+  const int h = impl_index("hopper");
+  scree__config cfg = scree_test_config(ctx, op, "impl=hopper,bn=128,cwg=2,stages=2,sched=2,ovl=1",
+                                        &var);
+  const scree__config asked = cfg;
+  op->impls[h].adapt(&cfg, &var, &a);
+  ck_assert_int_eq(cfg.impl, impl_index("split"));
+  ck_assert_int_eq(check_configs(&c, &cfg, 1), 1);
+  scree__run r;
+  scree_test_make(ctx, op, &var, &a, &(scree__lens){c.n, c.lq, c.lk}, &r);
+  scree__kernel k;
+  ck_assert_int_eq(scree__kernel_get(ctx, op, &asked, &var, &k), SCREE_OK);
+  const scree_status st = op->impls[h].launch(ctx, &k, &asked, &var, r.p.args, stream);
+  ck_assert_msg(st == SCREE_ERROR_UNSUPPORTED && strstr(scree_last_error(ctx), "page_size"),
+                "%s: %s", scree_status_name(st), scree_last_error(ctx));
+  scree__run_free(ctx, &r);
+  check_public(&c);
+}
+END_TEST
+
+/* A small prefill batch on the hopper implementation with pages of 8 and
+ * 64 (what the sanitizers run: CK_RUN_CASE=hopper_race). */
+START_TEST(hopper_small) {
+  if (!have_hopper()) return;
+  static const int64_t lq[] = {150, 1, 70};
+  static const int64_t lk[] = {300, 20, 70};
+  for (int i = 0; i < 2; i++) {
+    const pcase c = {SCREE_DTYPE_BF16, 64, i ? 64 : 8, 4, 2, i, -1, -1, 0, 150, 300, lq, lk, 3};
+    const scree__variant var = variant_of(&c);
+    const scree__config cfg =
+        scree_test_config(ctx, op, "impl=hopper,bn=64,cwg=2,stages=2,sched=2,ovl=1", &var);
+    ck_assert_int_eq(check_configs(&c, &cfg, 1), 1);
+  }
+}
+END_TEST
 
 /* Every page size, decode-heavy GQA 8:2, causal (bf16) and not (fp16). */
 START_TEST(page_sizes) {
@@ -339,10 +484,11 @@ int main(void) {
   /* "quick" runs under compute-sanitizer (CK_RUN_CASE=quick); "full" is the
    * slow set (test_paged_attention_gpu_slow). */
   TCase *quick = tcase_create("quick"), *full = tcase_create("full"),
-        *race = tcase_create("race");
+        *race = tcase_create("race"), *hopper = tcase_create("hopper_race");
   tcase_set_timeout(quick, 1800);
   tcase_set_timeout(full, 1800);
   tcase_set_timeout(race, 1800);
+  tcase_set_timeout(hopper, 1800);
   tcase_set_tags(full, "slow");
   tcase_add_loop_test(quick, page_sizes, 0, 14);
   tcase_add_loop_test(quick, head_dims_dtypes, 0, 10);
@@ -352,12 +498,17 @@ int main(void) {
   tcase_add_loop_test(quick, splits_and_tiles, 0, 2);
   tcase_add_test(quick, validate_device_args);
   tcase_add_loop_test(quick, plan_paths, 0, 2);
+  tcase_add_loop_test(quick, hopper_prefill, 0, 12);
+  tcase_add_test(quick, hopper_refuses_page_one);
   tcase_add_test(full, long_keys);
   tcase_add_test(full, every_config);
   tcase_add_test(full, every_safelisted_config);
+  tcase_add_loop_test(full, hopper_every_config, 0, 8);
   tcase_add_test(race, small_race);
+  tcase_add_test(hopper, hopper_small);
   suite_add_tcase(s, quick);
   suite_add_tcase(s, full);
   suite_add_tcase(s, race);
+  suite_add_tcase(s, hopper);
   return scree_test_run(s, 1);
 }
