@@ -428,7 +428,8 @@ class Attn:
                 st(q, 0), st(q, 1), st(k, 0), st(k, 1), st(v, 0), st(v, 1), st(out, 0), st(out, 1),
                 np.int64(total_q), np.int32(batch), np.int32(heads_q),
                 np.int32(heads_q // heads_kv), np.float32(scale * math.log2(math.e)),
-                np.int32(wl), np.int32(wr), ptr(sched), np.int32(gx))
+                np.int32(wl), np.int32(wr), np.float32(0), np.float32(0),  # no softcap
+                ptr(sched), np.int32(gx))
         self.fwd(grid, (c.threads(), 1, 1), args, shared_mem=self.smem)
 
 

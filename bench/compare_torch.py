@@ -72,11 +72,13 @@ class AttnArgs(ctypes.Structure):
                 ("dtype", ctypes.c_int),  # scree_dtype
                 ("causal", ctypes.c_int),
                 ("scale", ctypes.c_float),
-                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64)]
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
+                ("softcap", ctypes.c_float)]
 
 
 # The C layout on x86-64 and aarch64 (offsetof / sizeof from scree.h).
-assert ctypes.sizeof(AttnArgs) == 216 and AttnArgs.window_left.offset == 200, "AttnArgs layout"
+assert ctypes.sizeof(AttnArgs) == 224 and AttnArgs.window_left.offset == 200 and \
+    AttnArgs.softcap.offset == 216, "AttnArgs layout"
 
 
 def torch_dtype(name):

@@ -514,7 +514,8 @@ SCREE_EXTERN scree_status scree_cross_entropy(scree_context *ctx,
 /* Varlen attention forward (FlashAttention-style, exact): for each sequence
  * b and query head h,
  *
- *   out[i, h, :] = softmax_j(scale * q[i, h, :] . k[j, h / group, :]) v[j, h / group, :]
+ *   out[i, h, :] = softmax_j(s(q[i, h, :] . k[j, h / group, :])) v[j, h / group, :]
+ *   s(x) = scale * x, or with softcap c > 0: c * tanh(scale * x / c) (Gemma 2)
  *
  * over the keys j of the same sequence only (group = heads_q / heads_kv;
  * GQA and MQA read K and V in place, never expanded). Sequence b's queries
@@ -534,7 +535,8 @@ SCREE_EXTERN scree_status scree_cross_entropy(scree_context *ctx,
  *     token and head stride must be a multiple of 8 elements and every
  *     pointer 16-byte aligned; out must not overlap q, k or v.
  *   lse: optional fp32 [heads_q, total_q], natural-log log-sum-exp of the
- *     scaled scores of each query row (0 = not written).
+ *     scores s(x) of each query row, softcapped if softcap is set (0 = not
+ *     written).
  *   cu_seqlens_q, cu_seqlens_k: int32 on the device, batch + 1 entries from
  *     0, non-decreasing, ending at total_q and total_k; max_seqlen_q and
  *     max_seqlen_k bound the lengths. They are not read on the host unless
@@ -556,6 +558,7 @@ typedef struct scree_attention_args {
   int causal;
   float scale;                       /* 0 = 1 / sqrt(head_dim) */
   int64_t window_left, window_right; /* -1 = unbounded */
+  float softcap;                     /* 0 = none; finite and >= 0 */
 } scree_attention_args;
 
 SCREE_EXTERN scree_status scree_attention(scree_context *ctx,

@@ -3,8 +3,9 @@
  *
  * For each sequence b, query head h and query row i of b:
  *
- *   out[i, h, :] = sum_j softmax_j(scale * q[i, h, :] . k[j, h / group, :]) v[j, h / group, :]
- *   lse[h, i]    = log(sum_j exp(scale * q[i, h, :] . k[j, h / group, :]))     (natural log)
+ *   out[i, h, :] = sum_j softmax_j(s(q[i, h, :] . k[j, h / group, :])) v[j, h / group, :]
+ *   lse[h, i]    = log(sum_j exp(s(q[i, h, :] . k[j, h / group, :])))     (natural log)
+ *   s(x)         = scale * x, or with softcap c > 0: c * tanh(scale * x / c) (Gemma 2)
  *
  * over the keys j of sequence b visible to i (include/scree.h,
  * scree_attention_args): bottom-right aligned, query i sits at key position
@@ -23,6 +24,11 @@
  * end of the keys apply a mask (a CTA-uniform branch per tile). Per tile:
  *   S = Q K^T     mma.sync m16n8k16, A = Q (ldmatrix, or registers if QREG),
  *                 B = K (ldmatrix, not transposed); fp32 S in registers.
+ *   softcap       with cap_in != 0: s = cap_out tanh(cap_in s) (cap_in =
+ *                 scale / softcap, cap_out = softcap / scale, so that scale
+ *                 s becomes softcap tanh(scale s / softcap)); a uniform
+ *                 branch per tile, before the mask (a run-time value, not a
+ *                 variant: no config or compile depends on it).
  *   softmax       online, in registers, base 2 with the scale folded in
  *                 (p = 2^(s * scale_log2 - m * scale_log2), one FFMA + EX2);
  *                 row max reduced over the 4 lanes of a quad by shuffles;
@@ -110,7 +116,9 @@
  * Host guarantees: q, k, v, out 16-byte aligned; every token and head stride
  * a multiple of 8 elements; out disjoint from q, k, v; cu_q / cu_k
  * non-decreasing from 0 (batch + 1 entries); scale > 0 (scale_log2 = scale *
- * log2(e)); group = heads_q / heads_kv >= 1; sequence lengths < 2^30.
+ * log2(e)); cap_in = scale / softcap and cap_out = softcap / scale for a
+ * softcap > 0, both 0 for none; group = heads_q / heads_kv >= 1; sequence
+ * lengths < 2^30.
  * Launch: blockDim = WARPS * 32, dynamic smem as above. For SCHED 1 and 2,
  * scree_attention_schedule (same module, so the same BM / BN / CAUSAL /
  * WINDOW) runs first on the same stream with 1 CTA of 1024 threads and the
@@ -277,7 +285,7 @@ __device__ __forceinline__ void run_item(
     const elem *v, elem *out, float *lse, const int *cu_q, const int *cu_k, long long q_ts,
     long long q_hs, long long k_ts, long long k_hs, long long v_ts, long long v_hs,
     long long o_ts, long long o_hs, long long total_q, int group, float sl2, int wl,
-    int wr) {
+    int wr, float cap_in, float cap_out) {
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -424,6 +432,17 @@ __device__ __forceinline__ void run_item(
         __syncthreads(); /* every warp done reading K */
         if (it + 1 < ntl) load_k(n - 1, 0);
         scree_cp_async_commit();
+      }
+
+      /* Softcap (Gemma 2): s -> (c / scale) tanh(scale s / c), raw units;
+       * before the mask, which leaves masked scores at -inf. */
+      if (cap_in != 0.f) {
+#pragma unroll
+        for (int a = 0; a < MT; a++)
+#pragma unroll
+          for (int j = 0; j < NB; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[a][j][e] = cap_out * scree_tanh(s[a][j][e] * cap_in);
       }
 
       /* Mask the boundary tiles only. Bounds relative to this lane's first
@@ -619,7 +638,8 @@ scree_attention_fwd(const scree_attn::elem *q, const scree_attn::elem *k,
                     long long k_ts, long long k_hs, long long v_ts, long long v_hs,
                     long long o_ts, long long o_hs, long long total_q, int batch,
                     int heads_q, int group, float scale_log2, int window_left,
-                    int window_right, int *sched, int max_qtiles) {
+                    int window_right, float cap_in, float cap_out, int *sched,
+                    int max_qtiles) {
   using namespace scree_attn;
   extern __shared__ __align__(128) unsigned char smem[];
   const unsigned sbase = scree_smem_u32(smem);
@@ -631,14 +651,16 @@ scree_attention_fwd(const scree_attn::elem *q, const scree_attn::elem *k,
   const int m = CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   if (m * BM >= cu_q[b + 1] - cu_q[b]) return;
   run_item(smem, sbase, b, m, h, q, k, v, out, lse, cu_q, cu_k, q_ts, q_hs, k_ts, k_hs, v_ts,
-           v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right);
+           v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right, cap_in,
+           cap_out);
 #elif SCREE_SCHED == 1
   const int ntiles = sched[1];
   int r, h;
   if (!decode_work((int)blockIdx.x, ntiles, heads_q, r, h)) return;
   const int b = sched[2 + 2 * r], m = sched[3 + 2 * r];
   run_item(smem, sbase, b, m, h, q, k, v, out, lse, cu_q, cu_k, q_ts, q_hs, k_ts, k_hs, v_ts,
-           v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right);
+           v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right, cap_in,
+           cap_out);
 #else
   const int ntiles = sched[1];
   /* The work index is broadcast through the last 16 bytes of the last V
@@ -654,7 +676,8 @@ scree_attention_fwd(const scree_attn::elem *q, const scree_attn::elem *k,
     if (!decode_work(*slot, ntiles, heads_q, r, h)) break;
     const int b = sched[2 + 2 * r], m = sched[3 + 2 * r];
     run_item(smem, sbase, b, m, h, q, k, v, out, lse, cu_q, cu_k, q_ts, q_hs, k_ts, k_hs,
-             v_ts, v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right);
+             v_ts, v_hs, o_ts, o_hs, total_q, group, scale_log2, window_left, window_right,
+             cap_in, cap_out);
   }
 #endif
 }

@@ -33,10 +33,10 @@ def _attn(mk, hq=8, hkv=2, d=64, dtype=BF16, **kw):
                              kw.pop("max_q", 4), 4, **kw)
 
 
-def _attn_op(mk, hq=8, hkv=2, d=64, dtype=BF16, scale=None, window=(-1, -1)):
+def _attn_op(mk, hq=8, hkv=2, d=64, dtype=BF16, scale=None, window=(-1, -1), softcap=0.0):
     return ops.varlen_attn(mk(4, hq, d, dtype=dtype), mk(4, hkv, d, dtype=dtype),
                            mk(4, hkv, d, dtype=dtype), _i32(mk, 2), _i32(mk, 2), 4, 4, False,
-                           scale, window[0], window[1], False)
+                           scale, window[0], window[1], softcap, False)
 
 
 def _kv(mk, page_size=16, d=64):
@@ -78,10 +78,16 @@ REFUSED = [
      "scale", "scale"),
     ("attn-scale-inf", lambda mk: _attn(mk, scale=INF), lambda mk: _attn_op(mk, scale=INF),
      "scale", "scale"),
+    ("attn-softcap--1", lambda mk: _attn(mk, softcap=-1.0), lambda mk: _attn_op(mk, softcap=-1.0),
+     "softcap", "softcap"),
+    ("attn-softcap-nan", lambda mk: _attn(mk, softcap=NAN), lambda mk: _attn_op(mk, softcap=NAN),
+     "softcap", "softcap"),
+    ("attn-softcap-inf", lambda mk: _attn(mk, softcap=INF), lambda mk: _attn_op(mk, softcap=INF),
+     "softcap", "softcap"),
     ("attn-max_q--1", lambda mk: _attn(mk, max_q=-1),
      lambda mk: ops.varlen_attn(mk(4, 8, 64, dtype=BF16), mk(4, 2, 64, dtype=BF16),
                                 mk(4, 2, 64, dtype=BF16), _i32(mk, 2), _i32(mk, 2), -1, 4, False,
-                                None, -1, -1, False), "max_q", "max_seqlen_q"),
+                                None, -1, -1, 0.0, False), "max_q", "max_seqlen_q"),
     ("paged-page_size-12", lambda mk: _scree().paged_attention(*_paged(mk, page_size=12)),
      lambda mk: _paged_op(mk, page_size=12), "k_cache", "page_size=12"),
     ("paged-head_dim-80", lambda mk: _scree().paged_attention(*_paged(mk, d=80)),
@@ -162,6 +168,8 @@ UNCLEAR = [
      "must be an int"),
     ("paged-softcap-str", lambda mk: _scree().paged_attention(*_paged(mk), softcap="30"),
      TypeError, "softcap", "must be a float"),
+    ("attn-softcap-str", lambda mk: _attn(mk, softcap="30"), TypeError, "softcap",
+     "must be a float"),
     ("paged-return_lse-str", lambda mk: _scree().paged_attention(*_paged(mk), return_lse="yes"),
      TypeError, "return_lse", "must be a bool"),
     ("paged-block_table-None", lambda mk: _scree().paged_attention(*_paged(mk)[:3], None,

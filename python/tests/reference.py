@@ -242,8 +242,8 @@ def register_cpu_kernels():
         lambda input, target, ignore_index: cross_entropy_rows(input, target, ignore_index))
     lib.register_kernel("scree::varlen_attn", "cpu")(
         lambda query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, wl, wr,
-        return_lse: varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
-                                scale, wl, wr, return_lse))
+        softcap, return_lse: varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
+                                         causal, scale, wl, wr, return_lse, softcap))
     lib.register_kernel("scree::paged_attention", "cpu")(paged_attention)
     register_cpu_kernels.done = True
 

@@ -58,6 +58,11 @@ def test_fake_shapes_of_every_op():
         out, lse, none = scree.flash_attn_varlen_func(q, kv, kv, cu, cu, 5, 6, causal=True,
                                                       return_attn_probs=True)
         assert lse.shape == (8, 10) and none is None
+        out, lse = scree.varlen_attn(q, kv, kv, cu, cu, 5, 6, softcap=30.0,
+                                     return_aux=ref_aux())
+        assert out.shape == (10, 8, 64) and lse.shape == (8, 10)
+        out = scree.flash_attn_varlen_func(q, kv, kv, cu, cu, 5, 6, softcap=50.0)
+        assert out.shape == (10, 8, 64)
         kc, vc = _cuda(3, 16, 2, 64), _cuda(3, 16, 2, 64)
         assert scree.kv_append(_cuda(5, 2, 64), _cuda(5, 2, 64), kc, vc,
                                _cuda(5, dtype=torch.int64)) is None
@@ -251,7 +256,7 @@ def test_cpu_tensors_are_refused_by_the_implementation():
     with pytest.raises(ValueError, match="argument 'query' is on cpu"):
         _ops._varlen_attn_impl(q, q, q, torch.zeros(2, dtype=torch.int32),
                                torch.zeros(2, dtype=torch.int32), 4, 4, False, None, -1, -1,
-                               False)
+                               0.0, False)
 
 
 def test_direct_path_only_for_plain_eager_cuda_tensors():
@@ -298,10 +303,10 @@ def _opcheck_cases(gen):
         # fp16 and bf16: the fake implementation refuses what the device
         # would, float32 attention included.
         ("varlen_attn", (r(t, 4, 32, dtype=BF16), r(t, 2, 32, dtype=BF16),
-                         r(t, 2, 32, dtype=BF16), cu, cu, 5, 5, True, None, -1, -1, True)),
+                         r(t, 2, 32, dtype=BF16), cu, cu, 5, 5, True, None, -1, -1, 0.0, True)),
         ("varlen_attn", (r(t, 4, 32, dtype=torch.float16), r(t, 4, 32, dtype=torch.float16),
                          r(t, 4, 32, dtype=torch.float16), cu, cu, 5, 5, False, 0.3, 2, 1,
-                         False)),
+                         30.0, False)),
         # Shuffled pages; the two halves of one interleaved cache; keys of
         # [6, 0, 17, 2] at page_size 8 (the last page of each one spare).
         ("paged_attention", (r(t, 4, 32, dtype=BF16), kv[:, 0], kv[:, 1], bt, sk, cu, 5, 17,
@@ -539,17 +544,77 @@ def test_implementations_fill_the_structs(captured, gen):
 
     q3 = torch.randn(6, 3, 8, 64, generator=gen).to(b)
     q, k, v = q3[:, 0], q3[:, 1, :2], q3[:, 2, :2]
-    out, lse = _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, None, -1, 0, True)
+    out, lse = _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, None, -1, 0, 0.0, True)
     a = captured[-1][1]
     assert (a["q_token_stride"], a["q_head_stride"], a["k_token_stride"]) == (3 * 8 * 64, 64,
                                                                                3 * 8 * 64)
     assert (a["heads_q"], a["heads_kv"], a["batch"], a["causal"], a["window_right"]) == \
         (8, 2, 2, 1, -1)
     assert a["lse"] == lse.data_ptr() and lse.shape == (8, 6) and a["scale"] == 0.0
-    _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, 0.25, 16, 4, False)
+    assert a["softcap"] == 0.0
+    _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, 0.25, 16, 4, 30.0, False)
     a = captured[-1][1]
     assert (a["lse"], a["causal"], a["window_left"], a["window_right"], a["scale"]) == \
         (0, 0, 16, 4, 0.25)
+    assert a["softcap"] == 30.0
+
+
+def test_softcap_reaches_the_attention_struct(captured, gen, monkeypatch):
+    """softcap over contiguous K/V, from varlen_attn, flash_attn_varlen_func
+    and the transformers attention function, is scree_attention_args'
+    softcap (0.0 when not given)."""
+    import types
+    import scree.hf
+    monkeypatch.setattr(_ops, "_direct", lambda *t: True)  # the eager CUDA path
+    q = torch.randn(6, 4, 64, generator=gen).to(BF16)
+    kv = torch.randn(6, 2, 64, generator=gen).to(BF16)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    scree.varlen_attn(q, kv, kv, cu, cu, 4, 4, causal=True, softcap=30.0)
+    name, a = captured[-1]
+    assert name == "scree_attention" and (a["softcap"], a["causal"]) == (30.0, 1)
+    scree.varlen_attn(q, kv, kv, cu, cu, 4, 4, softcap=2)
+    assert captured[-1][1]["softcap"] == 2.0
+    scree.varlen_attn(q, kv, kv, cu, cu, 4, 4)
+    assert captured[-1][1]["softcap"] == 0.0
+    scree.flash_attn_varlen_func(q, kv, kv, cu, cu, 4, 4, softcap=20.0, window_size=(8, 0))
+    a = captured[-1][1]
+    assert (a["softcap"], a["window_left"], a["causal"]) == (20.0, 8, 1)
+    scree.flash_attn_varlen_func(q, kv, kv, cu, cu, 4, 4)
+    assert captured[-1][1]["softcap"] == 0.0
+    # Gemma 2's attention: softcap=attn_logit_softcapping, sliding_window.
+    module = types.SimpleNamespace(is_causal=True, training=False)
+    q4 = torch.randn(1, 4, 6, 64, generator=gen).to(BF16)
+    kv4 = torch.randn(1, 2, 6, 64, generator=gen).to(BF16)
+    out, _ = scree.hf.scree_attention_forward(module, q4, kv4, kv4, None, scaling=0.0625,
+                                              sliding_window=4, softcap=50.0)
+    name, a = captured[-1]
+    assert name == "scree_attention" and out.shape == (1, 6, 4, 64)
+    assert (a["softcap"], a["scale"], a["window_left"], a["causal"]) == (50.0, 0.0625, 3, 1)
+    scree.hf.scree_attention_forward(module, q4, kv4, kv4, None, softcap=None)
+    assert captured[-1][1]["softcap"] == 0.0
+
+
+def test_varlen_attn_softcap_through_the_op(cpu_kernels, gen):
+    """softcap reaches torch.ops.scree.varlen_attn: the CPU kernel (the
+    float64 reference) gives the softcapped attention, which differs from
+    the plain one."""
+    lens_q, lens_k = [5, 1, 9], [7, 4, 9]
+    cq, ck = ref.cu_of(lens_q, "cpu"), ref.cu_of(lens_k, "cpu")
+    q = torch.randn(sum(lens_q), 4, 32, generator=gen).to(BF16)
+    k = torch.randn(sum(lens_k), 2, 32, generator=gen).to(BF16)
+    v = torch.randn(sum(lens_k), 2, 32, generator=gen).to(BF16)
+    aux = _ops._LseRequest()
+    got, lse = scree.varlen_attn(q, k, v, cq, ck, 9, 9, causal=True, scale=1.0, softcap=2.0,
+                                 return_aux=aux)
+    want, want_lse = ref.varlen_attn(q, k, v, cq, ck, 9, 9, True, 1.0, -1, -1, True,
+                                     softcap=2.0)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(lse, want_lse)
+    plain = scree.varlen_attn(q, k, v, cq, ck, 9, 9, causal=True, scale=1.0)
+    assert not torch.allclose(got, plain, atol=0.05)
+    got = scree.flash_attn_varlen_func(q, k, v, cq, ck, 9, 9, softmax_scale=1.0, causal=True,
+                                       softcap=2.0)
+    torch.testing.assert_close(got, want)
 
 
 def test_call_fills_the_struct_from_the_schema(captured, gen):
@@ -567,7 +632,7 @@ def test_call_fills_the_struct_from_the_schema(captured, gen):
     q3 = torch.randn(6, 3, 8, 64, generator=gen).to(b)
     q, k, v = q3[:, 0], q3[:, 1, :2], q3[:, 2, :2]
     cu = torch.tensor([0, 2, 6], dtype=torch.int32)
-    out, _ = _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, None, -1, -1, False)
+    out, _ = _ops._varlen_attn_impl(q, k, v, cu, cu, 4, 4, False, None, -1, -1, 0.0, False)
     want = captured[-1][1]
     scree.call("attention", q=q, k=k, v=v, out=out, cu_seqlens_q=cu, cu_seqlens_k=cu,
                max_seqlen_q=4, max_seqlen_k=4, window_left=-1, window_right=-1)

@@ -246,6 +246,37 @@ def test_varlen_attn_is_a_drop_in_for_pytorchs(gen):
     torch.testing.assert_close(lse, want_lse.float(), atol=1e-3, rtol=0)
 
 
+@pytest.mark.parametrize("dtype,hq,hkv,d,causal,window,scale,softcap", [
+    (torch.bfloat16, 8, 2, 128, True, (-1, -1), 0.5, 20.0),
+    (torch.float16, 4, 4, 64, False, (48, 16), 1.0, 5.0),
+    (torch.float16, 8, 1, 256, True, (100, 0), 0.5, 30.0),
+])
+def test_varlen_attn_softcap(gen, dtype, hq, hkv, d, causal, window, scale, softcap):
+    """Softcap over contiguous K/V (scale * q.k of 4 to 11 standard
+    deviations, so that tanh saturates), through varlen_attn and
+    flash_attn_varlen_func, against the float64 reference; the plain
+    attention is far from it."""
+    lens_q = varlen_lengths(gen)
+    lens_k = [n + (ref.random_seqlens(gen, 1, 0, 40)[0] if n else 0) for n in lens_q]
+    cq, ck = ref.cu_of(lens_q, DEV), ref.cu_of(lens_k, DEV)
+    q = rand(gen, sum(lens_q), hq, d, dtype=dtype)
+    k = rand(gen, sum(lens_k), hkv, d, dtype=dtype)
+    v = rand(gen, sum(lens_k), hkv, d, dtype=dtype)
+    mq, mk = max(lens_q), max(lens_k)
+    out, lse = scree.varlen_attn(q, k, v, cq, ck, mq, mk, causal=causal, window_size=window,
+                                 scale=scale, softcap=softcap, return_aux=_aux())
+    wl, wr = window
+    want, want_lse = ref.varlen_attn(q, k, v, cq, ck, 0, 0, causal, scale, wl, wr, True,
+                                     softcap=softcap)
+    torch.testing.assert_close(out.float(), want.float(), atol=ATTN_ATOL[dtype], rtol=0)
+    torch.testing.assert_close(lse, want_lse, atol=1e-3, rtol=0)
+    plain, _ = ref.varlen_attn(q, k, v, cq, ck, 0, 0, causal, scale, wl, wr, False)
+    assert (plain.float() - want.float()).abs().max() > 10 * ATTN_ATOL[dtype]
+    got = scree.flash_attn_varlen_func(q, k, v, cq, ck, mq, mk, softmax_scale=scale,
+                                       causal=causal, window_size=window, softcap=softcap)
+    torch.testing.assert_close(got, out, atol=0, rtol=0)
+
+
 def test_flash_attn_alias_and_packed_qkv_views(gen):
     lens = varlen_lengths(gen)
     cu = ref.cu_of(lens, DEV)
@@ -470,7 +501,7 @@ def test_opcheck_on_cuda(gen):
                            -100)),
         ("varlen_attn", (rand(gen, t, 4, 64, dtype=b), rand(gen, t, 2, 64, dtype=b),
                          rand(gen, t, 2, 64, dtype=b), cu, cu, 40, 40, True, None, -1, -1,
-                         True)),
+                         30.0, True)),
         ("paged_attention", ref.paged_batch(gen, [60, 0, 45, 3], lens, 16, 4, 2, 64, b, DEV,
                                             interleaved=True)
          + (40, 60, True, None, -1, -1, 0.0, True)),

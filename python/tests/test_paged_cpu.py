@@ -149,8 +149,12 @@ def _varlen(key_shape=(10, 16, 2, 64), **kw):
      TypeError, None, "argument 'max_seqlen_q'='4' must be an int"),
     (lambda: scree.flash_attn_varlen_func(_cuda(6, 8, 64), _cuda(6, 2, 64), _cuda(6, 2, 64),
                                           _cuda(3, dtype=I32), _cuda(3, dtype=I32), 4, 4,
-                                          softcap=30.0), ValueError, None,
-     "'softcap' .* with block_table \\(paged K/V\\) only"),
+                                          softcap=-1.0), scree.ScreeArgumentError, "softcap",
+     "'softcap'=-1.0 must be >= 0"),
+    (lambda: scree.varlen_attn(_cuda(6, 8, 64), _cuda(10, 16, 2, 64), _cuda(10, 16, 2, 64),
+                               _cuda(3, dtype=I32), _cuda(3, dtype=I32), 4, 64,
+                               block_table=_cuda(2, 4, dtype=I32), softcap=float("nan")),
+     scree.ScreeArgumentError, "softcap", "'softcap'=nan must be finite"),
 ])
 def test_paged_varlen_errors_use_the_callers_names(call, exc, arg, match):
     with FakeTensorMode():

@@ -848,7 +848,7 @@ _ATTN_NAMES = {"q": "query", "k": "key", "v": "value", "out": "output", "lse": "
                "v_token_stride": "value", "q_head_stride": "query",
                "k_head_stride": "key", "v_head_stride": "value", "scale": "scale",
                "window_left": "window_size", "window_right": "window_size",
-               "batch": "cu_seq_q", "cu_seqlens": "cu_seq_q"}
+               "softcap": "softcap", "batch": "cu_seq_q", "cu_seqlens": "cu_seq_q"}
 
 
 def _attn_check(op, query, key, value, cu_seq_q, cu_seq_k):
@@ -876,7 +876,7 @@ def _last_contiguous(t):
 
 
 def _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
-                      window_left, window_right, return_lse, check=False):
+                      window_left, window_right, softcap, return_lse, check=False):
     op = "varlen_attn"
     if not check:
         _on_cuda(op, "query", query)
@@ -903,7 +903,7 @@ def _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causa
           cq.numel() - 1, tq, k.shape[0], max_q, max_k, hq, k.shape[1], d,
           q.stride(0), k.stride(0), v.stride(0), 0, q.stride(1), k.stride(1), v.stride(1), 0,
           dt, 1 if causal else 0, 0.0 if scale is None else scale,
-          window_left, -1 if causal else window_right), _ATTN_NAMES, q, check)
+          window_left, -1 if causal else window_right, softcap), _ATTN_NAMES, q, check)
     return out, lse
 
 
@@ -911,16 +911,16 @@ def _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causa
 def _varlen_attn_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     cu_seq_q: torch.Tensor, cu_seq_k: torch.Tensor, max_q: int, max_k: int,
                     causal: bool, scale: Optional[float], window_left: int, window_right: int,
-                    return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                    softcap: float, return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     return _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
-                             scale, window_left, window_right, return_lse)
+                             scale, window_left, window_right, softcap, return_lse)
 
 
 @_varlen_attn_op.register_fake
 def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window_left,
-      window_right, return_lse):
+      window_right, softcap, return_lse):
     return _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
-                             window_left, window_right, return_lse, check=True)
+                             window_left, window_right, softcap, return_lse, check=True)
 
 
 def _attn_args(op, names, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
@@ -952,7 +952,7 @@ _VARLEN_NAMES = ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_
 
 
 def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
-                scale=None, window_size=(-1, -1), causal=False, block_table=None,
+                scale=None, window_size=(-1, -1), causal=False, softcap=0.0, block_table=None,
                 seqused_k=None):
     """Attention over a packed batch of sequences, with the signature of
     torch.nn.attention.varlen.varlen_attn.
@@ -965,6 +965,8 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
     max_k bound the lengths. scale defaults to 1/sqrt(D). window_size
     (left, right), -1 unbounded, masks aligned to the bottom right as
     FlashAttention-2's; (-1, 0), or causal=True, is causal attention.
+    softcap > 0 (scree's extension, as FlashAttention's softcap) applies
+    softcap * tanh(s / softcap) to the scaled scores s (Gemma 2); 0 is none.
     Returns out [T_q, H_q, D], and with return_aux.lse also the log-sum-exp
     [H_q, T_q] (float32; the layout PyTorch's op returns).
 
@@ -978,19 +980,20 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
     if block_table is not None:
         return _paged_varlen("varlen_attn", _VARLEN_PAGED_NAMES, _VARLEN_PAGED_CU_NAMES, query,
                              key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale, window_size,
-                             causal, 0.0, want_lse, block_table, seqused_k)
+                             causal, softcap, want_lse, block_table, seqused_k)
     if seqused_k is not None:
         raise ValueError("scree.varlen_attn: argument 'seqused_k' is taken with block_table "
                          "(paged K/V) only; contiguous keys take their lengths from cu_seq_k")
     query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, sc, left, right, causal = _attn_args(
         "varlen_attn", _VARLEN_NAMES, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
         window_size, causal)
+    cap = _args.real("varlen_attn", "softcap", softcap, ("attention", "softcap"))
     if _direct(query, key, value, cu_seq_q, cu_seq_k):
         out, lse = _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
-                                     sc, left, right, want_lse)
+                                     sc, left, right, cap, want_lse)
     else:
         out, lse = torch.ops.scree.varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q,
-                                               max_k, causal, sc, left, right, want_lse)
+                                               max_k, causal, sc, left, right, cap, want_lse)
     return (out, lse) if want_lse else out
 
 
@@ -1003,9 +1006,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     None. With block_table (int32 [batch, pages]), k and v are paged caches
     [num_blocks, page_size, H_kv, D] and cu_seqlens_k the cumulative key
     lengths, as FlashAttention-2's paged KV: the call is
-    scree.paged_attention's, softcap included. softcap with contiguous k
-    and v is refused. With return_attn_probs it returns (out, softmax_lse
-    [H_q, T_q], None), as FlashAttention does without dropout."""
+    scree.paged_attention's. softcap > 0 applies softcap * tanh(s /
+    softcap) to the scaled scores s on either path. With return_attn_probs
+    it returns (out, softmax_lse [H_q, T_q], None), as FlashAttention does
+    without dropout."""
     for name, v_, ok in (("dropout_p", dropout_p, dropout_p == 0),
                          ("alibi_slopes", alibi_slopes, alibi_slopes is None)):
         if not ok:
@@ -1017,19 +1021,16 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                             softmax_scale, window_size, causal, softcap,
                             bool(return_attn_probs), block_table, None)
         return (res[0], res[1], None) if return_attn_probs else res
-    if softcap != 0:
-        raise ValueError(f"scree.flash_attn_varlen_func: argument 'softcap' (got {softcap!r}) "
-                         "is supported with block_table (paged K/V) only; scree's attention "
-                         "over contiguous K/V has no softcap yet")
     # Checked under this function's names; varlen_attn takes the values as they come out.
     q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, _, _, \
         causal = _attn_args("flash_attn_varlen_func", _FLASH_NAMES, q, k, v, cu_seqlens_q,
                             cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, window_size,
                             causal)
+    softcap = _args.real("flash_attn_varlen_func", "softcap", softcap, ("attention", "softcap"))
     aux = _LseRequest() if return_attn_probs else None
     res = varlen_attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                       return_aux=aux, scale=softmax_scale, window_size=window_size,
-                      causal=causal)
+                      causal=causal, softcap=softcap)
     if return_attn_probs:
         return res[0], res[1], None
     return res

@@ -18,9 +18,10 @@ come in the forms FlashAttention-2's integration takes:
 
 The mask function registered beside it is FlashAttention-2's: None when no
 token is padding, else the 2-D mask. Sliding windows (config.sliding_window)
-map to window_size (sliding_window - 1, 0); dropout, softcapping and
-attention sinks are not supported (training with dropout is not either:
-the ops are forward only).
+map to window_size (sliding_window - 1, 0), and logit softcapping
+(Gemma 2's attn_logit_softcapping) to softcap; dropout and attention sinks
+are not supported (training with dropout is not either: the ops are
+forward only).
 """
 import torch
 
@@ -67,8 +68,6 @@ def scree_attention_forward(module, query, key, value, attention_mask, dropout=0
     if dropout and module.training:
         raise ValueError("scree attention: dropout is not supported (scree's attention is "
                          "forward only)")
-    if softcap:
-        raise ValueError("scree attention: softcap is not supported")
     if s_aux is not None:
         raise ValueError("scree attention: attention sinks (s_aux) are not supported")
     if kwargs.get("output_attentions"):
@@ -88,35 +87,36 @@ def scree_attention_forward(module, query, key, value, attention_mask, dropout=0
     if causal:
         right = 0
     window = (left, right)
+    cap = float(softcap) if softcap else 0.0
 
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
     if attention_mask is not None and attention_mask.dim() == 2:
-        return _padded(query, key, value, attention_mask, scaling, window), None
+        return _padded(query, key, value, attention_mask, scaling, window, cap), None
     if attention_mask is not None:
         raise ValueError("scree attention: a 4-D attention mask is not supported; scree takes "
                          "padding-free batches, 2-D padding masks, or none")
     if cu_q is not None and cu_k is not None and max_q is not None and max_k is not None:
         q, k, v = _tokens(query), _tokens(key), _tokens(value)
         out = varlen_attn(q, k, v, cu_q, cu_k, int(max_q), int(max_k), scale=scaling,
-                          window_size=window)
+                          window_size=window, softcap=cap)
     elif _is_packed(kwargs.get("position_ids"), b):
         cu, longest = _from_position_ids(kwargs["position_ids"], lq)
         if lq != lk:
             raise ValueError("scree attention: a packed batch (position_ids restarting) with a "
                              "KV cache is not supported")
         out = varlen_attn(_tokens(query), _tokens(key), _tokens(value), cu, cu, longest, longest,
-                          scale=scaling, window_size=window)
+                          scale=scaling, window_size=window, softcap=cap)
     else:
         dev = query.device
         cq = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32, device=dev)
         ck = torch.arange(0, (b + 1) * lk, lk, dtype=torch.int32, device=dev)
         out = varlen_attn(_tokens(query), _tokens(key), _tokens(value), cq, ck, lq, lk,
-                          scale=scaling, window_size=window)
+                          scale=scaling, window_size=window, softcap=cap)
     return out.view(b, lq, hq, d), None
 
 
-def _padded(query, key, value, mask, scaling, window):
+def _padded(query, key, value, mask, scaling, window, softcap):
     """A padded batch: gather the real tokens (mask [B, L_k], True where
     real; the queries are its last L_q columns), attend, scatter back."""
     b, hq, lq, d = query.shape
@@ -131,7 +131,7 @@ def _padded(query, key, value, mask, scaling, window):
     idx_q = mask_q.reshape(-1).nonzero().reshape(-1)
     q = query.transpose(1, 2).reshape(b * lq, hq, d)[idx_q]
     out_unpad = varlen_attn(q, k, v, _cu(len_q), _cu(len_k), int(len_q.max()), int(len_k.max()),
-                            scale=scaling, window_size=window)
+                            scale=scaling, window_size=window, softcap=softcap)
     out = query.new_zeros((b * lq, hq, d))
     out[idx_q] = out_unpad
     return out.view(b, lq, hq, d)

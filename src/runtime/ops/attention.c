@@ -4,6 +4,7 @@
  * the benchmark entries. The kernels are kernels/attention.cu and
  * kernels/attention_hopper.cu; docs/kernels/attention.md describes the
  * algorithm and the choices. */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -54,6 +55,7 @@ static const scree__arg schema[] = {
     SCREE__FLOAT(scale, .flags = SCREE__FINITE), /* 0 means 1 / sqrt(head_dim) */
     SCREE__INT(window_left, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
     SCREE__INT(window_right, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
+    SCREE__FLOAT(softcap, .flags = SCREE__FINITE | SCREE__NONNEG, .hint = "(0: none)"),
 };
 
 enum { F_BM, F_BN, F_WARPS, F_STAGES, F_QREG, F_SCHED };
@@ -232,12 +234,20 @@ static int64_t tile_cap(const scree_attention_args *a, int bm) {
 }
 
 /* The kernels' scalars: the softmax scale in the log2 domain (0 means
- * 1 / sqrt(head_dim)), and the window's sides as int, -1 unbounded (or
- * compiled out). */
+ * 1 / sqrt(head_dim)), the window's sides as int, -1 unbounded (or
+ * compiled out), and the softcap factors on the raw scores s = q.k,
+ * s -> cap_out tanh(cap_in s) with cap_in = scale / softcap and cap_out =
+ * softcap / scale (both 0: no softcap), so that scale s becomes softcap
+ * tanh(scale s / softcap). */
 static void launch_scalars(const scree_attention_args *a, const scree__variant *var,
-                           float *scale_log2, int *wl, int *wr) {
+                           float *scale_log2, int *wl, int *wr, float *cap_in, float *cap_out) {
   const float scale = a->scale != 0.f ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
   *scale_log2 = (float)((double)scale * 1.4426950408889634);
+  /* A subnormal softcap would make cap_in inf, and 0 * inf a NaN score:
+   * FLT_MAX saturates tanh just as well. */
+  const double cin = a->softcap > 0.f ? (double)scale / a->softcap : 0.0;
+  *cap_in = fabs(cin) < FLT_MAX ? (float)cin : (float)copysign(FLT_MAX, cin);
+  *cap_out = a->softcap > 0.f ? (float)((double)a->softcap / scale) : 0.f;
   *wl = a->window_left < 0 || a->window_left > 0x7fffffff ? -1 : (int)a->window_left;
   *wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
   if (!var->v[V_WINDOW]) *wl = *wr = -1;
@@ -253,9 +263,9 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   long long qt = s.qt, qh = s.qh, kt = s.kt, kh = s.kh, vt = s.vt, vh = s.vh, ot = s.ot,
             oh = s.oh, total_q = a->total_q;
   int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
-  float scale_log2;
+  float scale_log2, cap_in, cap_out;
   int wl, wr;
-  launch_scalars(a, var, &scale_log2, &wl, &wr);
+  launch_scalars(a, var, &scale_log2, &wl, &wr, &cap_in, &cap_out);
   const int64_t cap = tile_cap(a, bm);
   if (sched != SCHED_GRID && cap * heads_q > 0x7fffffff)
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
@@ -278,7 +288,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   }
   void *params[] = {&q,  &kp, &v,  &o,  &lse,     &cu_q,  &cu_k,    &qt,
                     &qh, &kt, &kh, &vt, &vh,      &ot,    &oh,      &total_q,
-                    &batch, &heads_q, &group, &scale_log2, &wl, &wr, &sched_ptr, &max_qtiles};
+                    &batch, &heads_q, &group, &scale_log2, &wl, &wr, &cap_in, &cap_out,
+                    &sched_ptr, &max_qtiles};
   unsigned gx, gy = 1, gz = 1;
   if (sched == SCHED_GRID) {
     gx = (unsigned)max_qtiles;
@@ -359,9 +370,9 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   uint64_t o = a->out, lse = a->lse, cu_q = a->cu_seqlens_q, cu_k = a->cu_seqlens_k;
   long long ot = s.ot, oh = s.oh, total_q = a->total_q;
   int batch = (int)a->batch, heads_q = (int)a->heads_q, group = (int)(a->heads_q / a->heads_kv);
-  float scale_log2;
+  float scale_log2, cap_in, cap_out;
   int wl, wr;
-  launch_scalars(a, var, &scale_log2, &wl, &wr);
+  launch_scalars(a, var, &scale_log2, &wl, &wr, &cap_in, &cap_out);
   CUdeviceptr ws;
   st = scree__workspace(ctx, stream, (size_t)(2 + 2 * cap) * sizeof(int), &ws);
   if (st) return st;
@@ -370,7 +381,6 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   void *pp[] = {&cu_q, &cu_k, &batch, &sched_ptr, &capi, &wl, &wr};
   CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 1024, 1, 1, 0, stream, pp, NULL);
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention schedule)");
-  float cap_in = 0.f, cap_out = 0.f; /* no softcap */
   void *params[] = {mq.b,     mk.b,     mv.b,   &o,          &lse, &cu_q, &cu_k,   &ot,
                     &oh,      &total_q, &heads_q, &group,    &scale_log2, &wl, &wr, &cap_in,
                     &cap_out, &sched_ptr};
@@ -673,7 +683,9 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
  * i sits at key position p = i + Lk - Lq (bottom-right alignment) and sees
  * the keys j in [p - window_left, p + min(window_right, 0 if causal)] of
  * [0, Lk) (a negative window side is unbounded); query head h reads kv head
- * h / (heads_q / heads_kv). A row with no visible key gets zeros and -inf.
+ * h / (heads_q / heads_kv). The score of key j is x = scale * q . k_j, or
+ * softcap * tanh(x / softcap) with a softcap > 0. A row with no visible key
+ * gets zeros and -inf.
  *
  * How: the work is split into items of (sequence, kv head, block of up to
  * REF_ROWS query rows). An item converts the keys its rows can see (the
@@ -710,7 +722,7 @@ typedef struct ref_job {
   float *lse;
   strides s;
   int64_t d, group;
-  double scale;
+  double scale, cap; /* cap: the softcap, 0 for none */
   ref_item *items;
 } ref_job;
 
@@ -874,6 +886,7 @@ static void run_item(void *user, int idx) {
       double m = -INFINITY;
       for (int64_t jj = 0; jj < n; jj++) {
         sr[jj] *= j->scale;
+        if (j->cap > 0) sr[jj] = j->cap * tanh(sr[jj] / j->cap);
         if (sr[jj] > m) m = sr[jj];
       }
       double sum = 0;
@@ -905,6 +918,7 @@ static void ref_attention(const scree_attention_args *a, const void *q,
   const int64_t d = a->head_dim;
   j.s = strides_of(a);
   j.scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)d);
+  j.cap = a->softcap > 0.f ? (double)a->softcap : 0.0;
 
   /* Count, then build the work items. */
   int64_t n = 0;

@@ -272,6 +272,11 @@ static const expect cases[] = {
     /* Attention's layouts. */
     {"attention", "causal=0", PASSES},
     {"attention", "window_left=128,window_right=0", PASSES},
+    {"attention", "softcap=-1", INVALID, "softcap=-1"},
+    {"attention", "softcap=nan", INVALID, "softcap=nan"},
+    {"attention", "softcap=inf", INVALID, "softcap=inf"},
+    {"attention", "softcap=30", PASSES}, /* Gemma 2 */
+    {"attention", "softcap=50,window_left=4095,window_right=0,causal=0", PASSES},
     {"attention", "heads_kv=1", PASSES}, /* MQA */
     {"attention", "heads_kv=8", PASSES}, /* MHA */
     {"attention", "dtype=fp16,head_dim=32", PASSES},

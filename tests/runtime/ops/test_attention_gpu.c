@@ -10,9 +10,10 @@
  *
  * Batches mix the lengths {0, 1, 7, 63, 64, 65, 127, 128, 129, 1000, 2048,
  * 4097}, with key lengths different from query lengths; every head_dim, both
- * dtypes, causal and not, MHA, GQA 32:8, MQA 8:1, sliding windows, strided
- * packed qkv, every schedule, every safelisted config, a 128k-token
- * sequence, and SCREE_VALIDATE's checks of device-side cu_seqlens. */
+ * dtypes, causal and not, MHA, GQA 32:8, MQA 8:1, sliding windows, softcap
+ * (both implementations), strided packed qkv, every schedule, every
+ * safelisted config, a 128k-token sequence, and SCREE_VALIDATE's checks of
+ * device-side cu_seqlens. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,89 @@ START_TEST(schedules_and_tiles) {
   const int ran = check_configs(&cases[_i], pick, m);
   printf("schedules_and_tiles case %d: %d configs ran\n", _i, ran);
   ck_assert_int_gt(ran, 5);
+}
+END_TEST
+
+/* Softcap (Gemma 2) on the generic implementation (its default config under
+ * every schedule), the hopper one (its default config and one without the
+ * softmax / P V overlap; sm_90 with tensor maps only) and the public entry.
+ * The explicit scales make scale * q.k of normal(0, 1) inputs about 4 to 11
+ * in standard deviation, so tanh saturates: before the kernels run, the case
+ * checks that the reference without softcap is outside the tolerance on a
+ * good share of out, so a kernel that ignores softcap fails it. */
+START_TEST(softcap) {
+  static const struct {
+    acase c;
+    float scale, softcap;
+  } cases[] = {
+      {{SCREE_DTYPE_FP16, 64, 1, 4, 2, -1, -1, LQ, LK, NL}, 0.5f, 5.0f},
+      {{SCREE_DTYPE_BF16, 128, 0, 4, 4, 64, 33, LQ, LK, NL}, 1.0f, 20.0f},
+      {{SCREE_DTYPE_FP16, 128, 1, 4, 1, 100, -1, LQ, LK, NL}, 0.5f, 5.0f},
+      {{SCREE_DTYPE_BF16, 64, 0, 8, 2, -1, -1, LQ, LQ, NL}, 1.0f, 20.0f},
+      {{SCREE_DTYPE_FP16, 256, 1, 2, 1, -1, -1, LQ, LK, NL}, 0.5f, 30.0f},
+      {{SCREE_DTYPE_BF16, 96, 1, 4, 2, 200, -1, LQ, LK, NL}, 1.0f, 5.0f},
+  };
+  const acase *c = &cases[_i].c;
+  scree_attention_args a = shape_of(c);
+  a.scale = cases[_i].scale;
+  a.softcap = cases[_i].softcap;
+  const scree__variant var = variant_of(c);
+  const scree__lens lens = lens_of(c);
+  char what[256], shape[160];
+  describe(c, shape, sizeof shape);
+  snprintf(what, sizeof what, "%s, scale %g, softcap %g", shape, (double)a.scale,
+           (double)a.softcap);
+
+  /* Not vacuous: out without softcap (buffers in the problem's order q, k,
+   * v, cu_seqlens_q, cu_seqlens_k, out, lse) against the reference. */
+  scree__run r;
+  scree_test_make(ctx, op, &var, &a, &lens, &r);
+  const scree_attention_args *pa = (const scree_attention_args *)r.p.args;
+  scree_attention_args plain = *pa;
+  plain.softcap = 0;
+  const size_t nout = r.p.bufs[5].count, nlse = r.p.bufs[6].count;
+  void *out = malloc(nout * 2);
+  float *lse = malloc(nlse * sizeof *lse);
+  ck_assert(out && lse);
+  void *const host[] = {r.host[0], r.host[1], r.host[2], r.host[3], r.host[4], out, lse};
+  scree__ref_attention(&plain, host);
+  size_t worst = 0;
+  const size_t off = scree__compare(out, r.host[5], c->dtype, nout, r.p.bufs[5].rtol,
+                                    r.p.bufs[5].atol, &worst);
+  printf("softcap case %d (%s): without softcap %zu of %zu out elements outside the tolerance "
+         "(worst: %g for %g)\n", _i, what, off, nout, scree__load_elem(out, c->dtype, worst),
+         scree__load_elem(r.host[5], c->dtype, worst));
+  ck_assert_msg(off > nout / 20, "%s: softcap moves only %zu of %zu out elements", what, off,
+                nout);
+  free(out), free(lse);
+
+  scree__target t;
+  scree__target_of(ctx, &t);
+  scree__config cfgs[5];
+  scree__target gt = t;
+  gt.tensor_maps = 0; /* the generic implementation's defaults */
+  for (int s = 0; s < 3; s++) {
+    op->default_config(&gt, &var, pa, &cfgs[s]);
+    cfgs[s].v[5] = s; /* sched */
+  }
+  int n = 3;
+  if (t.sm == 90 && t.tensor_maps && (c->d == 64 || c->d == 128)) {
+    op->default_config(&t, &var, pa, &cfgs[n]);
+    ck_assert_str_eq(op->impls[cfgs[n].impl].name, "hopper");
+    cfgs[n + 1] = cfgs[n];
+    cfgs[n + 1].v[4] = !cfgs[n].v[4]; /* ovl */
+    n += 2;
+  }
+  int ran = 0;
+  for (int i = 0; i < n; i++) {
+    if (!scree__config_check(op, &cfgs[i], &var, &t, NULL, 0)) continue;
+    scree_test_check_config(ctx, &r, op, &cfgs[i], &var, stream, "%s", what);
+    ran++;
+  }
+  scree__run_free(ctx, &r);
+  printf("softcap case %d: %d of %d configs ran\n", _i, ran, n);
+  ck_assert_int_eq(ran, n);
+  scree_test_check_public(ctx, op, &var, &a, &lens, stream, "%s", what);
 }
 END_TEST
 
@@ -372,6 +456,7 @@ int main(void) {
   tcase_set_timeout(pub, 1800);
   tcase_add_loop_test(quick, gqa_mqa, 0, 4);
   tcase_add_loop_test(quick, windows, 0, 5);
+  tcase_add_loop_test(quick, softcap, 0, 6);
   tcase_add_test(quick, packed_qkv);
   tcase_add_test(quick, validate_cu_seqlens);
   tcase_add_loop_test(pub, head_dims_dtypes_causal, 0, 20);

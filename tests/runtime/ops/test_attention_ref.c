@@ -1,7 +1,8 @@
 /* test_attention_ref.c - the CPU reference for varlen attention against an
  * obviously correct baseline: per sequence and head, the dense [Lq, Lk]
- * score matrix, masked with a predicate written from the definition in
- * scree.h, softmax in double, times V.
+ * score matrix (scale * q.k, or softcap * tanh(scale * q.k / softcap) with a
+ * softcap), masked with a predicate written from the definition in scree.h,
+ * softmax in double, times V.
  *
  * Both compute in double from the same rounded inputs; outputs are compared
  * after both are rounded to the output dtype (at most 1 ulp apart, or 1e-12
@@ -54,6 +55,7 @@ typedef struct acase {
   int window;         /* 0: window_left = window_right = -1 */
   int64_t wl, wr;
   float scale;        /* 0: the default */
+  float softcap;      /* 0: none */
   int layout;
   int out_pad;        /* out with padded token and head strides */
   double in_scale;    /* std of q and k (0: 1) */
@@ -94,10 +96,10 @@ static int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
 
 static void describe(const acase *c, char *buf, size_t n) {
   snprintf(buf, n, "%s: nseq=%d hq=%d hkv=%d d=%d %s causal=%d window=(%lld,%lld) "
-           "scale=%g layout=%d out_pad=%d lse=%d", c->name ? c->name : "case", c->nseq,
-           c->hq, c->hkv, c->d, scree_dtype_name(c->dt), c->causal,
+           "scale=%g softcap=%g layout=%d out_pad=%d lse=%d", c->name ? c->name : "case",
+           c->nseq, c->hq, c->hkv, c->d, scree_dtype_name(c->dt), c->causal,
            (long long)(c->window ? c->wl : -1), (long long)(c->window ? c->wr : -1),
-           (double)c->scale, c->layout, c->out_pad, c->lse);
+           (double)c->scale, (double)c->softcap, c->layout, c->out_pad, c->lse);
 }
 
 /* Runs the reference on case c and checks it; returns the number of
@@ -202,7 +204,7 @@ static long run_case(const acase *c) {
       .batch = c->nseq, .total_q = tq, .total_k = tk, .heads_q = hq,
       .heads_kv = hkv, .head_dim = d, .dtype = c->dt, .causal = c->causal,
       .scale = c->scale, .window_left = c->window ? c->wl : -1,
-      .window_right = c->window ? c->wr : -1,
+      .window_right = c->window ? c->wr : -1, .softcap = c->softcap,
       .out_token_stride = c->out_pad ? ots : 0, .out_head_stride = c->out_pad ? ohs : 0};
   /* Pointer fields are ignored by the reference: set them to garbage. */
   a.q = a.k = a.v = a.out = a.lse = a.cu_seqlens_q = a.cu_seqlens_k = 0xdeadbeefull;
@@ -246,7 +248,9 @@ static long run_case(const acase *c) {
         for (long j = 0; j < lk; j++) {
           double s = 0;
           for (int e = 0; e < d; e++) s += Q[e] * K[j * d + e];
-          S[i * lk + j] = visible(c, i, j, lq, lk) ? s * scale : -INFINITY;
+          s *= scale;
+          if (c->softcap > 0) s = c->softcap * tanh(s / c->softcap);
+          S[i * lk + j] = visible(c, i, j, lq, lk) ? s : -INFINITY;
         }
       }
       for (long i = 0; i < lq; i++) {
@@ -459,6 +463,65 @@ START_TEST(writes_every_row_and_nothing_else) {
 }
 END_TEST
 
+/* Softcap (Gemma 2): scores large enough that tanh saturates (scale 1 on
+ * inputs of std 1 and 2: |scale q.k| up to about 10 sqrt(head_dim), capped
+ * at 5, 20 or 50), causal and not, windows, GQA, strided layouts, every
+ * dtype. The softcapped reference must also differ from the plain one (the
+ * cases are not vacuous). */
+START_TEST(softcap) {
+  static const int lq[] = {65, 1, 130, 0, 200, 17};
+  static const int lk[] = {65, 90, 130, 9, 50, 17};
+  static const struct {
+    float softcap, scale;
+    int causal, window;
+    int64_t wl, wr;
+    int hq, hkv, d, layout;
+  } w[] = {
+      {5.0f, 1.0f, 1, 0, -1, -1, 4, 2, 64, LAYOUT_SEPARATE},
+      {20.0f, 1.0f, 0, 0, -1, -1, 2, 2, 128, LAYOUT_T3HD},
+      {5.0f, 0.5f, 0, 1, 16, 8, 4, 1, 32, LAYOUT_PADDED},
+      {50.0f, 0.0f, 1, 1, 40, -1, 6, 3, 96, LAYOUT_THD_GQA},
+      {0.5f, 0.3f, 0, 1, -1, 0, 2, 1, 64, LAYOUT_SEPARATE},
+      {30.0f, 2.0f, 1, 1, 2000, -1, 2, 2, 32, LAYOUT_TH3D},
+  };
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+    const int same = w[i].layout >= LAYOUT_T3HD;
+    acase c = {.name = "softcap", .nseq = 6, .lq = lq, .lk = same ? NULL : lk, .hq = w[i].hq,
+               .hkv = w[i].hkv, .d = w[i].d, .dt = all_dtypes[i % 3], .causal = w[i].causal,
+               .window = w[i].window, .wl = w[i].wl, .wr = w[i].wr, .scale = w[i].scale,
+               .softcap = w[i].softcap, .layout = w[i].layout, .out_pad = (int)(i % 2),
+               .in_scale = i % 2 ? 2.0 : 1.0, .lse = 1};
+    run_case(&c);
+  }
+  /* One problem with and without softcap: the outputs differ. */
+  static const int n1[] = {100};
+  const int d = 64;
+  void *q = malloc(100 * 2 * d), *k = malloc(100 * 2 * d), *v = malloc(100 * 2 * d);
+  void *o1 = malloc(100 * 2 * d), *o2 = malloc(100 * 2 * d);
+  float l1[100], l2[100];
+  int32_t cu[2] = {0, n1[0]};
+  scree_test_fill(q, SCREE_DTYPE_FP16, 100 * d, 1.0);
+  scree_test_fill(k, SCREE_DTYPE_FP16, 100 * d, 1.0);
+  scree_test_fill(v, SCREE_DTYPE_FP16, 100 * d, 1.0);
+  scree_attention_args a = {.batch = 1, .total_q = 100, .total_k = 100, .max_seqlen_q = 100,
+                            .max_seqlen_k = 100, .heads_q = 1, .heads_kv = 1, .head_dim = d,
+                            .dtype = SCREE_DTYPE_FP16, .causal = 1, .scale = 1.0f,
+                            .window_left = -1, .window_right = -1};
+  ref(&a, q, k, v, cu, cu, o1, l1);
+  a.softcap = 5.0f;
+  ref(&a, q, k, v, cu, cu, o2, l2);
+  double worst = 0;
+  for (int i = 0; i < 100 * d; i++) {
+    const double x = fabs(scree__load_elem(o1, SCREE_DTYPE_FP16, (size_t)i) -
+                          scree__load_elem(o2, SCREE_DTYPE_FP16, (size_t)i));
+    worst = x > worst ? x : worst;
+  }
+  ck_assert_msg(worst > 0.5, "softcap 5 moved out by only %g", worst);
+  ck_assert(l2[99] < l1[99]); /* tanh shrinks the largest scores */
+  free(q), free(k), free(v), free(o1), free(o2);
+}
+END_TEST
+
 /* Random batches, masks, heads, layouts and dtypes (the seed is printed). */
 START_TEST(random_configs) {
   static const int heads[][2] = {{1, 1}, {2, 1}, {4, 2}, {4, 4}, {8, 1}, {3, 3}};
@@ -482,6 +545,7 @@ START_TEST(random_configs) {
       c.wr = scree_test_rand() % 3 == 0 ? -1 : (int64_t)(scree_test_rand() % 100);
     }
     if (scree_test_rand() % 2) c.scale = (float)scree_test_uniform(0.05, 1.0);
+    if (scree_test_rand() % 3 == 0) c.softcap = (float)scree_test_uniform(0.5, 30.0);
     if (scree_test_rand() % 4 == 0) c.in_scale = 3.0;
     c.layout = same ? (int)(scree_test_rand() % 5) : (int)(scree_test_rand() % 2);
     if ((c.layout == LAYOUT_T3HD || c.layout == LAYOUT_TH3D) && c.hq != c.hkv)
@@ -494,4 +558,5 @@ END_TEST
 SCREE_TEST_MAIN(.name = "attention_ref", .timeout = 300,
                 .tests = SCREE_TESTS(mixed_lengths, q_and_k_lengths_differ, sliding_windows,
                                      gqa_mqa_mha, head_dims, packed_qkv_and_strided_out,
-                                     writes_every_row_and_nothing_else, random_configs))
+                                     writes_every_row_and_nothing_else, softcap,
+                                     random_configs))

@@ -3,11 +3,11 @@
  *   - scree_attention's reference on the same keys gathered out of their
  *     pages into contiguous K and V (cu_seqlens_k from seqlens_k): every
  *     page size, shuffled and shared pages, padded cache strides, GQA groups
- *     1 to 16 and MQA, causal and not, sliding windows, query lengths from 1
- *     to 64 against 0 to 1000 keys;
- *   - for softcap, which scree_attention lacks, a dense [Lq, Lk] score
- *     matrix per sequence and head written from the definition in scree.h
- *     (softcap * tanh(scale * q.k / softcap), masked, softmax in double).
+ *     1 to 16 and MQA, causal and not, sliding windows, softcap, query
+ *     lengths from 1 to 64 against 0 to 1000 keys;
+ *   - for softcap also a dense [Lq, Lk] score matrix per sequence and head
+ *     written from the definition in scree.h (softcap * tanh(scale * q.k /
+ *     softcap), masked, softmax in double).
  * The problems are the op's own check problems (ops/paged_attention.c's
  * problem hook), with normal(0, 1) inputs. Both sides compute in double from
  * the same rounded inputs: outputs within 1 ulp of the dtype (or 1e-12),
@@ -167,6 +167,7 @@ static void against_gathered(const pcase *c, uint64_t seed) {
   at.scale = a->scale;
   at.window_left = a->window_left;
   at.window_right = a->window_right;
+  at.softcap = a->softcap;
   const size_t on = (size_t)(a->total_q * a->heads_q * d);
   void *want = malloc(on * es + 1);
   float *wlse = malloc((size_t)(a->total_q * a->heads_q + 1) * sizeof *wlse);
@@ -281,6 +282,14 @@ START_TEST(softcap) {
       {8, 2, 1, 32, 0, 30, -1, 50.0f, SCREE_DTYPE_FP16},
   };
   for (int i = 0; i < 2; i++) against_dense_softcap(&cs[i], 400 + (uint64_t)i);
+  /* scree_attention's reference applies the same softcap. */
+  const pcase gs[] = {
+      {16, 4, 2, 64, 1, -1, -1, 2.0f, SCREE_DTYPE_BF16},
+      {8, 2, 1, 32, 0, 30, -1, 50.0f, SCREE_DTYPE_FP16},
+      {32, 8, 2, 128, 1, 100, -1, 0.5f, SCREE_DTYPE_FP16},
+      {1, 4, 4, 96, 0, 20, 10, 5.0f, SCREE_DTYPE_BF16},
+  };
+  for (int i = 0; i < 4; i++) against_gathered(&gs[i], 500 + (uint64_t)i);
 }
 END_TEST
 
