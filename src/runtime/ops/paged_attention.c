@@ -5,6 +5,7 @@
  * kernels/paged_attention.cu (impl "split") and kernels/attention_hopper.cu
  * compiled with SCREE_PAGED=1 (impl "hopper", sm_90a, for prefill);
  * docs/kernels/paged-attention.md describes the algorithms and the choices. */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -248,6 +249,16 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
 
 /* ---- the launch ------------------------------------------------------------ */
 
+/* The kernels' softcap factors: s -> cap_out tanh(cap_in s), cap_in =
+ * scale / softcap (0: none), cap_out = softcap / scale. A subnormal softcap
+ * would make cap_in inf (and a score of 0 a NaN): clamped to FLT_MAX. */
+static void cap_factors(const scree_paged_attention_args *a, double scale, float *cap_in,
+                        float *cap_out) {
+  const double cin = a->softcap > 0.f ? scale / (double)a->softcap : 0.0;
+  *cap_in = fabs(cin) < FLT_MAX ? (float)cin : (float)copysign(FLT_MAX, cin);
+  *cap_out = a->softcap > 0.f ? (float)((double)a->softcap / scale) : 0.f;
+}
+
 static int log2i(int64_t v) {
   int l = 0;
   while (((int64_t)1 << l) < v) l++;
@@ -300,8 +311,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   int wr = a->window_right < 0 || a->window_right > 0x7fffffff ? -1 : (int)a->window_right;
   const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->head_dim);
   float sl2 = (float)(scale * 1.4426950408889634);
-  float cap_in = a->softcap > 0.f ? (float)(scale / a->softcap) : 0.f;
-  float cap_out = a->softcap > 0.f ? (float)(a->softcap / scale) : 0.f;
+  float cap_in, cap_out;
+  cap_factors(a, scale, &cap_in, &cap_out);
   /* A batch the CTA's threads cover plans in the kernel (no second
    * launch); its merge counters then come from the stream's zeroed buffer. */
   int self_plan = batch <= threads(c) && groups <= SELF_PLAN_GROUPS;
@@ -421,8 +432,8 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
   if (a->causal) wr = 0; /* min(window_right, 0), -1 being unbounded */
   const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->head_dim);
   float sl2 = (float)(scale * 1.4426950408889634);
-  float cap_in = a->softcap > 0.f ? (float)(scale / a->softcap) : 0.f;
-  float cap_out = a->softcap > 0.f ? (float)(a->softcap / scale) : 0.f;
+  float cap_in, cap_out;
+  cap_factors(a, scale, &cap_in, &cap_out);
   CUdeviceptr ws;
   st = scree__workspace(ctx, stream, (size_t)(2 + 2 * cap) * sizeof(int), &ws);
   if (st) return st;
