@@ -184,7 +184,11 @@ static strides strides_of(const scree_paged_attention_args *a) {
  * the smallest row tile that holds a sequence's rows (16 for a decode step
  * of up to 16 query heads a KV head), 4 warps (with 16 rows, 4 key warps of
  * 16 keys a tile), 64-key tiles, three stages (two at head_dim 256: shared
- * memory), and splits aimed at 2 items per SM slot. */
+ * memory), and splits aimed at one item per SM slot (measured on an H200,
+ * the split values with the rest as here on nine decode buckets: split=1
+ * the fastest on four and within 7% of the fastest on the others, split=2
+ * up to 1.7x slower on one or a few sequences: b1-k32k-q4 104 us against
+ * 62). */
 static void split_default(const scree__variant *var, const void *args, scree__config *out) {
   memset(out, 0, sizeof *out);
   const int64_t rows = args ? seq_rows(args) : 16;
@@ -192,7 +196,7 @@ static void split_default(const scree__variant *var, const void *args, scree__co
   out->v[F_BN] = 64;
   out->v[F_WARPS] = 4;
   out->v[F_STAGES] = var->v[V_D] == 256 ? 2 : 3;
-  out->v[F_SPLIT] = 2;
+  out->v[F_SPLIT] = 1;
 }
 
 /* Whether the hopper implementation can run a call: pages of 8 tokens or
