@@ -21,9 +21,12 @@ sequence, one token a sequence a step:
 
 Everything but attention runs in float32 and is the same code for both, and
 attention reads q, k and v rounded to --dtype in both, so that the runs
-differ only in the attention kernels. Checks (exit 1 on failure): the
-generated tokens are identical, and the logits of every step agree within
-1% of their largest magnitude. Needs a CUDA GPU.
+differ only in the attention kernels. The paged run is fed the reference's
+tokens (teacher forcing), so both see the same sequences at every step.
+Checks (exit 1 on failure): the logits of every step agree within 1% of
+their largest magnitude, and every greedy choice is the reference's, except
+at a near tie (the reference's two best logits closer than twice the
+largest logit difference: in bf16 such a pair can flip). Needs a CUDA GPU.
 """
 import argparse
 import math
@@ -151,21 +154,23 @@ class TorchRun:
         return logits
 
 
-def generate(run, W, cfg, prompts, n_new):
+def generate(run, W, cfg, prompts, n_new, force=None):
     """Greedy decoding: the prompts prefilled as one packed batch, then one
-    token a sequence a step. Returns the tokens [B, n_new] and each step's
-    logits at the sequences' last tokens [B, n_new, vocab]."""
+    token a sequence a step. Returns each step's greedy tokens [B, n_new]
+    and logits at the sequences' last tokens [B, n_new, vocab]. With force
+    ([B, n_new] tokens), step s feeds force[:, s] on instead of its own
+    greedy choice (teacher forcing: both runs see the same sequences)."""
     dev = prompts[0].device
     ids = torch.cat(prompts)
     pos = torch.cat([torch.arange(len(p), device=dev) for p in prompts])
     new_lens = [len(p) for p in prompts]
     lengths = list(new_lens)
     tokens, logits = [], []
-    for _ in range(n_new):
+    for step in range(n_new):
         out = run.step(W, cfg, ids, pos, new_lens)
         last = out[torch.tensor(new_lens, device=dev).cumsum(0) - 1]
-        ids = last.argmax(-1)
-        tokens.append(ids)
+        tokens.append(last.argmax(-1))
+        ids = tokens[-1] if force is None else force[:, step]
         logits.append(last)
         pos = torch.tensor(lengths, device=dev)
         lengths = [n + 1 for n in lengths]
@@ -194,14 +199,19 @@ def main():
     max_len = max(lens) + args.new
 
     with torch.no_grad():
-        paged = PagedRun(CFG, len(lens), max_len, args.page_size, dtype, device, gen)
-        got, got_logits = generate(paged, W, CFG, prompts, args.new)
         want, want_logits = generate(TorchRun(CFG, len(lens), max_len, dtype, device), W, CFG,
                                      prompts, args.new)
+        paged = PagedRun(CFG, len(lens), max_len, args.page_size, dtype, device, gen)
+        got, got_logits = generate(paged, W, CFG, prompts, args.new, force=want)
 
     scale = want_logits.abs().max().item()
     err = (got_logits - want_logits).abs().max().item()
     same = torch.equal(got, want)
+    # A greedy choice may differ only where the reference's two best logits
+    # are closer than twice the largest logit difference (a near tie).
+    top2 = want_logits.topk(2, dim=-1).values
+    margin = top2[..., 0] - top2[..., 1]
+    real = (got != want) & (margin > 2 * err)
     print(f"{len(lens)} prompts of {lens} tokens, {args.new} new tokens each, {args.dtype}, "
           f"page_size {args.page_size}, {len(paged.kv[0])} pages a layer")
     for b, n in enumerate(lens):
@@ -209,12 +219,12 @@ def main():
               f"{' ...' if args.new > 12 else ''}")
     print(f"tokens identical: {same}; largest logit difference {err:.3g} "
           f"({err / scale:.2%} of the largest logit {scale:.3g})")
-    if not same:
-        b, s = (got != want).nonzero()[0].tolist()
+    for b, s in (got != want).nonzero().tolist():
         top = want_logits[b, s].topk(2).values.tolist()
-        print(f"first difference: sequence {b}, step {s}: scree {got[b, s].item()}, torch "
-              f"{want[b, s].item()} (torch's two best logits {top[0]:.4f}, {top[1]:.4f})")
-    ok = same and err <= 0.01 * scale
+        print(f"difference: sequence {b}, step {s}: scree {got[b, s].item()}, torch "
+              f"{want[b, s].item()} (torch's two best logits {top[0]:.4f}, {top[1]:.4f}: "
+              f"{'a near tie' if not real[b, s] else 'NOT a tie'})")
+    ok = not real.any().item() and err <= 0.01 * scale
     print("OK" if ok else "MISMATCH")
     return 0 if ok else 1
 
