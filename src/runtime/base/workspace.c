@@ -3,6 +3,7 @@
  * starts. Launches on one stream run in order, so one buffer per stream
  * is never used by two kernels at once; a buffer only grows, and is freed
  * with the context. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/base.h"
@@ -60,44 +61,55 @@ static ws_entry *entry_of(ws_table *t, CUstream stream) {
   return e;
 }
 
+/* A buffer of at least bytes from table t's entry for stream (lock
+ * taken here); a larger one replaces it once the stream's queued work is
+ * done with it, zeroed on the stream when zero is set. what names the
+ * buffer in messages. */
+static scree_status grow(scree_context *ctx, struct scree__workspaces *w, ws_table *t,
+                         CUstream stream, size_t bytes, int zero, const char *what,
+                         CUdeviceptr *out) {
+  if (bytes < 256) bytes = 256;
+  scree_status st = SCREE_OK;
+  CUresult r;
+  char msg[96];
+  pthread_mutex_lock(&w->lock);
+  ws_entry *e = entry_of(t, stream);
+  if (!e) {
+    st = scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "%s table", what);
+  } else if (e->size >= bytes) {
+    *out = e->ptr;
+  } else if (e->ptr && (r = ctx->cu->StreamSynchronize(stream))) {
+    /* Kernels queued earlier on this stream may still use the old buffer. */
+    snprintf(msg, sizeof msg, "%s: cuStreamSynchronize", what);
+    st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, msg);
+  } else {
+    if (e->ptr) ctx->cu->MemFree(e->ptr);
+    e->ptr = 0;
+    e->size = 0;
+    const size_t size = bytes + bytes / 2; /* room to grow */
+    if ((r = ctx->cu->MemAlloc(&e->ptr, size))) {
+      e->ptr = 0;
+      snprintf(msg, sizeof msg, "%s: cuMemAlloc", what);
+      st = scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, msg);
+    } else if (zero && (r = ctx->cu->MemsetD8Async(e->ptr, 0, size, stream))) {
+      ctx->cu->MemFree(e->ptr);
+      e->ptr = 0;
+      snprintf(msg, sizeof msg, "%s: cuMemsetD8Async", what);
+      st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, msg);
+    } else {
+      e->size = size;
+      *out = e->ptr;
+    }
+  }
+  pthread_mutex_unlock(&w->lock);
+  return st;
+}
+
 scree_status scree__workspace(scree_context *ctx, CUstream stream, size_t bytes,
                               CUdeviceptr *out) {
   struct scree__workspaces *w = tables_of(ctx);
   if (!w) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
-  if (bytes < 256) bytes = 256;
-  pthread_mutex_lock(&w->lock);
-  ws_entry *e = entry_of(&w->scratch, stream);
-  if (!e) {
-    pthread_mutex_unlock(&w->lock);
-    return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
-  }
-  if (e->size >= bytes) {
-    *out = e->ptr;
-    pthread_mutex_unlock(&w->lock);
-    return SCREE_OK;
-  }
-  if (e->ptr) {
-    /* Kernels queued earlier on this stream may still read the old buffer. */
-    CUresult r = ctx->cu->StreamSynchronize(stream);
-    if (r) {
-      pthread_mutex_unlock(&w->lock);
-      return scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "workspace: cuStreamSynchronize");
-    }
-    ctx->cu->MemFree(e->ptr);
-    e->ptr = 0;
-    e->size = 0;
-  }
-  const size_t size = bytes + bytes / 2; /* room to grow */
-  CUresult r = ctx->cu->MemAlloc(&e->ptr, size);
-  if (r) {
-    e->ptr = 0;
-    pthread_mutex_unlock(&w->lock);
-    return scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, "workspace: cuMemAlloc");
-  }
-  e->size = size;
-  *out = e->ptr;
-  pthread_mutex_unlock(&w->lock);
-  return SCREE_OK;
+  return grow(ctx, w, &w->scratch, stream, bytes, 0, "workspace", out);
 }
 
 /* The counters keep a table of their own beside the scratch's: a stream's
@@ -133,39 +145,7 @@ scree_status scree__stream_zeroed(scree_context *ctx, CUstream stream, size_t by
                                   CUdeviceptr *out) {
   struct scree__workspaces *w = tables_of(ctx);
   if (!w) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "workspace table");
-  if (bytes < 256) bytes = 256;
-  scree_status st = SCREE_OK;
-  CUresult r = CUDA_SUCCESS;
-  pthread_mutex_lock(&w->lock);
-  ws_entry *e = entry_of(&w->zeroed, stream);
-  if (!e) {
-    st = scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "zeroed stream buffer table");
-  } else if (e->size >= bytes) {
-    *out = e->ptr;
-  } else {
-    /* Kernels queued earlier on this stream may still use the old buffer. */
-    if (e->ptr && (r = ctx->cu->StreamSynchronize(stream))) {
-      st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "zeroed stream buffer: cuStreamSynchronize");
-    } else {
-      if (e->ptr) ctx->cu->MemFree(e->ptr);
-      e->ptr = 0;
-      e->size = 0;
-      const size_t size = bytes + bytes / 2;
-      if ((r = ctx->cu->MemAlloc(&e->ptr, size))) {
-        e->ptr = 0;
-        st = scree__cu_fail(ctx, r, SCREE_ERROR_OUT_OF_MEMORY, "zeroed stream buffer: cuMemAlloc");
-      } else if ((r = ctx->cu->MemsetD8Async(e->ptr, 0, size, stream))) {
-        ctx->cu->MemFree(e->ptr);
-        e->ptr = 0;
-        st = scree__cu_fail(ctx, r, SCREE_ERROR_CUDA, "zeroed stream buffer: cuMemsetD8Async");
-      } else {
-        e->size = size;
-        *out = e->ptr;
-      }
-    }
-  }
-  pthread_mutex_unlock(&w->lock);
-  return st;
+  return grow(ctx, w, &w->zeroed, stream, bytes, 1, "zeroed stream buffer", out);
 }
 
 static void table_free(scree_context *ctx, ws_table *t) {
