@@ -22,7 +22,6 @@
  * batch is big enough to pay for threads. */
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "ops/attention_ref.h"
 #include "ops/op.h"
