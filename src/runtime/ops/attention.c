@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ops/attention_hopper.h"
+#include "ops/attention_ref.h"
 #include "ops/op.h"
 
 #define SCREE__ARGS_T scree_attention_args
@@ -679,6 +680,9 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
  * The hook (op.h's SCREE__REFERENCE) takes the problem's buffers in the
  * order of problem (above): q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse.
  *
+ * The backward's reference (ops/attention_backward_ref.c) shares the row
+ * rule, scree__attention_row_bounds (ops/attention_ref.h).
+ *
  * Semantics (scree.h): per sequence b with Lq queries and Lk keys, query row
  * i sits at key position p = i + Lk - Lq (bottom-right alignment) and sees
  * the keys j in [p - window_left, p + min(window_right, 0 if causal)] of
@@ -725,27 +729,6 @@ typedef struct ref_job {
   double scale, cap; /* cap: the softcap, 0 for none */
   ref_item *items;
 } ref_job;
-
-/* The visible keys of query row i, unclamped: [*lo, *hi]; lo may be below 0
- * and hi past lk - 1 (INT64 bounds for unbounded sides). */
-static void row_bounds(const scree_attention_args *a, int64_t i, int64_t lq,
-                       int64_t lk, int64_t *lo, int64_t *hi) {
-  /* Lengths are int32, so windows past 2^40 are as good as unbounded and
-   * clamping them keeps p -/+ window from overflowing. */
-  const int64_t big = (int64_t)1 << 40;
-  const int64_t p = i + lk - lq;
-  int64_t left = a->window_left, right = a->window_right;
-  if (a->causal) right = 0; /* min(right, 0), with -1 (unbounded) as +inf */
-  if (left > big) left = big;
-  if (right > big) right = big;
-  *lo = left >= 0 ? p - left : INT64_MIN;
-  *hi = right >= 0 ? p + right : INT64_MAX;
-}
-
-static void clamp_bounds(int64_t lk, int64_t *lo, int64_t *hi) {
-  if (*lo < 0) *lo = 0;
-  if (*hi > lk - 1) *hi = lk - 1;
-}
 
 /* Writes rows [r0, r1) of the item's sequence, query head h, with `val`
  * and their lse with `lse_val` (zeros and -inf for rows that see no key,
@@ -871,8 +854,8 @@ static void run_item(void *user, int idx) {
     for (int64_t i = it->r0; i < it->r1; i++) {
       const int64_t t = q0 + i;
       int64_t lo, hi;
-      row_bounds(a, i, lq, lk, &lo, &hi);
-      clamp_bounds(lk, &lo, &hi);
+      scree__attention_row_bounds(a, i, lq, lk, &lo, &hi);
+      scree__attention_clamp_bounds(lk, &lo, &hi);
       if (lo > hi) {
         fill_rows(j, it, i, i + 1, h, 0.0, -INFINITY);
         continue;
@@ -950,9 +933,9 @@ static void ref_attention(const scree_attention_args *a, const void *q,
     for (int64_t r0 = 0; r0 < lq; r0 += REF_ROWS) {
       const int64_t r1 = r0 + REF_ROWS < lq ? r0 + REF_ROWS : lq;
       int64_t klo, khi, lo1, hi1;
-      row_bounds(a, r0, lq, lk, &klo, &hi1);
-      row_bounds(a, r1 - 1, lq, lk, &lo1, &khi);
-      clamp_bounds(lk, &klo, &khi);
+      scree__attention_row_bounds(a, r0, lq, lk, &klo, &hi1);
+      scree__attention_row_bounds(a, r1 - 1, lq, lk, &lo1, &khi);
+      scree__attention_clamp_bounds(lk, &klo, &khi);
       const double cost = (double)(r1 - r0) * (double)(khi >= klo ? khi - klo + 1 : 1) *
                           (double)j.group * (double)d;
       for (int64_t g = 0; g < a->heads_kv; g++)
