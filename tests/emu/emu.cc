@@ -4,7 +4,6 @@
  * order), delivering some pending asynchronous stores in between. */
 #include "emu.h"
 
-#include <link.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
@@ -61,9 +60,6 @@ struct MBar {
 struct Warp {
   uint64_t slot[32];
   unsigned count[2] = {0, 0}, gen[2] = {0, 0}, live = 0;
-  /* A matrix instruction's operands, per lane, and which instruction. */
-  unsigned op[32][8];
-  int kind[32];
 };
 
 } // namespace
@@ -77,7 +73,6 @@ struct Cta {
   unsigned live = 0, bar_count = 0, bar_gen = 0;
   std::map<unsigned, MBar> mbars; /* by shared-memory offset */
   bool exited = false;
-  std::vector<unsigned char> statics; /* its copy of the static shared variables */
 };
 
 namespace {
@@ -106,8 +101,6 @@ struct State {
   std::string error;
   bool failing = false;
   unsigned long progress = 0;
-  Cta *loaded = nullptr;                  /* whose statics the TLS block holds */
-  std::vector<unsigned char> host_statics; /* its bytes before the launch */
 #ifdef EMU_ASAN
   const void *main_bottom = nullptr;
   size_t main_size = 0;
@@ -115,34 +108,6 @@ struct State {
 };
 
 State *g = nullptr;
-
-/* The static __shared__ variables of every kernel linked in: emu.h makes
- * them thread_local, so they lie in the program's own TLS block (found once,
- * through its PT_TLS segment), with whatever else of the program is
- * thread_local, which runs in no fiber. */
-struct TlsBlock {
-  unsigned char *p = nullptr;
-  size_t n = 0;
-};
-
-int find_tls(struct dl_phdr_info *info, size_t, void *data) {
-  TlsBlock *b = static_cast<TlsBlock *>(data);
-  for (int i = 0; i < info->dlpi_phnum; i++)
-    if (info->dlpi_phdr[i].p_type == PT_TLS && info->dlpi_tls_data) {
-      b->p = static_cast<unsigned char *>(info->dlpi_tls_data);
-      b->n = info->dlpi_phdr[i].p_memsz;
-    }
-  return 1; /* the program is the first object listed */
-}
-
-const TlsBlock &statics_block() {
-  static const TlsBlock b = [] {
-    TlsBlock t;
-    dl_iterate_phdr(find_tls, &t);
-    return t;
-  }();
-  return b;
-}
 
 /* Shared-window addresses: bits 0..23 the offset, 24..27 the cluster rank
  * plus one, so that 0 is never a valid address. */
@@ -280,7 +245,6 @@ void start_cluster(unsigned index) {
     c->cl = cl.get();
     c->rank = r;
     c->smem.assign(l.smem + 16, 0xa5); /* garbage, as a GPU's shared memory */
-    c->statics = g->host_statics; /* what the launch found (static: zero) */
     c->warps.resize((nthreads + 31) / 32);
     const unsigned b = index * l.cluster + r;
     for (unsigned i = 0; i < nthreads; i++) {
@@ -310,21 +274,8 @@ void start_cluster(unsigned index) {
 }
 
 void free_cluster(Cluster *cl) {
-  for (auto &c : cl->ctas) {
-    if (g->loaded == c.get()) g->loaded = nullptr;
+  for (auto &c : cl->ctas)
     for (auto &t : c->threads) munmap(t->stack, kStack);
-  }
-}
-
-/* The TLS block holds the statics of the CTA about to run. */
-void load_statics(Cta *c) {
-  if (g->loaded == c) return;
-  const TlsBlock &b = statics_block();
-  if (b.n) {
-    if (g->loaded) std::memcpy(g->loaded->statics.data(), b.p, b.n);
-    std::memcpy(b.p, c->statics.data(), b.n);
-  }
-  g->loaded = c;
 }
 
 Thread *me() {
@@ -369,117 +320,26 @@ void syncthreads() {
   }
 }
 
-namespace {
-
-/* Phase k (0: every lane has put its operands; 1: every lane has read
- * them) of a warp-wide exchange. */
-void warp_step(Warp &w, int k) {
-  const unsigned gen = w.gen[k];
-  note_progress();
-  if (++w.count[k] == w.live) {
-    w.count[k] = 0;
-    w.gen[k]++;
-    note_progress();
-  } else {
-    while (w.gen[k] == gen) yield();
-  }
-}
-
-/* Puts this lane's n operands of a matrix instruction (kind), waits for
- * every lane, and checks that they all issued the same instruction. */
-Warp &warp_gather(int kind, const unsigned *v, int n) {
-  Thread *t = me();
-  Warp &w = t->cta->warps[(size_t)t->warp];
-  if (w.live != 32) fail("a warp-collective matrix instruction in a warp with exited lanes");
-  for (int i = 0; i < n; i++) w.op[t->lane][i] = v[i];
-  w.kind[t->lane] = kind;
-  warp_step(w, 0);
-  for (int l = 0; l < 32; l++)
-    if (w.kind[l] != kind) fail("the lanes of a warp at different matrix instructions");
-  return w;
-}
-
-/* One 16-bit element of a register: the lower column (or k) in the low half. */
-unsigned short half_of(unsigned r, int hi) { return (unsigned short)(hi ? r >> 16 : r & 0xffff); }
-
-float elem16(int dt, unsigned short h) {
-  return dt == 2 ? __uint_as_float((unsigned)h << 16) : emu_half_to_float(h);
-}
-
-} // namespace
-
 uint64_t warp_exchange(uint64_t mine, int src) {
   Thread *t = me();
   Warp &w = t->cta->warps[(size_t)t->warp];
   if (w.live != 32) fail("a warp shuffle in a warp with exited lanes");
-  w.slot[t->lane] = mine;
-  w.kind[t->lane] = 0;
-  warp_step(w, 0);
-  for (int l = 0; l < 32; l++)
-    if (w.kind[l] != 0) fail("the lanes of a warp at a shuffle and a matrix instruction");
-  const uint64_t r = w.slot[src];
-  warp_step(w, 1);
-  return r;
-}
-
-/* ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lane
- * 8i + j gives the address of row j of matrix i (16 bytes: 8 elements);
- * lane 4g + t receives, in register i, elements (g, 2t) and (g, 2t + 1) of
- * matrix i, or with .trans elements (2t, g) and (2t + 1, g). Shared memory
- * is read once every lane has arrived. */
-void ldmatrix(unsigned addr, int num, bool trans, unsigned *r) {
-  Thread *t = me();
-  const int lane = t->lane, g = lane >> 2, q = lane & 3;
-  Warp &w = warp_gather(num * 2 + (trans ? 1 : 0), &addr, 1);
-  for (int i = 0; i < num; i++) {
-    unsigned short e[2];
-    for (int k = 0; k < 2; k++) {
-      const int row = trans ? 2 * q + k : g, col = trans ? g : 2 * q + k;
-      const unsigned ra = w.op[8 * i + row][0];
-      if (ra % 16) fail("ldmatrix with a row address not 16-byte aligned");
-      unsigned off;
-      Cta *c = cta_of(ra, &off);
-      if (c != t->cta) fail("ldmatrix from another CTA's shared memory");
-      if (off + 16 > c->smem.size()) fail("ldmatrix past the CTA's shared memory");
-      std::memcpy(&e[k], c->smem.data() + off + 2 * col, 2);
+  auto step = [&](int k) {
+    const unsigned gen = w.gen[k];
+    note_progress();
+    if (++w.count[k] == w.live) {
+      w.count[k] = 0;
+      w.gen[k]++;
+      note_progress();
+    } else {
+      while (w.gen[k] == gen) yield();
     }
-    r[i] = (unsigned)e[0] | (unsigned)e[1] << 16;
-  }
-  warp_step(w, 1);
-}
-
-/* mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} (PTX ISA, "Matrix
- * Fragments for mma.m16n8k16 with floating point type"); lane = 4g + t:
- *   A 16x16: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 8+2t..), a3 (g+8, 8+2t..)
- *   B 16x8 (k x n): b0 (k 2t..2t+1, n g), b1 (k 8+2t.., n g)
- *   C, D 16x8: d0, d1 (g, 2t), (g, 2t+1); d2, d3 (g+8, 2t), (g+8, 2t+1)
- * the lower k (or column) of a pair in the low half (as CuTe's SM80
- * 16x8x16 traits: A (4,8),(2,2,2):(32,1),(16,8,128) over m + 16k, B
- * (4,8),(2,2):(16,1),(8,64) over n + 8k, C (4,8),(2,2):(32,1),(16,8) over
- * m + 16n). Products of 16-bit values are exact in fp32; the sum runs over
- * k in order, in fp32. */
-void mma_16816(int dt, float *d, const unsigned *a, unsigned b0, unsigned b1) {
-  Thread *t = me();
-  const unsigned in[6] = {a[0], a[1], a[2], a[3], b0, b1};
-  Warp &w = warp_gather(16 + dt, in, 6);
-  const int g = t->lane >> 2, q = t->lane & 3;
-  auto A = [&](int m, int k) {
-    const unsigned *l = w.op[4 * (m & 7) + (k & 7) / 2];
-    return elem16(dt, half_of(l[(m >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k & 1));
   };
-  auto B = [&](int k, int n) {
-    const unsigned *l = w.op[4 * n + (k & 7) / 2];
-    return elem16(dt, half_of(l[4 + (k >= 8 ? 1 : 0)], k & 1));
-  };
-  float out[4];
-  for (int e = 0; e < 4; e++) {
-    const int m = g + 8 * (e >> 1), n = 2 * q + (e & 1);
-    float acc = d[e];
-    for (int k = 0; k < 16; k++) acc += A(m, k) * B(k, n);
-    out[e] = acc;
-  }
-  warp_step(w, 1);
-  for (int e = 0; e < 4; e++) d[e] = out[e];
+  w.slot[t->lane] = mine;
+  step(0);
+  const uint64_t r = w.slot[src];
+  step(1);
+  return r;
 }
 
 unsigned smem_addr(const void *p) {
@@ -606,8 +466,6 @@ const char *launch(const Launch &l) {
   st.l = &l;
   st.rng.seed(l.seed);
   g = &st;
-  const TlsBlock &tls = statics_block();
-  st.host_statics.assign(tls.p, tls.p + tls.n);
   const unsigned nclusters = l.grid.x * l.grid.y * l.grid.z / l.cluster;
   if (l.cluster == 0 || l.grid.x % l.cluster) {
     g = nullptr;
@@ -628,7 +486,6 @@ const char *launch(const Launch &l) {
           if (t->done || st.failing) continue;
           deliver_some(false);
           if (st.failing) break;
-          load_statics(c.get());
           st.cur = t.get();
 #ifdef EMU_ASAN
           void *fake = nullptr;
@@ -671,7 +528,6 @@ const char *launch(const Launch &l) {
     st.failing = true;
   }
   for (auto &cl : st.clusters) free_cluster(cl.get());
-  if (tls.n) std::memcpy(tls.p, st.host_statics.data(), tls.n);
   result = st.failing ? st.error : "";
   g = nullptr;
   return result.c_str();

@@ -6,35 +6,21 @@
  * A kernel source is compiled as C++ after this file: every thread of a
  * CTA is a fiber (ucontext) of one host thread, switched at every point
  * where CUDA threads would wait for each other (__syncthreads, a warp
- * shuffle, ldmatrix, mma.sync, the cluster barrier, an mbarrier wait) and
- * nowhere else, so the run is deterministic for a given seed. What this
- * file provides:
+ * shuffle, the cluster barrier, an mbarrier wait) and nowhere else, so the
+ * run is deterministic for a given seed. What this file provides:
  *
  *   - the CUDA dialect a scree kernel uses: __global__, __device__,
- *     threadIdx and friends, shuffles, atomicAdd, __threadfence, __syncthreads,
- *     integer min and max, float4, __ldg, __ldcg and __stcg (plain accesses);
- *   - common.cuh, ptx.cuh and cluster_ptx.cuh, defined here with their
- *     include guards, so that the kernel's own #include of them adds
- *     nothing: 16-bit conversions in software (round to nearest even),
- *     ex2 and lg2 from libm with .ftz's flushing, tanh as ptx.cuh makes it;
- *   - ldmatrix (.x2, .x4, .trans, b16) and mma.sync m16n8k16 (fp16 or bf16
- *     operands, fp32 accumulate) as warp-collective operations: every lane
- *     puts its operands (a row address; its A, B registers), waits for the
- *     other 31, then computes its own result from all of theirs after the
- *     PTX ISA's fragment layouts (emu.cc states them; checked against
- *     CuTe's SM80 16x8x16 traits), reading shared memory only then; lanes
- *     at different matrix instructions, or a warp with exited lanes, fail;
- *     the products are exact in fp32 and summed over k in order, in fp32;
- *   - shared memory: a buffer per CTA (SCREE_SMEM_BASE; a kernel's `extern
- *     __shared__` array is rewritten to it by emu_source.cmake); static
- *     __shared__ variables are thread_local and the launch swaps the
- *     program's TLS block per CTA, so each CTA has its own (starting from
- *     their values before the launch: zero); 32-bit shared-window
- *     addresses carry the CTA's cluster rank;
+ *     threadIdx and friends, shuffles, atomicAdd, __syncthreads;
+ *   - common.cuh, ptx.cuh (the subset the ragged softmax uses) and
+ *     cluster_ptx.cuh, defined here with their include guards, so that the
+ *     kernel's own #include of them adds nothing: 16-bit conversions in
+ *     software, exp2 and log2 from libm;
+ *   - shared memory: a buffer per CTA (SCREE_SMEM_BASE; static __shared__
+ *     variables become static, so only one-CTA kernels may use them);
+ *     32-bit shared-window addresses carry the CTA's cluster rank;
  *   - cp.async as copies queued per thread and made (reading global memory
  *     then) only when a wait_group lets them complete, so that a read
- *     before the wait sees stale data; a source size below the copy's
- *     zero-fills the rest and 0 reads nothing;
+ *     before the wait sees stale data;
  *   - thread block clusters (rank, mapa, ld/st.shared::cluster, the
  *     barrier with relaxed or release arrival), mbarriers with
  *     transaction counts, and st.async and remote arrivals, delivered in a
@@ -45,13 +31,8 @@
  *     wrongly, an mbarrier completing with more bytes than it expected, or
  *     an async store into a CTA that has exited.
  *
- * Not modelled: timing, memory-model reorderings of plain loads and stores
- * (fences and cache hints are no-ops; atomics are plain, as fibers do not
- * preempt), warp divergence (all 32 lanes of a warp must reach a shuffle,
- * ldmatrix or mma together), the approximation error of ex2 and lg2, and
- * bank conflicts. Kernels run so far: kernels/ragged_softmax_cluster.cu
- * (test_ragged_softmax_emu.cc) and kernels/paged_attention.cu
- * (test_paged_attention_emu.cc).
+ * Not modelled: timing, memory-model reorderings of plain loads and stores,
+ * warp divergence (all 32 lanes of a warp must reach a shuffle together).
  */
 #ifndef SCREE_EMU_H
 #define SCREE_EMU_H
@@ -99,13 +80,6 @@ void mbar_arrive_expect_remote(unsigned bar, unsigned bytes);
 void mbar_wait(unsigned bar, unsigned parity);
 void st_async_u32(unsigned addr, unsigned v, unsigned bar);
 
-/* ---- warp-collective matrix instructions (all 32 lanes, together) -------- */
-/* ldmatrix .m8n8 .b16: num (1, 2, 4) matrices from the rows whose addresses
- * lanes 8i .. 8i+7 give; r[i] is this lane's register of matrix i. */
-void ldmatrix(unsigned addr, int num, bool trans, unsigned *r);
-/* mma.sync m16n8k16 .row.col, fp32 accumulate; dt 1 fp16, 2 bf16 operands. */
-void mma_16816(int dt, float *d, const unsigned *a, unsigned b0, unsigned b1);
-
 /* ---- cp.async ----------------------------------------------------------- */
 void cp_async(unsigned dst, const void *src, int bytes, int src_bytes);
 void cp_commit();
@@ -133,13 +107,7 @@ const char *launch(const Launch &l);
 #define __device__ static
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-/* Static shared variables are thread_local: the program's static TLS block,
- * which the launch swaps per CTA as it switches between them (g++ ignores a
- * section attribute on the static locals of a template, so a section of
- * their own cannot hold them all). A kernel's `extern __shared__` array has
- * no C++ spelling here: tests/emu/emu_source.cmake rewrites it to
- * SCREE_SMEM_BASE. */
-#define __shared__ static thread_local
+#define __shared__ static
 #define __align__(n) alignas(n)
 #define threadIdx (emu::view()->tid)
 #define blockIdx (emu::view()->bid)
@@ -179,21 +147,6 @@ static inline int atomicAdd(int *p, int v) {
   return old;
 }
 using std::fmaxf;
-/* CUDA's integer min and max, for the pairs of one type the kernels use. */
-static inline int min(int a, int b) { return a < b ? a : b; }
-static inline int max(int a, int b) { return a > b ? a : b; }
-static inline long long min(long long a, long long b) { return a < b ? a : b; }
-static inline long long max(long long a, long long b) { return a > b ? a : b; }
-static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
-static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
-struct alignas(16) float4 {
-  float x, y, z, w;
-};
-static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-/* Cache hints change nothing here: plain loads and stores. */
-template <typename T> static inline T __ldg(const T *p) { return *p; }
-template <typename T> static inline T __ldcg(const T *p) { return *p; }
-template <typename T> static inline void __stcg(T *p, T v) { *p = v; }
 
 /* ---- common.cuh --------------------------------------------------------- */
 #define SCREE_COMMON_CUH
@@ -223,37 +176,9 @@ template <typename T, int N> struct alignas(sizeof(T) * N) scree_vec {
   T v[N];
 };
 
-/* ---- ptx.cuh ------------------------------------------------------------ */
+/* ---- ptx.cuh (what the ragged softmax kernels use) ------------------------ */
 #define SCREE_PTX_CUH
 static inline unsigned scree_smem_u32(const void *p) { return emu::smem_addr(p); }
-static inline void scree_ldsm_x4(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2,
-                                 unsigned &r3) {
-  unsigned r[4];
-  emu::ldmatrix(addr, 4, false, r);
-  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
-}
-static inline void scree_ldsm_x4_trans(unsigned addr, unsigned &r0, unsigned &r1, unsigned &r2,
-                                       unsigned &r3) {
-  unsigned r[4];
-  emu::ldmatrix(addr, 4, true, r);
-  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
-}
-static inline void scree_ldsm_x2(unsigned addr, unsigned &r0, unsigned &r1) {
-  unsigned r[2];
-  emu::ldmatrix(addr, 2, false, r);
-  r0 = r[0], r1 = r[1];
-}
-static inline void scree_ldsm_x2_trans(unsigned addr, unsigned &r0, unsigned &r1) {
-  unsigned r[2];
-  emu::ldmatrix(addr, 2, true, r);
-  r0 = r[0], r1 = r[1];
-}
-template <int DT>
-static inline void scree_mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                   unsigned b1) {
-  static_assert(DT == 1 || DT == 2, "mma operands are fp16 (1) or bf16 (2)");
-  emu::mma_16816(DT, d, a, b0, b1);
-}
 static inline void scree_cp_async16(unsigned saddr, const void *gptr, int src_bytes) {
   emu::cp_async(saddr, gptr, 16, src_bytes);
 }
@@ -263,18 +188,8 @@ template <int BYTES> static inline void scree_cp_async(unsigned saddr, const voi
 }
 static inline void scree_cp_async_commit() { emu::cp_commit(); }
 template <int N> static inline void scree_cp_async_wait() { emu::cp_wait(N); }
-/* ex2.approx.ftz and lg2.approx.ftz from libm, subnormal inputs and
- * results flushed to zero as .ftz does. */
-static inline float emu_ftz(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? 0.f * x : x; }
-static inline float scree_ex2(float x) { return emu_ftz(std::exp2(emu_ftz(x))); }
-static inline float scree_lg2(float x) { return std::log2(emu_ftz(x)); }
-/* As ptx.cuh: tanh from ex2. */
-static inline float scree_tanh(float x) {
-  const float ax = std::fabs(x);
-  const float e = scree_ex2(-2.8853900817779268f * ax);
-  const float t = (1.f - e) / (1.f + e);
-  return std::copysign(t, x);
-}
+static inline float scree_ex2(float x) { return std::exp2(x); }
+static inline float scree_lg2(float x) { return std::log2(x); }
 template <int DT> static inline unsigned scree_pack2(float lo, float hi) {
   const unsigned short a = DT == 1 ? emu_float_to_half(lo) : emu_float_to_bf16(lo);
   const unsigned short b = DT == 1 ? emu_float_to_half(hi) : emu_float_to_bf16(hi);
