@@ -37,8 +37,10 @@
  * Items of one (sequence, row tile, KV head) are consecutive; each writes
  * its normalised partial output and LSE (fp32) to the workspace, and the
  * last of them to finish (a counter per group, atomics, fences) merges all
- * the partials in split order: the result does not depend on which CTA
- * finishes last. With one chunk the item writes out and lse directly.
+ * the partials, T threads a (row, 8 columns) pair, each over every T-th
+ * split with an online maximum, then a fixed butterfly: the result does
+ * not depend on which CTA finishes last. With one chunk the item writes
+ * out and lse directly.
  *
  * A CTA of WARPS warps runs one item: RW = min(WARPS, BM / 16) row warps,
  * each with MT = BM / 16 / RW m16 row tiles, times KW = WARPS / RW key
@@ -255,10 +257,14 @@ __device__ __forceinline__ void make_plan(const int *cu_q, const int *seqlens_k,
   __shared__ long long carry[2];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   /* 1. The batch's work W = sum of row tiles x span keys, and its groups
-   * G (row tiles; both per KV head). */
+   * G (row tiles; both per KV head). Sequence tid's lengths stay in
+   * registers for step 2 (a self-planned launch has no other: one round of
+   * loads). */
   long long w = 0, gr = 0;
+  int lq0 = 0, lk0 = 0;
   for (int b = tid; b < batch; b += NT) {
     const int Lq = cu_q[b + 1] - cu_q[b], Lk = seqlens_k[b];
+    if (b == tid) lq0 = Lq, lk0 = Lk;
     int k0, k1;
     seq_span(Lq, Lk, causal, wl, wr, k0, k1);
     const long long rt = row_tiles(Lq, group);
@@ -292,6 +298,9 @@ __device__ __forceinline__ void make_plan(const int *cu_q, const int *seqlens_k,
     chunk = cdivll(cdivll(W, aim), BN) * BN;
     if (chunk < BN) chunk = BN;
   }
+  /* span, chunk and the chunk counts fit 32 bits (spans are key counts):
+   * unsigned divisions, not 64-bit ones. */
+  const unsigned uchunk = (unsigned)min(chunk, 0x7fffffffll);
   int *start = p_start(plan), *nsplit = p_nsplit(plan, batch), *chk = p_chunk(plan, batch),
       *gstart = p_gstart(plan, batch);
   /* 2. Per sequence: chunks, then exclusive scans of items and groups, NT
@@ -300,14 +309,15 @@ __device__ __forceinline__ void make_plan(const int *cu_q, const int *seqlens_k,
     const int b = base + tid;
     long long items = 0, groups = 0;
     if (b < batch) {
-      const int Lq = cu_q[b + 1] - cu_q[b], Lk = seqlens_k[b];
+      const int Lq = base == 0 ? lq0 : cu_q[b + 1] - cu_q[b];
+      const int Lk = base == 0 ? lk0 : seqlens_k[b];
       int k0, k1;
       seq_span(Lq, Lk, causal, wl, wr, k0, k1);
-      const long long span = k1 - k0;
-      long long ns = span > 0 ? cdivll(span, chunk) : 1;
+      const unsigned span = (unsigned)(k1 - k0);
+      unsigned ns = span > 0 ? (span + uchunk - 1) / uchunk : 1;
       if (ns > MAXSPLIT) ns = MAXSPLIT;
-      const long long ch = span > 0 ? cdivll(cdivll(span, ns), BN) * BN : BN;
-      ns = span > 0 ? cdivll(span, ch) : 1;
+      const unsigned ch = span > 0 ? ((span + ns - 1) / ns + BN - 1) / BN * BN : BN;
+      ns = span > 0 ? (span + ch - 1) / ch : 1;
       const long long rt = row_tiles(Lq, group);
       groups = rt * heads_kv;
       items = groups * ns;
@@ -336,15 +346,25 @@ __device__ __forceinline__ void make_plan(const int *cu_q, const int *seqlens_k,
       start[b] = (int)min(pi, 0x7fffffffll);
       gstart[b] = (int)min(pg, 0x7fffffffll);
     }
+    if (base + NT >= batch) {
+      /* the last block: the totals are carry + this block's sums, which
+       * every thread has; no further round of the shared arrays */
+      if (tid == 0) {
+        const long long ni = carry[0] + ti, ng = carry[1] + tg;
+        start[batch] = (int)min(ni, 0x7fffffffll);
+        gstart[batch] = (int)min(ng, 0x7fffffffll);
+        plan[0] = start[batch];
+        plan[1] = gstart[batch];
+      }
+      break;
+    }
     __syncthreads(); /* every thread has read wi, wg and carry */
     if (tid == 0) carry[0] += ti, carry[1] += tg;
     __syncthreads();
   }
-  if (tid == 0) {
-    start[batch] = (int)min(carry[0], 0x7fffffffll);
-    gstart[batch] = (int)min(carry[1], 0x7fffffffll);
-    plan[0] = start[batch];
-    plan[1] = gstart[batch];
+  if (batch <= 0 && tid == 0) {
+    start[0] = gstart[0] = 0;
+    plan[0] = plan[1] = 0;
   }
   __syncthreads();
   /* 3. The merge counters, zeroed. */
@@ -517,17 +537,22 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
   const int *bt = block_table + (long long)b * bt_stride;
   const elem *kc = k_cache + (long long)kvh * c_hs;
   const elem *vc = v_cache + (long long)kvh * c_hs;
-  int pnext = 0;
+  /* The page ids of the first STAGES tiles, all read before any copy is
+   * issued (a copy's commit orders memory: one after another they were a
+   * block-table round trip each before the first tile's data). */
+  int pg0[STAGES];
+#pragma unroll
+  for (int s = 0; s < STAGES; s++) pg0[s] = s < ntl ? load_page(bt, kbeg + s * BN, kend, logp) : 0;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; s++) {
     if (s < ntl) {
       const int kt = kbeg + s * BN;
-      load_kv(sbase + K_OFF + s * KV_BYTES, sbase + V_OFF + s * KV_BYTES, kc, vc,
-              load_page(bt, kt, kend, logp), bt, kt, kend, logp, c_ps, c_ts);
+      load_kv(sbase + K_OFF + s * KV_BYTES, sbase + V_OFF + s * KV_BYTES, kc, vc, pg0[s], bt,
+              kt, kend, logp, c_ps, c_ts);
     }
     scree_cp_async_commit();
   }
-  if (STAGES - 1 < ntl) pnext = load_page(bt, kbeg + (STAGES - 1) * BN, kend, logp);
+  int pnext = pg0[STAGES - 1];
 
   float o[MT][DN][4];
   float mx[MT][2], ls[MT][2];
@@ -751,54 +776,81 @@ scree_paged_attention(const elem *q, const elem *k_cache, const elem *v_cache, e
   if (!is_last) return;
   __threadfence();
   const long long g0 = (long long)(w - split) * BM; /* the group's first partial row */
-  /* Per row, a warp over the splits: the largest lse m, and the weights
-   * e_s = exp(lse_s - m) (kept in shared memory when they fit, over the
-   * scratch, which the loop above has finished with) and their sum. */
-  float *rm = scr, *rl = scr + BM, *wt = scr + 2 * BM;
-  const bool keep = (2 + nsplit) * BM * 4 <= WORK_BYTES - Q_BYTES;
-  for (int r = warp; r < nrows; r += WARPS) {
-    float m = neg_inf();
-    for (int sp = lane; sp < nsplit; sp += 32) m = fmaxf(m, __ldcg(plse + g0 + (long long)sp * BM + r));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float l = 0.f;
-    for (int sp = lane; sp < nsplit; sp += 32) {
-      const float x = __ldcg(plse + g0 + (long long)sp * BM + r);
-      const float e = m == neg_inf() ? 0.f : scree_ex2((x - m) * 1.4426950408889634f);
-      l += e;
-      if (keep) wt[sp * BM + r] = e;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (lane == 0) rm[r] = m, rl[r] = l;
-  }
-  __syncthreads();
-  for (int idx = tid; idx < BM * CPR; idx += THREADS) {
-    const int r = idx / CPR, c = idx % CPR;
-    if (r >= nrows) continue;
-    const float m = rm[r], l = rl[r];
-    float acc[8];
+  /* The merge: pairs (row, 8 columns), T threads a pair (T adjacent lanes,
+   * the most that fit the CTA), thread j of a pair taking splits j, j + T,
+   * ...: each reads its splits' lse and partials MU at a time, all loads
+   * first, and keeps a running maximum (online, as the kernel's softmax);
+   * then the pair's T threads combine in a fixed butterfly. Every split is
+   * read once, MU x T of them in flight a pair, and the order of every sum
+   * is fixed by nsplit, nrows and the config: the same result whichever CTA
+   * merges. (Reading a split's lse first and its partial after, a split at
+   * a time, cost b1-k4k-q1 about 9 us of a 21 us call on an H200.) */
+  constexpr int MU = 8;
+  const int pairs = nrows * CPR;
+  int T = 1;
+  while (T < 32 && pairs * T * 2 <= THREADS) T <<= 1;
+  for (int base = 0; base < pairs * T; base += THREADS) {
+    const int idx = base + tid, pr = idx / T, j = idx % T;
+    const bool act = pr < pairs;
+    const int r = act ? pr / CPR : 0, c = act ? pr % CPR : 0;
+    float m = neg_inf(), l = 0.f, acc[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) acc[e] = 0.f;
-#pragma unroll 4
-    for (int sp = 0; sp < nsplit; sp++) {
-      float e;
-      if (keep) {
-        e = wt[sp * BM + r];
-      } else {
-        const float x = __ldcg(plse + g0 + (long long)sp * BM + r);
-        e = m == neg_inf() ? 0.f : scree_ex2((x - m) * 1.4426950408889634f);
+#pragma unroll 1
+    for (int sp0 = act ? j : nsplit; sp0 < nsplit; sp0 += MU * T) {
+      float x[MU];
+      float4 a0[MU], a1[MU];
+#pragma unroll
+      for (int u = 0; u < MU; u++) {
+        const int sp = sp0 + u * T;
+        if (sp < nsplit) {
+          const long long row = g0 + (long long)sp * BM + r;
+          x[u] = __ldcg(plse + row);
+          const float4 *pp = reinterpret_cast<const float4 *>(part + row * D + c * 8);
+          a0[u] = __ldcg(pp);
+          a1[u] = __ldcg(pp + 1);
+        } else {
+          x[u] = neg_inf();
+          a0[u] = a1[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
       }
-      const float4 *pr = reinterpret_cast<const float4 *>(part + (g0 + (long long)sp * BM + r) * D + c * 8);
-      const float4 x0 = __ldcg(pr), x1 = __ldcg(pr + 1);
-      acc[0] += e * x0.x, acc[1] += e * x0.y, acc[2] += e * x0.z, acc[3] += e * x0.w;
-      acc[4] += e * x1.x, acc[5] += e * x1.y, acc[6] += e * x1.z, acc[7] += e * x1.w;
+      float mn = m;
+#pragma unroll
+      for (int u = 0; u < MU; u++) mn = fmaxf(mn, x[u]);
+      if (mn == neg_inf()) continue; /* nothing seen yet: keep zeros */
+      const float sc = scree_ex2((m - mn) * 1.4426950408889634f);
+      l *= sc;
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[e] *= sc;
+#pragma unroll
+      for (int u = 0; u < MU; u++) {
+        const float ew = scree_ex2((x[u] - mn) * 1.4426950408889634f);
+        l += ew;
+        acc[0] += ew * a0[u].x, acc[1] += ew * a0[u].y, acc[2] += ew * a0[u].z, acc[3] += ew * a0[u].w;
+        acc[4] += ew * a1[u].x, acc[5] += ew * a1[u].y, acc[6] += ew * a1[u].z, acc[7] += ew * a1[u].w;
+      }
+      m = mn;
     }
-    const int f = f0 + r, tq = f / group, hq = kvh * group + f % group;
-    store8(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8, acc,
-           l > 0.f ? 1.f / l : 0.f);
-    if (lse != nullptr && c == 0)
-      lse[(long long)hq * total_q + q0 + tq] =
-          l > 0.f ? m + scree_lg2(l) * 0.69314718055994531f : neg_inf();
+    /* The pair's T threads, combined (every lane of the warp takes part). */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      if (o >= T) break;
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+      const float mm = fmaxf(m, m2);
+      const float sa = m == neg_inf() ? 0.f : scree_ex2((m - mm) * 1.4426950408889634f);
+      const float sb = m2 == neg_inf() ? 0.f : scree_ex2((m2 - mm) * 1.4426950408889634f);
+      l = l * sa + l2 * sb;
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[e] = acc[e] * sa + __shfl_xor_sync(0xffffffffu, acc[e], o) * sb;
+      m = mm;
+    }
+    if (act && j == 0) {
+      const int f = f0 + r, tq = f / group, hq = kvh * group + f % group;
+      store8(out + (long long)(q0 + tq) * o_ts + (long long)hq * o_hs + c * 8, acc,
+             l > 0.f ? 1.f / l : 0.f);
+      if (lse != nullptr && c == 0)
+        lse[(long long)hq * total_q + q0 + tq] =
+            l > 0.f ? m + scree_lg2(l) * 0.69314718055994531f : neg_inf();
+    }
   }
 }
