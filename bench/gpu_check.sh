@@ -5,9 +5,11 @@
 # then the benchmarks (CPU tests run in CI: scripts/test.sh). Run from the
 # repository root on a GPU machine with a build made by scripts/build.sh
 # (or any build in ./build). Results go to OUTDIR.
-#   bench/gpu_check.sh [OUTDIR] [tests|sanitize|bench|sweep|all]
+#   bench/gpu_check.sh [OUTDIR] [tests|sanitize|bench|sweep|paged-sweep|all]
 # sweep (not part of all): every config of each row-wise op's space timed on
-# its cases of bench/rowwise_sweep.txt, CSVs for tools/make_rowwise_safelist.py.
+# its cases of bench/rowwise_sweep.txt, CSVs for tools/make_rowwise_safelist.py;
+# paged-sweep: paged attention's configs on bench/paged_sweep.txt (split) and
+# bench/paged_prefill_sweep.txt (hopper).
 set -u
 out=${1:-gpu-results}
 what=${2:-all}
@@ -28,6 +30,16 @@ if [ "$what" = sweep ]; then
     SCREE_CACHE_DIR=$(mktemp -d) "$build/bench/bench_ops" --file bench/rowwise_sweep.txt --op "$op" --sweep --reps 5 \
       --csv "$out/sweep-$op.csv" > "$out/sweep-$op.txt" 2>&1
     echo "sweep $op: exit $? ($(grep -c sweep "$out/sweep-$op.csv") configs x cases)"
+  done
+fi
+if [ "$what" = paged-sweep ]; then
+  # Paged attention's safelist measurements: the split implementation over
+  # the decode buckets, the hopper one over the prefill buckets.
+  for impl in split hopper; do
+    f=bench/paged_sweep.txt; [ $impl = hopper ] && f=bench/paged_prefill_sweep.txt
+    SCREE_CACHE_DIR=$(mktemp -d) "$build/bench/bench_ops" --file $f --sweep --sweep-impl $impl \
+      --reps 5 --csv "$out/sweep-paged-$impl.csv" > "$out/sweep-paged-$impl.txt" 2>&1
+    echo "paged sweep $impl: exit $? ($(grep -c sweep "$out/sweep-paged-$impl.csv") configs x cases)"
   done
 fi
 if [ "$what" = sanitize ] || [ "$what" = all ]; then
