@@ -518,6 +518,9 @@ def main():
     ap.add_argument("--paged-set", default="core",
                     help="paged: the case list (core: the decode table; smoke: four; prefill: "
                          "paged against contiguous scree_attention on prefill batches)")
+    ap.add_argument("--graphs", action="store_true",
+                    help="paged decode: also time each side as a CUDA graph of --inner calls "
+                         "(replayed; no host time per call, as a serving engine runs decode)")
     ap.add_argument("--no-compile", action="store_true",
                     help="row-wise table: leave torch.compile out (quicker A/B runs)")
     args = ap.parse_args()

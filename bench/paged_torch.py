@@ -10,8 +10,12 @@ Bytes counted: K and V of every key read once, q read, out written. The
 ceiling is a device-to-device copy moving the same bytes (half read, half
 written), timed in the same run. Timing: CUDA events around --inner
 back-to-back calls, median of --attn-reps; input sets rotated so that they
-exceed 3x the L2 where they are small. Checks, which fail the run: no NaN in
-scree's output (poisoned first), max |scree - FA-2| <= 2e-2.
+exceed 3x the L2 where they are small. With --graphs each side is also
+timed as a CUDA graph of --inner captured calls, replayed between two events
+(median of --attn-reps): a small decode step then costs its GPU time, not
+the host's time to submit it, as in a serving engine that captures its
+decode steps. Checks, which fail the run: no NaN in scree's output
+(poisoned first), max |scree - FA-2| <= 2e-2.
 
 Paged prefill (--paged-set prefill): scree_paged_attention against
 scree_attention on the same data, the keys of each sequence stored in pages
@@ -198,6 +202,28 @@ def run_prefill(args, lib, ctx, l2, time_batched, attn_args):
     return results
 
 
+def time_graph(fn, reps, inner, warmup, time_batched):
+    """Median over `reps` of the mean time (ms) of one call, from replays of a
+    CUDA graph of `inner` captured calls (timed as time_batched times one
+    call); fn(i) runs call i on torch's current stream (a side stream while
+    warming up and capturing, so that per-stream state exists before the
+    capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(inner):
+            fn(i)
+    side.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        for i in range(inner):
+            fn(i)
+    torch.cuda.synchronize()
+    ms = time_batched(lambda i: g.replay(), reps, 1, warmup)
+    del g
+    return ms / inner
+
+
 def run(args, lib, ctx, l2, time_batched, torch_module, attn_args=None):
     global torch
     torch = torch_module
@@ -207,7 +233,6 @@ def run(args, lib, ctx, l2, time_batched, torch_module, attn_args=None):
     fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(PagedArgs), ctypes.c_void_p]
     fn.restype = ctypes.c_int
     fa = torch.ops.aten._flash_attention_forward
-    stream = torch.cuda.current_stream().cuda_stream
     d, dt = 128, torch.bfloat16
     cases = CASES[args.paged_set]
     if args.only:
@@ -269,6 +294,7 @@ def run(args, lib, ctx, l2, time_batched, torch_module, attn_args=None):
             sargs.append(a)
 
         def scree_call(i):
+            stream = torch.cuda.current_stream().cuda_stream
             st = fn(ctx, ctypes.byref(sargs[i % nsets]), ctypes.c_void_p(stream))
             if st != 0:
                 sys.exit(f"{name}: scree_paged_attention: {lib.scree_status_name(st).decode()}: "
@@ -304,6 +330,16 @@ def run(args, lib, ctx, l2, time_batched, torch_module, attn_args=None):
                  fa2_tbps=byts / fa_ms / 1e9, copy_tbps=byts / cp_ms / 1e9,
                  of_copy=cp_ms / sc_ms, vs_fa2=fa_ms / sc_ms, maxdiff_vs_fa2=diff,
                  input_sets=nsets)
+        if getattr(args, "graphs", False):
+            g = {}
+            for what, f in (("fa2", fa_call), ("scree", scree_call), ("copy", copy_call)):
+                g[what] = time_graph(f, args.attn_reps, args.inner, args.warmup,
+                                     time_batched) * 1e3
+            r.update(graph_scree_us=g["scree"], graph_fa2_us=g["fa2"], graph_copy_us=g["copy"],
+                     graph_of_copy=g["copy"] / g["scree"], graph_vs_fa2=g["fa2"] / g["scree"])
+            print(f"{name:<24} graphs: scree {g['scree']:8.1f} us  FA-2 {g['fa2']:8.1f} us  copy "
+                  f"{g['copy']:8.1f} us  scree/copy {r['graph_of_copy']:5.2f}  copy+5us-scree "
+                  f"{g['copy'] + 5 - g['scree']:6.1f}  x FA-2 {r['graph_vs_fa2']:5.2f}", flush=True)
         results.append(r)
         print(f"{name:<24} {byts / 1e6:9.1f} MB  scree {r['scree_us']:8.1f} us "
               f"{r['scree_tbps']:5.2f} TB/s  FA-2 {r['fa2_us']:8.1f} us {r['fa2_tbps']:5.2f} TB/s"

@@ -309,6 +309,40 @@ scree_status scree__run_config(void *user, scree_context *ctx, const void *args,
   return cr->op->impls[cr->cfg->impl].launch(ctx, cr->k, cr->cfg, cr->var, args, stream);
 }
 
+double scree__copy_gbps_sized(scree_context *ctx, size_t moved, int inner) {
+  const scree__cu_api *cu = ctx->cu;
+  const size_t half = (moved / 2 + 255) & ~(size_t)255;
+  if (half == 0 || inner < 1) return 0;
+  /* Enough pairs that one round of them exceeds 3x the L2, as the ops'
+   * inputs rotate (scree__run_make). */
+  const size_t l2 = (size_t)(ctx->info.l2_bytes > 0 ? ctx->info.l2_bytes : 64 << 20);
+  int pairs = (int)((3 * l2) / (2 * half) + 1);
+  if (pairs > 64) pairs = 64;
+  CUdeviceptr buf = 0;
+  CUevent e0 = NULL, e1 = NULL;
+  double gbps = 0;
+  if (!cu->MemAlloc(&buf, 2 * half * (size_t)pairs) && !cu->EventCreate(&e0, 0) &&
+      !cu->EventCreate(&e1, 0)) {
+    float ct[20];
+    int n = 0;
+    for (int i = 0; i < 23; i++) {
+      cu->EventRecord(e0, NULL);
+      for (int j = 0; j < inner; j++) {
+        const CUdeviceptr a = buf + 2 * half * (size_t)((i * inner + j) % pairs);
+        cu->MemcpyDtoDAsync(a + half, a, half, NULL);
+      }
+      cu->EventRecord(e1, NULL);
+      cu->EventSynchronize(e1);
+      if (i >= 3 && !cu->EventElapsedTime(&ct[n], e0, e1)) n++;
+    }
+    if (n) gbps = 2.0 * (double)half * inner / (scree__median(ct, n) * 1e-3) / 1e9;
+  }
+  if (buf) cu->MemFree(buf);
+  if (e0) cu->EventDestroy(e0);
+  if (e1) cu->EventDestroy(e1);
+  return gbps;
+}
+
 double scree__copy_gbps(scree_context *ctx) {
   const scree__cu_api *cu = ctx->cu;
   const size_t cb = (size_t)1 << 30;

@@ -65,6 +65,11 @@ scree_status scree__run_time(scree_context *ctx, scree__run *r, scree__runner fn
  * are reported against. 0 if the memory cannot be had. Needs the primary
  * context current. */
 double scree__copy_gbps(scree_context *ctx);
+/* GB/s of copies moving `moved` bytes each (half read, half written),
+ * `inner` back to back between two events, median of 20, over enough buffer
+ * pairs to exceed 3x the L2: the ceiling of a bandwidth-bound op of the same
+ * bytes, timed as scree__run_time times it. 0 if it cannot be measured. */
+double scree__copy_gbps_sized(scree_context *ctx, size_t moved, int inner);
 
 /* A runner for one loaded config (what the tuner times). */
 typedef struct scree__config_runner {
