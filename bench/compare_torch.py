@@ -5,7 +5,8 @@ scree runs through the C API (ctypes) on the same tensors as PyTorch, in one
 process, on one GPU: RMSNorm against torch.nn.functional.rms_norm, varlen
 attention against FlashAttention-2.
 
-    python3 bench/compare_torch.py [--op rmsnorm|attention|paged|all] [--lib build/libscree.so]
+    python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|paged|all]
+                                   [--lib build/libscree.so]
                                    [--reps 100] [--only NAME,...] [--json OUT]
 
 RMSNorm: both read the same x and w and write y (separate outputs, checked
@@ -33,6 +34,8 @@ faster).
 
 Paged decode (--op paged, --paged-set core|smoke) and paged prefill against
 scree_attention on the same data (--paged-set prefill): bench/paged_torch.py.
+Attention backward against FlashAttention-2's (--op attention-backward, the
+configs of bench/attention_configs.json): bench/attention_backward_torch.py.
 """
 import argparse
 import ctypes
@@ -496,8 +499,9 @@ def run_attention(args, lib, ctx, configs, l2):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--op", default="all",
-                    help="rmsnorm (the RMSNorm table), attention, rowwise (every row-wise op "
-                         "against eager and torch.compile), one row-wise op's name, or all")
+                    help="rmsnorm (the RMSNorm table), attention, attention-backward, paged, "
+                         "rowwise (every row-wise op against eager and torch.compile), one "
+                         "row-wise op's name, or all")
     ap.add_argument("--lib", default=os.path.join(HERE, "..", "build", "libscree.so"))
     ap.add_argument("--shapes", default=os.path.join(HERE, "rowwise_shapes.json"),
                     help="RMSNorm shapes and dtypes")
@@ -532,14 +536,17 @@ def main():
     sys.path.insert(0, HERE)
     import rowwise_torch
     import paged_torch
-    if (args.op not in ("rmsnorm", "attention", "rowwise", "paged", "all")
+    import attention_backward_torch
+    if (args.op not in ("rmsnorm", "attention", "attention-backward", "rowwise", "paged", "all")
             and args.op not in rowwise_torch.OPS):
-        ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, rowwise, paged, all or one of "
+        ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, attention-backward, rowwise, "
+                 f"paged, all or one of "
                  f"{', '.join(rowwise_torch.OPS)}")
     do_paged = args.op == "paged"
     if args.paged_set not in paged_torch.CASES:
         ap.error(f"--paged-set: one of {', '.join(paged_torch.CASES)}")
     do_rms, do_attn = args.op in ("rmsnorm", "all"), args.op in ("attention", "all")
+    do_bwd = args.op == "attention-backward"
     do_rowwise = args.op == "rowwise" or args.op == "all" or (
         args.op in rowwise_torch.OPS and args.op != "rmsnorm")
 
@@ -548,7 +555,7 @@ def main():
     if do_rms or do_rowwise:
         with open(args.shapes) as f:
             spec = json.load(f)
-    if do_attn:
+    if do_attn or do_bwd:
         with open(args.attn_configs) as f:
             configs = json.load(f)["configs"]
         if args.only:
@@ -577,7 +584,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU visible to PyTorch: this benchmark needs one")
 
-    lib, ctx = load_scree(args.lib, do_attn)
+    lib, ctx = load_scree(args.lib, do_attn or do_bwd)
     props = torch.cuda.get_device_properties(0)
     l2 = getattr(props, "L2_cache_size", 50 << 20)
     print(f"device: {props.name}, torch {torch.__version__}, scree {lib.scree_version().decode()}")
@@ -593,6 +600,11 @@ def main():
         dump()  # kept even if the attention part fails
     if do_attn:
         out["attention"] = run_attention(args, lib, ctx, configs, l2)
+        dump()
+    if do_bwd:
+        out["attention_backward"] = attention_backward_torch.run(
+            args, lib, ctx, configs, l2, time_batched, torch, AttnArgs,
+            dict(torch_dtype=torch_dtype, dtype_codes=DTYPE_CODES, attention_flops=attention_flops))
         dump()
     if do_paged:
         out["paged"] = paged_torch.run(args, lib, ctx, l2, time_batched, torch, AttnArgs)
