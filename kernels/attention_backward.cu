@@ -36,6 +36,7 @@
  *       dQ  += dS K            [BM x D]   A = dS (ldmatrix.trans of dS^T),
  *                                         B = K (ldmatrix.trans); fp32
  *                                         red.global.add into the accumulator
+ *                                         (.v2 on sm_90)
  *     dK and dV stay in registers over the whole group (GQA summed in a fixed
  *     order: head, then Q tile, then the MMA's own order) and are written
  *     once, dK times scale.
@@ -304,6 +305,18 @@ template <int M, int N> __device__ __forceinline__ void zero(float (&acc)[M][N][
       for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
 }
 
+
+/* p[0] += a, p[1] += b in global memory, result unused (8-byte aligned p):
+ * one vector reduction on sm_90 and newer (red.global.add.v2.f32, PTX 8.1),
+ * else two (atomicAdd without its result compiles to a reduction). */
+__device__ __forceinline__ void red_add2(float *p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
 
 /* The sizes and scalars of a call (one struct parameter). */
 struct params {
@@ -582,9 +595,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
             if (m * BM + r < Lq) {
 #pragma unroll
               for (int j = 0; j < NQC; j++) {
-                float *dst = accb + (long long)r * D + qc0 + 8 * (c + j) + 2 * tq;
-                atomicAdd(dst, a[i][j][2 * hh]);
-                atomicAdd(dst + 1, a[i][j][2 * hh + 1]);
+                red_add2(accb + (long long)r * D + qc0 + 8 * (c + j) + 2 * tq, a[i][j][2 * hh],
+                         a[i][j][2 * hh + 1]);
               }
             }
           }
