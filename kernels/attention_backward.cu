@@ -69,8 +69,8 @@
  * Shared memory (dynamic):
  *   K [BN rows], V [BN rows], Q [STAGES][BM rows], dO [STAGES][BM rows]
  *   (rows of HEAD_DIM 16-bit elements), P^T, dS^T [BN rows of BM 16-bit
- *   elements], lse and D [STAGES][BM] floats:
- *   bytes = 2 * HEAD_DIM * (2 * BN + 2 * STAGES * BM) + 4 * BN * BM + 8 * STAGES * BM
+ *   elements], lse and D [STAGES][BM] floats, the CTA's ticket (16 bytes):
+ *   bytes = 2 * HEAD_DIM * (2 * BN + 2 * STAGES * BM) + 4 * BN * BM + 8 * STAGES * BM + 16
  *   Every 16-bit tile is swizzled as the forward's: chunk c of row r at
  *   c ^ swz(r), swz(r) = r & 7 for rows of a multiple of 8 chunks, else
  *   (r >> 1) & 3 (rows of 4 or 12 chunks).
@@ -153,8 +153,10 @@ constexpr int P_OFF = DO_OFF + STAGES * BM * ROWB;
 constexpr int DS_OFF = P_OFF + BN * ROWBM;
 constexpr int LSE_OFF = DS_OFF + BN * ROWBM;
 constexpr int DD_OFF = LSE_OFF + STAGES * BM * 4;
-constexpr int SMEM_BYTES = DD_OFF + STAGES * BM * 4;
-static_assert(SMEM_BYTES == 2 * D * (2 * BN + 2 * STAGES * BM) + 4 * BN * BM + 8 * STAGES * BM,
+constexpr int TICKET_OFF = DD_OFF + STAGES * BM * 4; /* the CTA's ticket, 16 bytes */
+constexpr int SMEM_BYTES = TICKET_OFF + 16;
+static_assert(SMEM_BYTES ==
+                  2 * D * (2 * BN + 2 * STAGES * BM) + 4 * BN * BM + 8 * STAGES * BM + 16,
               "shared memory layout");
 constexpr int REG_EST = (BN * D + BN * BM) / (16 * WARPS);
 #ifdef SCREE_MINB
@@ -189,8 +191,8 @@ static_assert((D / WN_Q) % 16 == 0,
 static_assert(REG_EST <= 160,
               "register budget: (BN * HEAD_DIM + BN * BM) / (16 * WARPS) must be <= 160");
 static_assert(SMEM_BYTES <= SMEM_LIMIT,
-              "shared memory 2*HEAD_DIM*(2*BN + 2*STAGES*BM) + 4*BN*BM + 8*STAGES*BM exceeds "
-              "this architecture's limit");
+              "shared memory 2*HEAD_DIM*(2*BN + 2*STAGES*BM) + 4*BN*BM + 8*STAGES*BM + 16 "
+              "exceeds this architecture's limit");
 static_assert(THREADS >= BM, "one thread per Q row loads lse and D");
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
@@ -411,10 +413,12 @@ scree_attention_bwd_dq(const params p, long long rows) {
 extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(const params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const unsigned sb = scree_smem_u32(smem);
-  __shared__ int ticket;
-  if (threadIdx.x == 0) ticket = atomicAdd(&p.counters[0], 1);
+  /* The ticket goes through dynamic shared memory (no static shared
+   * memory: the host's size is the whole of it). */
+  int *ticket = reinterpret_cast<int *>(smem + TICKET_OFF);
+  if (threadIdx.x == 0) *ticket = atomicAdd(&p.counters[0], 1);
   __syncthreads();
-  const long long w = ticket;
+  const long long w = *ticket;
   const int g = (int)(w % p.heads_kv);
   const long long bw = w / p.heads_kv;
   const int b = (int)(bw % p.batch);
@@ -575,8 +579,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
           /* An atomic read (at L2, coherent); the fence orders the
            * accumulator's reads and adds after it. */
           unsigned spins = 0;
-          while (atomicAdd(p.counters + cidx, 0) != target)
+          while (atomicAdd(p.counters + cidx, 0) != target) {
             if (++spins == 0x80000000u) __trap();
+            __nanosleep(64); /* fewer polls of a contended line */
+          }
           __threadfence();
         }
         __syncthreads();

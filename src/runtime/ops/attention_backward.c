@@ -95,12 +95,12 @@ static const scree__vfield vfields[] = {
 
 static int is_head_dim(int d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
 
-/* Dynamic shared memory of the main kernel: K and V tiles, Q and dO tiles
- * per stage, P^T and dS^T, lse and D per stage. */
+/* Shared memory of the main kernel, all dynamic: K and V tiles, Q and dO
+ * tiles per stage, P^T and dS^T, lse and D per stage, the ticket. */
 static size_t smem(const scree__config *c, const scree__variant *var) {
   const size_t d = (size_t)var->v[V_D], bm = (size_t)c->v[F_BM], bn = (size_t)c->v[F_BN];
   const size_t st = (size_t)c->v[F_STAGES];
-  return 2 * d * (2 * bn + 2 * st * bm) + 4 * bn * bm + 8 * st * bm;
+  return 2 * d * (2 * bn + 2 * st * bm) + 4 * bn * bm + 8 * st * bm + 16;
 }
 
 static int threads(const scree__config *c) { return 32 * c->v[F_WARPS]; }
