@@ -682,6 +682,58 @@ SCREE_EXTERN scree_status scree_kv_append(scree_context *ctx,
                                           const scree_kv_append_args *args,
                                           void *stream);
 
+/* The backward of scree_attention: given dout = dL/dout, writes dq, dk and
+ * dv. For each sequence, query head h (kv head g = h / (heads_q /
+ * heads_kv)), query row i and key j that the forward's masks let i see:
+ *
+ *   P[i, j]  = exp(s(q[i, h, :] . k[j, g, :]) - lse[h, i])    the forward's lse
+ *   dS[i, j] = P[i, j] (dout[i, h, :] . v[j, g, :] - dout[i, h, :] . out[i, h, :])
+ *   dq[i, h, :] = sum_j dS[i, j] s'(q . k) k[j, g, :]
+ *   dk[j, g, :] = sum_{h in group g, i} dS[i, j] s'(q . k) q[i, h, :]
+ *   dv[j, g, :] = sum_{h in group g, i} P[i, j] dout[i, h, :]
+ *
+ * with s(x) = scale x, or softcap tanh(scale x / softcap), and s' its
+ * derivative. fwd holds the forward call's arguments as they were (q, k,
+ * v, out, cu_seqlens, sizes, strides, dtype, masks, scale, softcap); lse is
+ * required: the forward's [heads_q, total_q] fp32 natural-log values. A row
+ * whose lse is -inf (no visible key) gets dq = 0 and adds nothing; a key no
+ * row sees gets dk = dv = 0. fp32 accumulation; P and dS are rounded to the
+ * dtype before their products, as in FlashAttention-2.
+ *
+ * dout is [total_q, heads_q, head_dim] like out; dq like q; dk and dv like
+ * k and v ([total_k, heads_kv, head_dim]: the group's query heads summed,
+ * no expanded copy). Each has a token and a head stride in elements, in
+ * either order, positive multiples of 8 (0 means dense: heads * head_dim
+ * and head_dim); pointers 16-byte aligned. dq, dk and dv must not overlap
+ * the inputs; they may share one buffer interleaved with equal token and
+ * head strides (a fused [T, 3, H, head_dim] gradient), and no element may
+ * be written twice. Same limits as scree_attention.
+ *
+ * Scratch from the per-stream workspace, at most
+ *   4 heads_q total_q (head_dim + 2) + 4 heads_q (total_q / 32 + batch + 1)
+ *   + 1 KiB bytes (docs/kernels/attention-backward.md).
+ * deterministic = 1: dq, dk and dv are bitwise identical from run to run,
+ * and a sequence's gradients do not depend on the other sequences of the
+ * batch or their order (dq is accumulated in a fixed order); 0: dq is
+ * accumulated by fp32 atomics in any order (dk and dv are deterministic in
+ * both modes).
+ *
+ * Returns SCREE_OK, or an argument status naming the argument (nothing is
+ * launched then). Asynchronous with respect to the host: the kernels are
+ * queued on `stream`. Thread-safe. */
+typedef struct scree_attention_backward_args {
+  scree_attention_args fwd;          /* the forward call's arguments: q, k, v, out, lse (required), cu_seqlens, sizes, strides, masks, scale */
+  scree_devptr dout;                 /* [total_q, heads_q, head_dim] */
+  scree_devptr dq, dk, dv;           /* dq like q; dk, dv like k and v ([total_k, heads_kv, head_dim]: GQA groups summed) */
+  int64_t dout_token_stride, dout_head_stride, dq_token_stride, dq_head_stride;
+  int64_t dk_token_stride, dk_head_stride, dv_token_stride, dv_head_stride;   /* 0 = dense */
+  int deterministic;                 /* 1: bitwise identical results run to run */
+} scree_attention_backward_args;
+
+SCREE_EXTERN scree_status scree_attention_backward(scree_context *ctx,
+                                                   const scree_attention_backward_args *args,
+                                                   void *stream);
+
 /* ------------------------------------------------------------------------ */
 /* Checking a call without a device                                          */
 /* ------------------------------------------------------------------------ */

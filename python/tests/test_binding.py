@@ -85,8 +85,15 @@ def _header_structs():
         members = []
         for decl in body.split(";"):
             words = decl.replace(",", " , ").split()
-            if words:  # "int64_t a, b, c": the word after the type and each comma
-                members += [w for i, w in enumerate(words[1:]) if i == 0 or words[i] == ","]
+            if not words:
+                continue
+            # "int64_t a, b, c": the word after the type and each comma
+            names = [w for i, w in enumerate(words[1:]) if i == 0 or words[i] == ","]
+            # A member that is an args struct declared above ("scree_attention_args
+            # fwd"): its members, as "fwd.q", ..., as the schema names them.
+            if words[0] in out:
+                names = [f"{n}.{m}" for n in names for m in out[words[0]]]
+            members += names
         out[name] = members
     return out, header
 

@@ -248,7 +248,7 @@ static void fill_nan(const bwd_job *j) {
     }
 }
 
-void scree__ref_attention_backward(const scree_attention_args *a,
+void scree__attention_grads_ref(const scree_attention_args *a,
                                    const scree__attention_grad_strides *gs, const void *q,
                                    const void *k, const void *v, const void *out,
                                    const float *lse, const void *dout, const int32_t *cu_q,

@@ -73,7 +73,7 @@ typedef struct scree__attention_grad_strides {
  * A row that sees no key, or whose lse is -inf, adds nothing and gets a dq
  * of zeros; a key no row sees gets dk and dv of zeros. If scratch memory
  * cannot be allocated, the affected rows are written as NaN. */
-void scree__ref_attention_backward(const scree_attention_args *a,
+void scree__attention_grads_ref(const scree_attention_args *a,
                                    const scree__attention_grad_strides *gs, const void *q,
                                    const void *k, const void *v, const void *out,
                                    const float *lse, const void *dout, const int32_t *cu_q,

@@ -275,6 +275,16 @@ static const bad_case bad_cases[] = {
      "impl=cluster,tpr=8,vec=8,warps=8,stok=256,stages=2,csize=8,e1=1"}, /* e in bf16, y fp16 */
     {"paged_attention", "dtype=fp16,head_dim=128",
      "impl=hopper,bn=128,cwg=3,stages=2,sched=2,ovl=1"}, /* 176 accumulator registers of 160 */
+    {"attention_backward", "dtype=fp16,head_dim=128,causal=0,window=0",
+     "bm=64,bn=128,warps=8,stages=2"}, /* 192 accumulator registers of 160 */
+    {"attention_backward", "dtype=fp16,head_dim=96,causal=0,window=0",
+     "bm=32,bn=128,warps=8,stages=2"}, /* dQ warp tile of 24 columns */
+    {"attention_backward", "dtype=bf16,head_dim=64,causal=1,window=0",
+     "bm=32,bn=32,warps=8,stages=1"}, /* S warp tile of 8 query columns */
+    {"attention_backward", "dtype=fp16,head_dim=256,causal=0,window=0",
+     "bm=128,bn=32,warps=8,stages=2"}, /* 306 KiB of shared memory */
+    {"attention_backward", "dtype=fp16,head_dim=64,causal=0,window=0",
+     "bm=64,bn=64,warps=4,stages=3"}, /* 3 stages */
 };
 
 START_TEST(host_check_matches_static_asserts) {

@@ -76,6 +76,14 @@ static const call valid[] = {
      "block_table=0x6000000,seqlens_k=0x7000000,cu_seqlens_q=0x8000000,batch=4,total_q=6,"
      "max_seqlen_q=3,max_seqlen_k=64,num_pages=10,page_size=16,block_table_stride=4,heads_q=8,"
      "heads_kv=2,head_dim=128,dtype=bf16,causal=1,window_left=-1,window_right=-1"},
+    /* The backward of the attention call above: its forward arguments, dout
+     * and the three gradients, each 600 KiB, 16 MiB apart. */
+    {"attention_backward",
+     "fwd.q=0x1000000,fwd.k=0x2000000,fwd.v=0x3000000,fwd.out=0x4000000,fwd.lse=0x5000000,"
+     "fwd.cu_seqlens_q=0x6000000,fwd.cu_seqlens_k=0x7000000,fwd.batch=3,fwd.total_q=300,"
+     "fwd.total_k=300,fwd.max_seqlen_q=200,fwd.max_seqlen_k=200,fwd.heads_q=8,fwd.heads_kv=2,"
+     "fwd.head_dim=128,fwd.dtype=bf16,fwd.causal=1,fwd.window_left=-1,fwd.window_right=-1,"
+     "dout=0x8000000,dq=0x9000000,dk=0xa000000,dv=0xb000000"},
     /* 8 new tokens of 2 kv heads of 64 fp16 (k and v 2 KiB), into caches of
      * 4 pages of 16 slots (16 KiB each). */
     {"kv_append",
@@ -164,6 +172,34 @@ static const expect cases[] = {
     {"attention", "max_seqlen_q=0", INVALID, "max_seqlen_q is 0"},
     {"attention", "max_seqlen_k=0", INVALID, "max_seqlen_k is 0"},
     {"attention", "batch=0", INVALID, "batch is 0"},
+    /* The backward: lse required; the gradients apart from every input
+     * (dq on q, dk on dout), each with strides of its own that do not
+     * overlap, and apart from each other unless interleaved slot by slot as
+     * in a fused [T, 3, H, d] buffer; deterministic 0 or 1. */
+    {"attention_backward", "fwd.lse=0", INVALID, "fwd.lse is NULL"},
+    {"attention_backward", "dq=fwd.q", INVALID, "dq=0x1000000 overlaps fwd.q=0x1000000"},
+    {"attention_backward", "dk=dout+0x1000", INVALID, "dk=0x8001000 overlaps dout=0x8000000"},
+    {"attention_backward", "dv=fwd.lse", INVALID, "dv=0x5000000 overlaps fwd.lse"},
+    {"attention_backward", "dq_head_stride=64", INVALID, "dq strides (token 1024, head 64) overlap"},
+    {"attention_backward", "dk_token_stride=260", MISALIGNED, "dk strides"},
+    {"attention_backward", "dq=0x9000000,dk=0x9000000", INVALID, "dk=0x9000000 overlaps dq=0x9000000"},
+    {"attention_backward", "fwd.heads_kv=8,dq_token_stride=3072,dk_token_stride=3072,"
+     "dv_token_stride=3072,dq=0x9000000,dk=0x9000800,dv=0x9001000", PASSES},
+    {"attention_backward", "fwd.heads_kv=8,dq_token_stride=3072,dk_token_stride=3072,"
+     "dv_token_stride=3072,dq=0x9000000,dk=0x9000100,dv=0x9001000", INVALID,
+     "dk=0x9000100 overlaps dq=0x9000000 (gradients may share a buffer only interleaved"},
+    {"attention_backward", "fwd.heads_kv=8,dq_token_stride=3072,dk_token_stride=2048,"
+     "dv_token_stride=3072,dq=0x9000000,dk=0x9000800,dv=0x9001000", INVALID,
+     "dk=0x9000800 overlaps dq=0x9000000"},
+    {"attention_backward", "deterministic=2", INVALID, "deterministic=2"},
+    {"attention_backward", "deterministic=1", PASSES},
+    {"attention_backward", "fwd.heads_q=7", INVALID, "fwd.heads_q=7 is not a multiple of fwd.heads_kv=2"},
+    {"attention_backward", "fwd.head_dim=80", UNSUPPORTED, "fwd.head_dim=80"},
+    {"attention_backward", "fwd.max_seqlen_k=0", INVALID, "fwd.max_seqlen_k is 0"},
+    {"attention_backward", "fwd.softcap=30,fwd.window_left=64", PASSES},
+    /* No query token: dk and dv are still written (zeros). */
+    {"attention_backward", "fwd.total_q=0,fwd.max_seqlen_q=0,fwd.q=0,fwd.out=0,dout=0,dq=0", PASSES},
+    {"attention_backward", "fwd.total_k=0,fwd.max_seqlen_k=0,fwd.k=0,fwd.v=0,dk=0,dv=0", PASSES},
     {"paged_attention", "page_size=12", UNSUPPORTED, "page_size=12 is not supported"},
     {"paged_attention", "page_size=512", UNSUPPORTED, "page_size=512"},
     {"paged_attention", "head_dim=80", UNSUPPORTED, "head_dim=80"},

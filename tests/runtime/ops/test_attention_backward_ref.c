@@ -73,7 +73,7 @@ static void bwd(prob *p) {
   memset(p->dq, 0xff, p->ndq * es); /* NaN in fp32, fp16 and bf16 */
   memset(p->dk, 0xff, p->ndk * es);
   memset(p->dv, 0xff, p->ndv * es);
-  scree__ref_attention_backward(&p->a, &p->gs, p->q, p->k, p->v, p->out, p->lse, p->dout,
+  scree__attention_grads_ref(&p->a, &p->gs, p->q, p->k, p->v, p->out, p->lse, p->dout,
                                 p->cu_q, p->cu_k, p->dq, p->dk, p->dv);
 }
 

@@ -1,0 +1,601 @@
+/* attention_backward.c - the backward of varlen attention, the host side:
+ * its arguments (the forward's, dout and the gradients), config space and
+ * constraints, the launch (preprocess, main kernel, dq conversion, scratch
+ * from the per-stream workspace), buckets, problems, the reference hook and
+ * the benchmark entries. The kernel is kernels/attention_backward.cu;
+ * docs/kernels/attention-backward.md describes the algorithm and choices;
+ * the CPU reference is ops/attention_backward_ref.c. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/attention_ref.h"
+#include "ops/op.h"
+#include "ops/registry.h"
+
+SCREE__REFERENCE(attention);
+
+#define SCREE__ARGS_T scree_attention_backward_args
+/* A [tokens, heads, head_dim] tensor of the forward (fwd.t) or of the
+ * backward (t), of the call's dtype, with its two strides. */
+#define FTENSOR(t, tokens, heads)                                                          \
+  .dtype = SCREE__AT(fwd.dtype), .align = 16,                                              \
+  .dims = {SCREE__AT(fwd.tokens), SCREE__AT(fwd.heads), SCREE__AT(fwd.head_dim)},          \
+  .strides = {SCREE__AT(fwd.t##_token_stride), SCREE__AT(fwd.t##_head_stride)},            \
+  .flags = SCREE__ANY_ORDER, .stride_multiple = 8
+#define GTENSOR(t, tokens, heads, more)                                                    \
+  .dtype = SCREE__AT(fwd.dtype), .align = 16,                                              \
+  .dims = {SCREE__AT(fwd.tokens), SCREE__AT(fwd.heads), SCREE__AT(fwd.head_dim)},          \
+  .strides = {SCREE__AT(t##_token_stride), SCREE__AT(t##_head_stride)},                    \
+  .flags = SCREE__ANY_ORDER | (more), .stride_multiple = 8
+
+/* The arguments (include/scree.h), field by field: the forward's (fwd.*, as
+ * ops/attention.c, with out and lse read and lse required), then dout and
+ * the gradients. dq, dk and dv check their own pointers and ranges
+ * (validate_buffers): they may interleave in one fused buffer, which the
+ * generic overlap check would refuse. Only batch 0 is an empty call: with no query token, dk
+ * and dv are still written (zeros). */
+static const scree__arg schema[] = {
+    SCREE__IN(fwd.q, FTENSOR(q, total_q, heads_q)),
+    SCREE__IN(fwd.k, FTENSOR(k, total_k, heads_kv)),
+    SCREE__IN(fwd.v, FTENSOR(v, total_k, heads_kv)),
+    SCREE__IN(fwd.out, FTENSOR(out, total_q, heads_q)),
+    SCREE__IN(fwd.lse, .elem = SCREE__E_F32, .dims = {SCREE__AT(fwd.heads_q), SCREE__AT(fwd.total_q)}),
+    SCREE__IN(fwd.cu_seqlens_q, .elem = SCREE__E_I32, .dims = {SCREE__AT(fwd.batch)},
+              .flags = SCREE__PLUS_ONE),
+    SCREE__IN(fwd.cu_seqlens_k, .elem = SCREE__E_I32, .dims = {SCREE__AT(fwd.batch)},
+              .flags = SCREE__PLUS_ONE),
+    SCREE__DIM(fwd.batch, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE | SCREE__EMPTY),
+    SCREE__DIM(fwd.total_q, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(fwd.total_k, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(fwd.max_seqlen_q, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(fwd.max_seqlen_k, SCREE__RANGE(0, 0x7fffffff), .flags = SCREE__SHAPE),
+    SCREE__DIM(fwd.heads_q, SCREE__RANGE(1, 65535), .flags = SCREE__SHAPE),
+    SCREE__DIM(fwd.heads_kv, SCREE__MIN(1), .flags = SCREE__SHAPE),
+    SCREE__DIM(fwd.head_dim, .flags = SCREE__SHAPE), /* one of a variant field's values */
+    SCREE__STRIDE(fwd.q_token_stride), SCREE__STRIDE(fwd.k_token_stride),
+    SCREE__STRIDE(fwd.v_token_stride), SCREE__STRIDE(fwd.out_token_stride),
+    SCREE__STRIDE(fwd.q_head_stride), SCREE__STRIDE(fwd.k_head_stride),
+    SCREE__STRIDE(fwd.v_head_stride), SCREE__STRIDE(fwd.out_head_stride),
+    SCREE__DTYPE(fwd.dtype),
+    SCREE__INT(fwd.causal),
+    SCREE__FLOAT(fwd.scale, .flags = SCREE__FINITE), /* 0 means 1 / sqrt(head_dim) */
+    SCREE__INT(fwd.window_left, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
+    SCREE__INT(fwd.window_right, SCREE__MIN(-1), .flags = SCREE__SHAPE, .hint = "(-1: unbounded)"),
+    SCREE__FLOAT(fwd.softcap, .flags = SCREE__FINITE | SCREE__NONNEG, .hint = "(0: none)"),
+    SCREE__IN(dout, GTENSOR(dout, total_q, heads_q, 0)),
+    SCREE__OUT(dq, GTENSOR(dq, total_q, heads_q, SCREE__OWN_POINTER)),
+    SCREE__OUT(dk, GTENSOR(dk, total_k, heads_kv, SCREE__OWN_POINTER)),
+    SCREE__OUT(dv, GTENSOR(dv, total_k, heads_kv, SCREE__OWN_POINTER)),
+    SCREE__STRIDE(dout_token_stride), SCREE__STRIDE(dout_head_stride),
+    SCREE__STRIDE(dq_token_stride), SCREE__STRIDE(dq_head_stride),
+    SCREE__STRIDE(dk_token_stride), SCREE__STRIDE(dk_head_stride),
+    SCREE__STRIDE(dv_token_stride), SCREE__STRIDE(dv_head_stride),
+    SCREE__INT(deterministic, SCREE__RANGE(0, 1)),
+};
+
+enum { F_BM, F_BN, F_WARPS, F_STAGES };
+enum { V_DTYPE, V_D, V_CAUSAL, V_WINDOW };
+
+static const scree__field fields[] = {
+    {"bm", "SCREE_BM", 3, {32, 64, 128}},
+    {"bn", "SCREE_BN", 3, {32, 64, 128}},
+    {"warps", "SCREE_WARPS", 2, {4, 8}},
+    {"stages", "SCREE_STAGES", 2, {1, 2}},
+};
+static const scree__vfield vfields[] = {
+    {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 2, {SCREE_DTYPE_FP16, SCREE_DTYPE_BF16},
+     SCREE__AT(fwd.dtype)},
+    {"head_dim", "SCREE_HEAD_DIM", 0, 128, 5, {32, 64, 96, 128, 256}, SCREE__AT(fwd.head_dim)},
+    {"causal", "SCREE_CAUSAL", 0, 0, 2, {0, 1}, 0}, /* validate_buffers fills these */
+    {"window", "SCREE_WINDOW", 0, 0, 2, {0, 1}, 0},
+};
+
+static int is_head_dim(int d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
+
+/* Shared memory of the main kernel, all dynamic: K and V tiles, Q and dO
+ * tiles per stage, P^T and dS^T, lse and D per stage, the ticket. */
+static size_t smem(const scree__config *c, const scree__variant *var) {
+  const size_t d = (size_t)var->v[V_D], bm = (size_t)c->v[F_BM], bn = (size_t)c->v[F_BN];
+  const size_t st = (size_t)c->v[F_STAGES];
+  return 2 * d * (2 * bn + 2 * st * bm) + 4 * bn * bm + 8 * st * bm + 16;
+}
+
+static int threads(const scree__config *c) { return 32 * c->v[F_WARPS]; }
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* Mirrors the static_asserts of kernels/attention_backward.cu. */
+static int check(const scree__config *c, const scree__variant *var, const scree__target *t,
+                 char *why, size_t n) {
+  const int bm = c->v[F_BM], bn = c->v[F_BN], warps = c->v[F_WARPS], stages = c->v[F_STAGES];
+  const int d = var->v[V_D];
+  if (var->v[V_DTYPE] != SCREE_DTYPE_FP16 && var->v[V_DTYPE] != SCREE_DTYPE_BF16) {
+    scree__set_why(why, n, "dtype code %d is not fp16 or bf16", var->v[V_DTYPE]);
+    return 0;
+  }
+  if (!is_head_dim(d)) {
+    scree__set_why(why, n, "head_dim=%d is not 32, 64, 96, 128 or 256", d);
+    return 0;
+  }
+  if ((var->v[V_CAUSAL] | var->v[V_WINDOW]) & ~1) {
+    scree__set_why(why, n, "causal and window are 0 or 1");
+    return 0;
+  }
+  if (bm != 32 && bm != 64 && bm != 128) {
+    scree__set_why(why, n, "bm=%d must be 32, 64 or 128", bm);
+    return 0;
+  }
+  if (bn != 32 && bn != 64 && bn != 128) {
+    scree__set_why(why, n, "bn=%d must be 32, 64 or 128", bn);
+    return 0;
+  }
+  if (warps != 4 && warps != 8) {
+    scree__set_why(why, n, "warps=%d must be 4 or 8", warps);
+    return 0;
+  }
+  if (stages != 1 && stages != 2) {
+    scree__set_why(why, n, "stages=%d must be 1 or 2", stages);
+    return 0;
+  }
+  /* Warp grids: S, dP, dK and dV split BN rows over min(warps, bn / 16)
+   * warps and the columns over the rest; dQ splits BM rows likewise. Each
+   * warp's columns must be whole pairs of n8 blocks. */
+  const int wn_s = warps / imin(warps, bn / 16), wn_q = warps / imin(warps, bm / 16);
+  if ((bm / wn_s) % 16 || (d / wn_s) % 16 || (d / wn_q) % 16) {
+    scree__set_why(why, n,
+                   "warp tiling: bm=%d and head_dim=%d over %d column warps (bn=%d), head_dim "
+                   "over %d (bm) must give multiples of 16",
+                   bm, d, wn_s, bn, wn_q);
+    return 0;
+  }
+  /* dK, dV, S and dP accumulators per thread; past 160 ptxas spills. */
+  const int regs = (bn * d + bn * bm) / (16 * warps);
+  if (regs > 160) {
+    scree__set_why(why, n,
+                   "(bn=%d x (head_dim=%d + bm=%d)) / (16 x warps=%d) = %d accumulator "
+                   "registers per thread (at most 160)",
+                   bn, d, bm, warps, regs);
+    return 0;
+  }
+  return scree__check_smem(smem(c, var), t, why, n);
+}
+
+/* Defaults per head_dim (ptxas on sm_90: no spills; docs/kernels/
+ * attention-backward.md): 8 warps everywhere (each owns 16 keys of a
+ * 128-key tile, or 8 of 64), 128 keys per CTA where the registers allow
+ * it (fewer Q/dO reloads and dQ atomics per key), two Q stages. head_dim
+ * 128 takes 32-row Q tiles to keep 128 keys (dK and dV are 64 registers
+ * each), 256 takes 64 keys, 32 Q rows and one stage (registers and sm_80's
+ * shared memory). Smaller tiles where shared memory is short. */
+static void default_config(const scree__target *t, const scree__variant *var, const void *args,
+                           scree__config *out) {
+  (void)args;
+  memset(out, 0, sizeof *out);
+  const int d = var->v[V_D];
+  out->v[F_WARPS] = 8;
+  out->v[F_STAGES] = 2;
+  out->v[F_BN] = 128;
+  out->v[F_BM] = 64;
+  if (d == 128) out->v[F_BM] = 32;
+  if (d == 256) {
+    out->v[F_BN] = 64;
+    out->v[F_BM] = 32;
+    out->v[F_STAGES] = 1;
+  }
+  static const int fallback[][4] = {{32, 64, 8, 1}, {32, 32, 4, 1}};
+  for (int i = 0; i < 2 && !check(out, var, t, NULL, 0); i++) {
+    out->v[F_BM] = fallback[i][0];
+    out->v[F_BN] = fallback[i][1];
+    out->v[F_WARPS] = fallback[i][2];
+    out->v[F_STAGES] = fallback[i][3];
+  }
+}
+
+/* ---- the launch ------------------------------------------------------------ */
+
+/* The kernel's params struct (kernels/attention_backward.cu), member for
+ * member. */
+typedef struct kparams {
+  uint64_t q, k, v, out, dout, lse, cu_q, cu_k, dq, dk, dv, dlse2, dqacc, counters;
+  int64_t q_ts, q_hs, k_ts, k_hs, v_ts, v_hs, o_ts, o_hs, do_ts, do_hs;
+  int64_t dq_ts, dq_hs, dk_ts, dk_hs, dv_ts, dv_hs;
+  int64_t total_q;
+  int32_t batch, heads_q, heads_kv, group, max_ktiles, ctiles, det;
+  float scale, scale_log2, cap_in, cap_out;
+  int32_t wl, wr;
+} kparams;
+
+/* Effective strides (0: dense). */
+static int64_t dense(int64_t s, int64_t v) { return s ? s : v; }
+
+/* Bytes of the workspace sections, each rounded up to 256. */
+static size_t round256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+typedef struct layout {
+  size_t dlse2, dqacc, counters, total;
+  int64_t ctiles, ncounters;
+} layout;
+
+static layout layout_of(const scree_attention_backward_args *a, int bm) {
+  const scree_attention_args *f = &a->fwd;
+  layout l;
+  l.ctiles = scree__cdiv(f->total_q, bm) + f->batch;
+  l.ncounters = 1 + f->heads_q * l.ctiles;
+  l.dlse2 = 0;
+  l.dqacc = round256((size_t)(8 * f->heads_q * f->total_q));
+  l.counters = l.dqacc + round256((size_t)(4 * f->heads_q * f->total_q * f->head_dim));
+  l.total = l.counters + round256((size_t)(4 * l.ncounters));
+  return l;
+}
+
+static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                           const scree__variant *var, const void *args, CUstream stream) {
+  const scree_attention_backward_args *a = args;
+  const scree_attention_args *f = &a->fwd;
+  const int bm = c->v[F_BM], bn = c->v[F_BN];
+  const int64_t d = f->head_dim, hq = f->heads_q, hkv = f->heads_kv;
+  const int64_t max_ktiles = scree__cdiv(f->max_seqlen_k, bn);
+  const int64_t work = max_ktiles * f->batch * hkv;
+  if (work > 0x7fffffff)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "%lld key tiles x %lld sequences x %lld kv heads exceed a grid of 2^31 "
+                       "CTAs",
+                       (long long)max_ktiles, (long long)f->batch, (long long)hkv);
+  const layout l = layout_of(a, bm);
+  if (l.ncounters > 0x7fffffff)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED, "%lld query tiles x %lld heads",
+                       (long long)l.ctiles, (long long)hq);
+  CUdeviceptr ws;
+  scree_status st = scree__workspace(ctx, stream, l.total, &ws);
+  if (st) return st;
+  kparams p;
+  memset(&p, 0, sizeof p);
+  p.q = f->q, p.k = f->k, p.v = f->v, p.out = f->out, p.dout = a->dout, p.lse = f->lse;
+  p.cu_q = f->cu_seqlens_q, p.cu_k = f->cu_seqlens_k;
+  p.dq = a->dq, p.dk = a->dk, p.dv = a->dv;
+  p.dlse2 = ws + l.dlse2, p.dqacc = ws + l.dqacc, p.counters = ws + l.counters;
+  p.q_ts = dense(f->q_token_stride, hq * d), p.q_hs = dense(f->q_head_stride, d);
+  p.k_ts = dense(f->k_token_stride, hkv * d), p.k_hs = dense(f->k_head_stride, d);
+  p.v_ts = dense(f->v_token_stride, hkv * d), p.v_hs = dense(f->v_head_stride, d);
+  p.o_ts = dense(f->out_token_stride, hq * d), p.o_hs = dense(f->out_head_stride, d);
+  p.do_ts = dense(a->dout_token_stride, hq * d), p.do_hs = dense(a->dout_head_stride, d);
+  p.dq_ts = dense(a->dq_token_stride, hq * d), p.dq_hs = dense(a->dq_head_stride, d);
+  p.dk_ts = dense(a->dk_token_stride, hkv * d), p.dk_hs = dense(a->dk_head_stride, d);
+  p.dv_ts = dense(a->dv_token_stride, hkv * d), p.dv_hs = dense(a->dv_head_stride, d);
+  p.total_q = f->total_q;
+  p.batch = (int32_t)f->batch, p.heads_q = (int32_t)hq, p.heads_kv = (int32_t)hkv;
+  p.group = (int32_t)(hq / hkv), p.max_ktiles = (int32_t)max_ktiles;
+  p.ctiles = (int32_t)l.ctiles, p.det = a->deterministic != 0;
+  /* The forward's scalars (ops/attention.c, launch_scalars). */
+  const float scale = f->scale != 0.f ? f->scale : (float)(1.0 / sqrt((double)d));
+  p.scale = scale;
+  p.scale_log2 = (float)((double)scale * 1.4426950408889634);
+  const double cin = f->softcap > 0.f ? (double)scale / f->softcap : 0.0;
+  p.cap_in = fabs(cin) < 3.4e38 ? (float)cin : (float)copysign(3.4e38, cin);
+  p.cap_out = f->softcap > 0.f ? (float)((double)f->softcap / scale) : 0.f;
+  p.wl = f->window_left < 0 || f->window_left > 0x7fffffff ? -1 : (int32_t)f->window_left;
+  p.wr = f->window_right < 0 || f->window_right > 0x7fffffff ? -1 : (int32_t)f->window_right;
+  if (!var->v[V_WINDOW]) p.wl = p.wr = -1;
+
+  /* Rows of the prep and dq kernels: one per (token, query head), a group
+   * of 4 to 32 lanes each (head_dim / 8 rounded up to a power of two). */
+  const int64_t cpr = d / 8, gw = cpr <= 4 ? 4 : cpr <= 8 ? 8 : cpr <= 16 ? 16 : 32;
+  long long rows = f->total_q * hq, ncounters = l.ncounters;
+  int64_t grid = scree__cdiv(rows, 256 / gw);
+  if (grid < 1) grid = 1;
+  if (grid > 65535 * 16) grid = 65535 * 16;
+  void *pp[] = {&p, &rows, &ncounters};
+  CUresult r = ctx->cu->LaunchKernel(k->fn[1], (unsigned)grid, 1, 1, 256, 1, 1, 0, stream, pp, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward prep)");
+  if (work > 0) {
+    void *pm[] = {&p};
+    r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)(32 * c->v[F_WARPS]), 1, 1,
+                              (unsigned)smem(c, var), stream, pm, NULL);
+    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward)");
+  }
+  if (rows > 0) {
+    void *pd[] = {&p, &rows};
+    r = ctx->cu->LaunchKernel(k->fn[2], (unsigned)grid, 1, 1, 256, 1, 1, 0, stream, pd, NULL);
+    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward dq)");
+  }
+  return SCREE_OK;
+}
+
+/* ---- the op's own argument rules ---------------------------------------- */
+
+/* GQA, and counts that agree: tokens need a length. */
+static scree_status validate(scree_context *ctx, const void *args) {
+  const scree_attention_backward_args *a = args;
+  const scree_attention_args *f = &a->fwd;
+  if (f->heads_q % f->heads_kv)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "fwd.heads_q=%lld is not a multiple of fwd.heads_kv=%lld",
+                       (long long)f->heads_q, (long long)f->heads_kv);
+  if (f->total_q > 0 && f->max_seqlen_q == 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "fwd.max_seqlen_q is 0 but fwd.total_q=%lld tokens are present",
+                       (long long)f->total_q);
+  if (f->total_k > 0 && f->max_seqlen_k == 0)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "fwd.max_seqlen_k is 0 but fwd.total_k=%lld tokens are present",
+                       (long long)f->total_k);
+  /* fwd.batch 0 is the empty call (the schema's EMPTY), whatever the
+   * token counts say: no sequence, nothing to write. */
+  return SCREE_OK;
+}
+
+/* A tensor of the schema as the range checks need it. */
+typedef struct tens {
+  const scree__arg *t;
+  uint64_t p, lo, hi; /* pointer, bytes [lo, hi) */
+  scree__geom g;
+  size_t es;
+  int present;
+} tens;
+
+static const scree__arg *arg_named(const char *name) {
+  for (int i = 0; i < SCREE__COUNT(schema); i++)
+    if (!strcmp(schema[i].name, name)) return &schema[i];
+  return NULL;
+}
+
+/* The byte range of a tensor with elements and a pointer; 0, or -1 when it
+ * passes the end of the address space. */
+static int range_of(const void *args, const scree__arg *t, tens *x) {
+  memset(x, 0, sizeof *x);
+  x->t = t;
+  memcpy(&x->p, (const char *)args + t->offset, sizeof x->p);
+  if (!scree__tensor_geom(args, t, &x->g) || !x->p) return 0;
+  const int e = scree__tensor_elem(args, t);
+  x->es = e == SCREE__DTYPE_I32 ? 4 : e == SCREE__DTYPE_I64 ? 8 : scree_dtype_size((scree_dtype)e);
+  unsigned __int128 last = (unsigned __int128)x->g.ext[x->g.rank - 1];
+  for (int k = 0; k + 1 < x->g.rank; k++)
+    last += (unsigned __int128)(x->g.ext[k] - 1) * (unsigned __int128)x->g.stride[k];
+  const unsigned __int128 hi = (unsigned __int128)x->p + last * x->es;
+  if (hi > (unsigned __int128)UINT64_MAX) return -1;
+  x->lo = x->p;
+  x->hi = (uint64_t)hi;
+  x->present = 1;
+  return 0;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+/* 1 if two gradient tensors (rows of d elements at p + t ts + h hs) may
+ * write one element twice. Exact for the interleaved layouts of a fused
+ * gradient buffer ([T, 3, H, d], [T, H, 3, d], ...): equal token strides
+ * S and head strides hs, d <= hs, hs dividing S and the pointers' distance,
+ * so that rows sit in slots of hs elements, P = S / hs per token; a holds
+ * slots [0, Ha) of each token's P, b slots [r, r + Hb) shifted by whole
+ * tokens. Other layouts whose byte ranges meet are refused. */
+static int grads_meet(const tens *a, const tens *b, int64_t d) {
+  if (!scree__overlaps(a->lo, a->hi, b->lo, b->hi)) return 0;
+  const int64_t sa = a->g.stride[0], ha = a->g.stride[1], sb = b->g.stride[0], hb = b->g.stride[1];
+  const int64_t na = a->g.ext[1], nb = b->g.ext[1];
+  if (sa != sb || ha != hb || d > ha || sa % ha) return 1;
+  const int64_t diff = (int64_t)(b->p - a->p), es = (int64_t)a->es;
+  if (diff % (es * ha)) return 1;
+  const int64_t P = sa / ha, D = diff / (es * ha);
+  int64_t r = D - floor_div(D, P) * P; /* b's first slot within a token */
+  if (na > P || nb > P) return 1;
+  /* [0, na) and [r, r + nb) modulo P must not meet (both directions). */
+  if (r >= na && r + nb <= P) return 0;
+  return 1;
+}
+
+/* The gradients' strides and ranges (apart from every input, and from
+ * each other unless interleaved), the device-side cu_seqlens with
+ * validation on, and the variant's flags. */
+static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
+                                     scree__variant *var) {
+  const scree_attention_backward_args *a = args;
+  const scree_attention_args *f = &a->fwd;
+  static const char *const ins[] = {"fwd.q", "fwd.k", "fwd.v", "fwd.out", "fwd.lse",
+                                    "fwd.cu_seqlens_q", "fwd.cu_seqlens_k", "dout"};
+  static const char *const outs[] = {"dq", "dk", "dv"};
+  tens in[8], out[3];
+  memset(out, 0, sizeof out);
+  for (int i = 0; i < 8; i++)
+    if (range_of(args, arg_named(ins[i]), &in[i])) return scree__fail_wrap(ctx, ins[i], in[i].p);
+  for (int i = 0; i < 3; i++) {
+    const scree__arg *t = arg_named(outs[i]);
+    scree__geom g;
+    if (!scree__tensor_geom(args, t, &g)) continue; /* no elements: not written */
+    scree_devptr p;
+    memcpy(&p, (const char *)args + t->offset, sizeof p);
+    scree_status st = scree__arg_ptr(ctx, outs[i], p, 16);
+    if (st) return st;
+    if (!scree__any_order_ok(t, &g))
+      return scree__check_any_order(ctx, &scree__op_attention_backward, t, &g);
+    if (range_of(args, t, &out[i])) return scree__fail_wrap(ctx, outs[i], out[i].p);
+  }
+  for (int i = 0; i < 3; i++) {
+    if (!out[i].present) continue;
+    for (int j = 0; j < 8; j++)
+      if (in[j].present && scree__overlaps(out[i].lo, out[i].hi, in[j].lo, in[j].hi))
+        return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx overlaps %s=0x%llx",
+                           outs[i], (unsigned long long)out[i].p, ins[j],
+                           (unsigned long long)in[j].p);
+    for (int j = 0; j < i; j++)
+      if (out[j].present && grads_meet(&out[j], &out[i], f->head_dim))
+        return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                           "%s=0x%llx overlaps %s=0x%llx (gradients may share a buffer only "
+                           "interleaved with equal token and head strides, as a fused [T, 3, H, "
+                           "head_dim] buffer)",
+                           outs[i], (unsigned long long)out[i].p, outs[j],
+                           (unsigned long long)out[j].p);
+  }
+  if (ctx->validate && ctx->cu) {
+    /* The forward's rules on the cu_seqlens, on the forward's view. */
+    const size_t n = (size_t)f->batch + 1;
+    int32_t *h = malloc(2 * n * sizeof *h);
+    if (!h) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "validate: cu_seqlens copy");
+    scree_status st =
+        scree__read_device(ctx, stream, h, f->cu_seqlens_q, n * sizeof *h, "fwd.cu_seqlens_q");
+    if (!st)
+      st = scree__read_device(ctx, stream, h + n, f->cu_seqlens_k, n * sizeof *h,
+                              "fwd.cu_seqlens_k");
+    const char *names[2] = {"fwd.cu_seqlens_q", "fwd.cu_seqlens_k"};
+    const int64_t totals[2] = {f->total_q, f->total_k}, maxes[2] = {f->max_seqlen_q, f->max_seqlen_k};
+    for (int t = 0; t < 2 && !st; t++) {
+      const int32_t *c = h + t * n;
+      if (c[0] != 0)
+        st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s[0]=%d must be 0", names[t], c[0]);
+      for (size_t b = 0; b + 1 < n && !st; b++) {
+        const int64_t len = (int64_t)c[b + 1] - c[b];
+        if (len < 0 || len > maxes[t])
+          st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                           "%s: sequence %zu has %lld tokens (max_seqlen %lld)", names[t], b,
+                           (long long)len, (long long)maxes[t]);
+      }
+      if (!st && c[n - 1] != totals[t])
+        st = scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s[batch]=%d differs from %lld",
+                         names[t], c[n - 1], (long long)totals[t]);
+    }
+    free(h);
+    if (st) return st;
+  }
+  var->v[V_CAUSAL] = f->causal != 0;
+  var->v[V_WINDOW] = f->window_left >= 0 || (f->window_right >= 0 && !f->causal);
+  return SCREE_OK;
+}
+
+/* ---- buckets and problems --------------------------------------------------- */
+
+/* The forward's buckets: group and kv heads exact, the longest sequences
+ * and the query tokens rounded up to powers of two. */
+static const scree__bdim dims[] = {
+    {"group", 0, 0}, {"heads_kv", 0, 0}, {"max_q", 1, 0}, {"max_k", 1, 0}, {"total_q", 1, 0}};
+
+static void bucket(const scree__variant *var, const void *args, int64_t *d) {
+  (void)var;
+  const scree_attention_args *f = &((const scree_attention_backward_args *)args)->fwd;
+  d[0] = f->heads_kv ? f->heads_q / f->heads_kv : 0;
+  d[1] = f->heads_kv;
+  d[2] = f->max_seqlen_q;
+  d[3] = f->max_seqlen_k;
+  d[4] = f->total_q;
+}
+
+static void representative(const scree__bucket *b, const scree__variant *var, int check,
+                           void *args) {
+  scree_attention_backward_args *a = args;
+  memset(a, 0, sizeof *a);
+  /* The forward's representative of the same bucket. */
+  scree__op_attention.representative(b, var, check, &a->fwd);
+}
+
+/* The forward's problem for the same shape gives the sequence lengths and
+ * q, k, v, cu_seqlens; out and lse become inputs (shape_inputs makes them
+ * the forward's), then dout and the three gradients. Buffer order: q, k,
+ * v, cu_seqlens_q, cu_seqlens_k, out, lse, dout, dq, dk, dv. */
+static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
+                   const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
+  const scree_attention_backward_args *in = args;
+  scree__problem fp;
+  memset(&fp, 0, sizeof fp);
+  if (scree__op_attention.problem(&in->fwd, var, check, seed, lens, &fp, why, why_size)) return -1;
+  scree_attention_backward_args *a = (scree_attention_backward_args *)p->args;
+  memset(a, 0, sizeof *a);
+  memcpy(&a->fwd, fp.args, sizeof a->fwd);
+  a->deterministic = in->deterministic;
+  const scree_attention_args *f = &a->fwd;
+  const size_t nq = (size_t)f->total_q * (size_t)f->heads_q * (size_t)f->head_dim;
+  const size_t nk = (size_t)f->total_k * (size_t)f->heads_kv * (size_t)f->head_dim;
+  for (int i = 0; i < fp.nbufs; i++) {
+    scree__buf *b = &p->bufs[p->nbufs++];
+    *b = fp.bufs[i];
+    b->arg_offset += offsetof(scree_attention_backward_args, fwd);
+    if (b->kind == SCREE__BUF_OUT) b->kind = SCREE__BUF_IN, b->rtol = b->atol = 0;
+  }
+  scree__problem_buf(p, "dout", SCREE__BUF_IN, f->dtype, nq,
+                     offsetof(scree_attention_backward_args, dout));
+  /* fp32 accumulation; P and dS rounded to the dtype before their products
+   * (about 2^-8 relative for bf16, 2^-11 for fp16, on terms that partly
+   * cancel): the bound is relative to the tensor's scale, which the random
+   * inputs keep near 1. */
+  const double tol = f->dtype == SCREE_DTYPE_BF16 ? 3e-2 : 6e-3;
+  static const char *const names[3] = {"dq", "dk", "dv"};
+  static const size_t offs[3] = {offsetof(scree_attention_backward_args, dq),
+                                 offsetof(scree_attention_backward_args, dk),
+                                 offsetof(scree_attention_backward_args, dv)};
+  for (int i = 0; i < 3; i++) {
+    scree__buf *b = scree__problem_buf(p, names[i], SCREE__BUF_OUT, f->dtype, i ? nk : nq, offs[i]);
+    b->rtol = tol;
+    b->atol = tol;
+  }
+  /* 2.5 times the forward's work (FlashAttention's convention). */
+  p->flops = 2.5 * fp.flops;
+  p->bytes = 2 * fp.bytes;
+  snprintf(p->desc, sizeof p->desc, "backward: %.200s", fp.desc);
+  return 0;
+}
+
+/* Makes out and lse the forward's for the random q, k, v: exactly (the
+ * forward reference) where that is quick, else lse = log(visible keys) as
+ * if every score were 0, which keeps P of order 1 / keys for timing. */
+static void shape_inputs(const void *args, void *const *host) {
+  const scree_attention_backward_args *a = args;
+  const scree_attention_args *f = &a->fwd;
+  const int32_t *cq = host[3], *ck = host[4];
+  double work = 0;
+  for (int64_t b = 0; b < f->batch; b++)
+    work += (double)(cq[b + 1] - cq[b]) * (double)(ck[b + 1] - ck[b]);
+  work *= (double)f->heads_q * (double)f->head_dim;
+  if (work <= 4e9) {
+    scree_attention_args fa = *f;
+    scree__ref_attention(&fa, (void *const[]){host[0], host[1], host[2], host[3], host[4],
+                                              host[5], host[6]});
+    return;
+  }
+  float *lse = host[6];
+  for (int64_t b = 0; b < f->batch; b++) {
+    const int64_t lq = cq[b + 1] - cq[b], lk = ck[b + 1] - ck[b];
+    for (int64_t i = 0; i < lq; i++) {
+      int64_t lo, hi;
+      scree__attention_row_bounds(f, i, lq, lk, &lo, &hi);
+      scree__attention_clamp_bounds(lk, &lo, &hi);
+      const float v = hi >= lo ? (float)log((double)(hi - lo + 1)) : -INFINITY;
+      for (int64_t h = 0; h < f->heads_q; h++) lse[h * f->total_q + cq[b] + i] = v;
+    }
+  }
+}
+
+/* The op's reference hook, a thin wrapper over scree__attention_grads_ref
+ * (ops/attention_backward_ref.c). host: q, k, v, cu_seqlens_q,
+ * cu_seqlens_k, out, lse, dout, dq, dk, dv. */
+SCREE__REFERENCE(attention_backward) {
+  const scree_attention_backward_args *a = args;
+  const scree__attention_grad_strides gs = {
+      a->dout_token_stride, a->dout_head_stride, a->dq_token_stride, a->dq_head_stride,
+      a->dk_token_stride,   a->dk_head_stride,   a->dv_token_stride, a->dv_head_stride};
+  scree__attention_grads_ref(&a->fwd, &gs, host[0], host[1], host[2], host[5], host[6], host[7],
+                                host[3], host[4], host[8], host[9], host[10]);
+}
+
+/* ---- benchmark entries ---------------------------------------------------- */
+
+#define HEADLINE_LENS \
+  "lens=340,618,900,886,1136,501,2048,840,550,319,389,402,1025,771,468,888"
+static const char *const bench[] = {
+    "dtype=fp16,head_dim=64,causal=1,window=0 "
+    "fwd.heads_q=16,fwd.heads_kv=16,fwd.head_dim=64,fwd.window_left=-1,fwd.window_right=-1 "
+    HEADLINE_LENS,
+    "dtype=bf16,head_dim=128,causal=1,window=0 "
+    "fwd.heads_q=32,fwd.heads_kv=8,fwd.head_dim=128,fwd.window_left=-1,fwd.window_right=-1 "
+    "lens=4096,4096,2048,1024,1000,500",
+    NULL,
+};
+
+static const scree__impl impls[] = {
+    {SCREE__IMPL("generic", "attention_backward.cu", 80, 0, "scree_attention_bwd",
+                 "scree_attention_bwd_prep", "scree_attention_bwd_dq"),
+     .nfields = 4, .fields = fields, .check = check, .smem = smem, .threads = threads,
+     .launch = launch},
+};
+
+SCREE__DEFINE_OP(attention_backward, .validate = validate, .validate_buffers = validate_buffers,
+                 .bucket = bucket, .shape_inputs = shape_inputs);
