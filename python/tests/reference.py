@@ -145,6 +145,60 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal=Fals
     return out, lse
 
 
+def varlen_attn_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q,
+                         max_k, causal, scale, window_left, window_right, softcap,
+                         deterministic):
+    """(dq, dk, dv) of varlen_attn for the loss sum(out * grad_out), in
+    float64 per sequence, written out (out and lse, the forward's, are not
+    used: P is recomputed): P = softmax(S) over the visible keys (a row with
+    none: 0), dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(P dP)), dX = dS
+    ds/dx (scale, or scale (1 - tanh^2(scale x / softcap)) with softcap),
+    dQ = dX K, dK = dX^T Q; dK and dV summed over a GQA group's heads."""
+    tq, hq, d = query.shape
+    hkv = key.shape[1]
+    grp = hq // hkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    if window_right == 0:
+        causal = True
+    dq = torch.zeros(query.shape, dtype=torch.float64, device=query.device)
+    dk = torch.zeros(key.shape, dtype=torch.float64, device=key.device)
+    dv = torch.zeros(value.shape, dtype=torch.float64, device=value.device)
+    cq, ck = cu_seq_q.tolist(), cu_seq_k.tolist()
+    for b in range(len(cq) - 1):
+        qs, qe, ks, ke = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        lq, lk = qe - qs, ke - ks
+        if lq == 0 or lk == 0:
+            continue
+        q = query[qs:qe].double().transpose(0, 1)                     # [H, Lq, d]
+        k = key[ks:ke].double().repeat_interleave(grp, 1).transpose(0, 1)
+        v = value[ks:ke].double().repeat_interleave(grp, 1).transpose(0, 1)
+        do = grad_out[qs:qe].double().transpose(0, 1)
+        x = q @ k.transpose(1, 2) * scale                               # scaled scores
+        if softcap > 0:
+            t = torch.tanh(x / softcap)
+            s, dsdx = softcap * t, scale * (1 - t * t)
+        else:
+            s, dsdx = x, scale
+        i = torch.arange(lq, device=query.device)[:, None] + (lk - lq)
+        j = torch.arange(lk, device=query.device)[None, :]
+        keep = torch.ones(lq, lk, dtype=torch.bool, device=query.device)
+        if causal:
+            keep &= j <= i
+        if window_left >= 0:
+            keep &= j >= i - window_left
+        if window_right >= 0 and not causal:
+            keep &= j <= i + window_right
+        s = s.masked_fill(~keep, float("-inf"))
+        p = torch.softmax(s, -1).nan_to_num(0.0)                        # rows without keys: 0
+        dp = do @ v.transpose(1, 2)
+        ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+        dx = ds * dsdx
+        dq[qs:qe] = (dx @ k).transpose(0, 1)
+        dk[ks:ke] = (dx.transpose(1, 2) @ q).transpose(0, 1).reshape(lk, hkv, grp, d).sum(2)
+        dv[ks:ke] = (p.transpose(1, 2) @ do).transpose(0, 1).reshape(lk, hkv, grp, d).sum(2)
+    return dq.to(query.dtype), dk.to(key.dtype), dv.to(value.dtype)
+
+
 def kv_append(k, v, k_cache, v_cache, slot_mapping):
     """vLLM's reshape_and_cache, in place: token t's head rows to page
     slot // page_size, row slot % page_size; slots of -1 skipped."""
@@ -242,8 +296,10 @@ def register_cpu_kernels():
         lambda input, target, ignore_index: cross_entropy_rows(input, target, ignore_index))
     lib.register_kernel("scree::varlen_attn", "cpu")(
         lambda query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, wl, wr,
-        softcap, return_lse: varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
-                                         causal, scale, wl, wr, return_lse, softcap))
+        softcap, return_lse, deterministic=False: varlen_attn(
+            query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, wl, wr,
+            return_lse, softcap))
+    lib.register_kernel("scree::varlen_attn_backward", "cpu")(varlen_attn_backward)
     lib.register_kernel("scree::paged_attention", "cpu")(paged_attention)
     register_cpu_kernels.done = True
 

@@ -16,8 +16,10 @@ then takes one of two ways into the op:
   and whose fake implementation is that one again in check mode
   (check=True): the same argument checks and output allocation, the C call
   replaced by scree_check_args, which refuses what the device would (the
-  op's schema and own rules) without memory or a device. The ops are
-  forward only: a backward through one raises.
+  op's schema and own rules) without memory or a device. varlen_attn has a
+  backward (torch.ops.scree.varlen_attn_backward, registered as its
+  autograd formula); the other ops are forward only: a backward through
+  one raises.
 """
 import math
 import re
@@ -911,16 +913,111 @@ def _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causa
 def _varlen_attn_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     cu_seq_q: torch.Tensor, cu_seq_k: torch.Tensor, max_q: int, max_k: int,
                     causal: bool, scale: Optional[float], window_left: int, window_right: int,
-                    softcap: float, return_lse: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+                    softcap: float, return_lse: bool,
+                    deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     return _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
                              scale, window_left, window_right, softcap, return_lse)
 
 
 @_varlen_attn_op.register_fake
 def _(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window_left,
-      window_right, softcap, return_lse):
+      window_right, softcap, return_lse, deterministic=False):
     return _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
                              window_left, window_right, softcap, return_lse, check=True)
+
+
+# -- attention backward ---------------------------------------------------------
+
+_ATTN_BWD_NAMES = dict(_ATTN_NAMES, dout="grad_out", dq="query", dk="key", dv="value",
+                       dout_token_stride="grad_out", dout_head_stride="grad_out",
+                       deterministic="deterministic",
+                       **{"fwd." + k: v for k, v in _ATTN_NAMES.items()})
+
+
+def _varlen_attn_backward_impl(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q,
+                               max_k, causal, scale, window_left, window_right, softcap,
+                               deterministic, check=False):
+    """dq, dk, dv of varlen_attn (scree_attention_backward), from the
+    forward's out and lse [H_q, T_q]; dk and dv [T_k, H_kv, D] sum a GQA
+    group's query heads."""
+    op = "varlen_attn"
+    if not check:
+        _on_cuda(op, "query", query)
+    _attn_check(op, query, key, value, cu_seq_q, cu_seq_k)
+    for name, t in (("key", key), ("value", value), ("grad_out", grad_out), ("out", out),
+                    ("lse", lse)):
+        _same_device(op, name, t, query)
+    dt = _dtype_code(op, "query", query)
+    cq = _int32(op, "cu_seq_q", cu_seq_q, query)
+    ck = cq if cu_seq_k is cu_seq_q else _int32(op, "cu_seq_k", cu_seq_k, query)
+    q, k, v = _last_contiguous(query), _last_contiguous(key), _last_contiguous(value)
+    do = _last_contiguous(grad_out.to(q.dtype))
+    o = _last_contiguous(out)
+    lse = lse.contiguous()
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    tq, hq, d = q.shape
+    if window_right == 0:
+        causal = True
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "attention_backward",
+         (ptr(q), ptr(k), ptr(v), ptr(o), ptr(lse), ptr(cq), ptr(ck),
+          cq.numel() - 1, tq, k.shape[0], max_q, max_k, hq, k.shape[1], d,
+          q.stride(0), k.stride(0), v.stride(0), o.stride(0), q.stride(1), k.stride(1),
+          v.stride(1), o.stride(1), dt, 1 if causal else 0, 0.0 if scale is None else scale,
+          window_left, -1 if causal else window_right, softcap,
+          ptr(do), ptr(dq), ptr(dk), ptr(dv), do.stride(0), do.stride(1), 0, 0, 0, 0, 0, 0,
+          1 if deterministic else 0), _ATTN_BWD_NAMES, q, check)
+    return dq, dk, dv
+
+
+@torch.library.custom_op("scree::varlen_attn_backward", mutates_args=())
+def _varlen_attn_backward_op(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                             value: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                             cu_seq_q: torch.Tensor, cu_seq_k: torch.Tensor, max_q: int,
+                             max_k: int, causal: bool, scale: Optional[float], window_left: int,
+                             window_right: int, softcap: float, deterministic: bool
+                             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _varlen_attn_backward_impl(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k,
+                                      max_q, max_k, causal, scale, window_left, window_right,
+                                      softcap, deterministic)
+
+
+@_varlen_attn_backward_op.register_fake
+def _(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
+      window_left, window_right, softcap, deterministic):
+    return _varlen_attn_backward_impl(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k,
+                                      max_q, max_k, causal, scale, window_left, window_right,
+                                      softcap, deterministic, check=True)
+
+
+def _varlen_attn_setup(ctx, inputs, output):
+    (query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, window_left,
+     window_right, softcap, return_lse, deterministic) = inputs
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(query, key, value, out, lse if return_lse else None, cu_seq_q,
+                          cu_seq_k)
+    ctx.attn = (max_q, max_k, causal, scale, window_left, window_right, softcap, deterministic)
+
+
+def _varlen_attn_grad(ctx, grad_out, grad_lse):
+    query, key, value, out, lse, cu_seq_q, cu_seq_k = ctx.saved_tensors
+    if lse is None:
+        raise RuntimeError("scree.varlen_attn: the backward needs the forward's log-sum-exp; "
+                           "call scree.varlen_attn (it keeps it whenever an input requires "
+                           "grad), or torch.ops.scree.varlen_attn with return_lse=True")
+    max_q, max_k, causal, scale, window_left, window_right, softcap, deterministic = ctx.attn
+    deterministic = bool(deterministic or torch.are_deterministic_algorithms_enabled())
+    dq, dk, dv = torch.ops.scree.varlen_attn_backward(
+        grad_out, query, key, value, out, lse, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale,
+        window_left, window_right, softcap, deterministic)
+    return (dq, dk, dv) + (None,) * 11
+
+
+torch.library.register_autograd("scree::varlen_attn", _varlen_attn_grad,
+                                setup_context=_varlen_attn_setup)
 
 
 def _attn_args(op, names, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
@@ -953,7 +1050,7 @@ _VARLEN_NAMES = ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_
 
 def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
                 scale=None, window_size=(-1, -1), causal=False, softcap=0.0, block_table=None,
-                seqused_k=None):
+                seqused_k=None, deterministic=False):
     """Attention over a packed batch of sequences, with the signature of
     torch.nn.attention.varlen.varlen_attn.
 
@@ -969,6 +1066,13 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
     softcap * tanh(s / softcap) to the scaled scores s (Gemma 2); 0 is none.
     Returns out [T_q, H_q, D], and with return_aux.lse also the log-sum-exp
     [H_q, T_q] (float32; the layout PyTorch's op returns).
+
+    Differentiable in query, key and value (contiguous K/V): the backward is
+    scree_attention_backward, fed this call's out and log-sum-exp (kept
+    whenever an input requires grad). The log-sum-exp output is not
+    differentiable. deterministic=True (scree's extension, as
+    FlashAttention's; also whenever torch.use_deterministic_algorithms is on)
+    makes the backward bitwise reproducible.
 
     Paged K/V (scree's extension; PyTorch 2.11's varlen_attn has none): with
     block_table (int32 [batch, pages]), key and value are the paged caches
@@ -988,12 +1092,17 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
         "varlen_attn", _VARLEN_NAMES, query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale,
         window_size, causal)
     cap = _args.real("varlen_attn", "softcap", softcap, ("attention", "softcap"))
+    det = _args.boolean("varlen_attn", "deterministic", deterministic)
     if _direct(query, key, value, cu_seq_q, cu_seq_k):
         out, lse = _varlen_attn_impl(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal,
                                      sc, left, right, cap, want_lse)
     else:
+        # The backward needs the log-sum-exp: kept whenever a gradient may flow.
+        grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (query, key, value))
         out, lse = torch.ops.scree.varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q,
-                                               max_k, causal, sc, left, right, cap, want_lse)
+                                               max_k, causal, sc, left, right, cap,
+                                               want_lse or grad, det)
     return (out, lse) if want_lse else out
 
 
@@ -1002,8 +1111,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softcap=0.0, alibi_slopes=None, deterministic=False,
                            return_attn_probs=False, block_table=None):
     """varlen_attn under flash_attn.flash_attn_varlen_func's argument names
-    (FlashAttention-2). Inference only: dropout_p must be 0 and alibi_slopes
-    None. With block_table (int32 [batch, pages]), k and v are paged caches
+    (FlashAttention-2). dropout_p must be 0 and alibi_slopes None;
+    differentiable as varlen_attn (deterministic=True: a bitwise
+    reproducible backward). With block_table (int32 [batch, pages]), k and v are paged caches
     [num_blocks, page_size, H_kv, D] and cu_seqlens_k the cumulative key
     lengths, as FlashAttention-2's paged KV: the call is
     scree.paged_attention's. softcap > 0 applies softcap * tanh(s /
@@ -1030,7 +1140,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     aux = _LseRequest() if return_attn_probs else None
     res = varlen_attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                       return_aux=aux, scale=softmax_scale, window_size=window_size,
-                      causal=causal, softcap=softcap)
+                      causal=causal, softcap=softcap,
+                      deterministic=_args.boolean("flash_attn_varlen_func", "deterministic",
+                                                  deterministic))
     if return_attn_probs:
         return res[0], res[1], None
     return res
