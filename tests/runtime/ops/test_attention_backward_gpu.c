@@ -15,7 +15,7 @@
  * per sequence).
  *
  * Tolerance (ops/attention_backward.c): |got - ref| <= 6e-3 + 6e-3 |ref| in
- * fp16, 3e-2 + 3e-2 |ref| in bf16, for dq, dk and dv: fp32 accumulation,
+ * fp16, 5e-2 + 3e-2 |ref| in bf16, for dq, dk and dv: fp32 accumulation,
  * but P and dS rounded to the dtype before their products (as
  * FlashAttention-2), and the gradient rounded once.
  *
@@ -285,10 +285,12 @@ START_TEST(fused_gradients) {
   scree__attention_grads_ref(&f.a.fwd, &gs, hq, hq + part, hq + 2 * part, f.h_out, f.h_lse,
                              f.h_dout, f.cu, f.cu, want, want + part, want + 2 * part);
   fixture_run(&f, got);
-  const double tol = dt == SCREE_DTYPE_BF16 ? 3e-2 : 6e-3;
+  /* the op's tolerances (ops/attention_backward.c) */
+  const double rtol = dt == SCREE_DTYPE_BF16 ? 3e-2 : 6e-3;
+  const double atol = dt == SCREE_DTYPE_BF16 ? 5e-2 : 6e-3;
   /* Rows of 3 H d: dq, dk and dv side by side, no padding; compared as one
    * row per token. */
-  scree_test_compare_rows(got, want, dt, f.T, 3 * H * d, 3 * H * d, tol, tol, "dq|dk|dv",
+  scree_test_compare_rows(got, want, dt, f.T, 3 * H * d, 3 * H * d, rtol, atol, "dq|dk|dv",
                           "fused case %d", _i);
   free(got), free(want);
   fixture_free(&f);
