@@ -1,0 +1,125 @@
+/* rowwise_backward_ref.c - CPU references for the backward of RMSNorm, the
+ * fused residual add + RMSNorm and LayerNorm, in double accumulation
+ * (ops/rowwise_backward_ref.h says what they compute). Each row's sums run
+ * c = 0, 1, ... in order; dw and db are summed in double over rows, in
+ * order, and stored once at the end. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/base.h"
+#include "ops/rowwise_backward_ref.h"
+
+#define LD(p, dt, i) scree__load_elem((p), (int)(dt), (size_t)(i))
+#define ST(p, dt, i, v) scree__store_elem((p), (int)(dt), (size_t)(i), (v))
+
+/* Stores the column sums (or NaN where they could not be kept). */
+static void store_sums(void *out, scree_dtype dt, const double *sum, int64_t cols) {
+  if (!out) return;
+  for (int64_t c = 0; c < cols; c++) ST(out, dt, c, sum ? sum[c] : NAN);
+}
+
+/* x as the RMSNorm input: h = x + residual rounded to dt when residual is
+ * given (the forward's store and load), else x. */
+static double norm_input(const void *x, int64_t xi, const void *res, int64_t ri,
+                         scree_dtype dt) {
+  if (!res) return LD(x, dt, xi);
+  uint64_t tmp = 0; /* room for one element of any dtype */
+  ST(&tmp, dt, 0, LD(x, dt, xi) + LD(res, dt, ri));
+  return LD(&tmp, dt, 0);
+}
+
+/* The RMSNorm backward of x (+ residual), plus dh_next when given. */
+static void rms_backward(const void *x, int64_t xs, const void *res, int64_t rs,
+                         const void *w, const void *dy, int64_t dys, const void *dn,
+                         int64_t dns, void *dx, int64_t dxs, void *dw, int64_t rows,
+                         int64_t cols, scree_dtype xt, scree_dtype wt, scree_dtype yt,
+                         float eps) {
+  double *sw = dw ? calloc((size_t)cols, sizeof *sw) : NULL;
+  double *hrow = malloc((size_t)cols * sizeof *hrow); /* NULL: recomputed */
+  for (int64_t r = 0; r < rows; r++) {
+    double ss = 0, s = 0;
+    for (int64_t c = 0; c < cols; c++) {
+      const double v = norm_input(x, r * xs + c, res, r * rs + c, xt);
+      if (hrow) hrow[c] = v;
+      ss += v * v;
+      s += LD(dy, yt, r * dys + c) * LD(w, wt, c) * v;
+    }
+    const double inv = 1.0 / sqrt(ss / (double)cols + (double)eps);
+    const double k = inv * inv * inv * s / (double)cols;
+    for (int64_t c = 0; c < cols; c++) {
+      const double v = hrow ? hrow[c] : norm_input(x, r * xs + c, res, r * rs + c, xt);
+      const double d = LD(dy, yt, r * dys + c);
+      double g = inv * d * LD(w, wt, c) - k * v;
+      if (dn) g += LD(dn, xt, r * dns + c);
+      ST(dx, xt, r * dxs + c, g);
+      if (sw) sw[c] += d * v * inv;
+    }
+  }
+  store_sums(dw, wt, sw, cols);
+  free(hrow);
+  free(sw);
+}
+
+void scree__rmsnorm_backward_ref(const void *x, int64_t x_stride, const void *w,
+                                 const void *dy, int64_t dy_stride, void *dx,
+                                 int64_t dx_stride, void *dw, int64_t rows, int64_t cols,
+                                 scree_dtype x_dtype, scree_dtype w_dtype,
+                                 scree_dtype y_dtype, float eps) {
+  rms_backward(x, x_stride ? x_stride : cols, NULL, 0, w, dy, dy_stride ? dy_stride : cols,
+               NULL, 0, dx, dx_stride ? dx_stride : cols, dw, rows, cols, x_dtype, w_dtype,
+               y_dtype, eps);
+}
+
+void scree__add_rmsnorm_backward_ref(const void *x, int64_t x_stride, const void *residual,
+                                     int64_t residual_stride, const void *w, const void *dy,
+                                     int64_t dy_stride, const void *dh_next,
+                                     int64_t dh_next_stride, void *dh, int64_t dh_stride,
+                                     void *dw, int64_t rows, int64_t cols,
+                                     scree_dtype x_dtype, scree_dtype w_dtype,
+                                     scree_dtype y_dtype, float eps) {
+  rms_backward(x, x_stride ? x_stride : cols, residual,
+               residual_stride ? residual_stride : cols, w, dy, dy_stride ? dy_stride : cols,
+               dh_next, dh_next_stride ? dh_next_stride : cols, dh,
+               dh_stride ? dh_stride : cols, dw, rows, cols, x_dtype, w_dtype, y_dtype, eps);
+}
+
+void scree__layernorm_backward_ref(const void *x, int64_t x_stride, const void *w,
+                                   const void *dy, int64_t dy_stride, void *dx,
+                                   int64_t dx_stride, void *dw, void *db, int64_t rows,
+                                   int64_t cols, scree_dtype x_dtype, scree_dtype w_dtype,
+                                   scree_dtype y_dtype, float eps) {
+  const int64_t xs = x_stride ? x_stride : cols, ys = dy_stride ? dy_stride : cols;
+  const int64_t dxs = dx_stride ? dx_stride : cols;
+  double *sw = dw ? calloc((size_t)cols, sizeof *sw) : NULL;
+  double *sb = db ? calloc((size_t)cols, sizeof *sb) : NULL;
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int64_t c = 0; c < cols; c++) s += LD(x, x_dtype, r * xs + c);
+    const double mu = s / (double)cols;
+    double sq = 0;
+    for (int64_t c = 0; c < cols; c++) {
+      const double d = LD(x, x_dtype, r * xs + c) - mu;
+      sq += d * d;
+    }
+    const double inv = 1.0 / sqrt(sq / (double)cols + (double)eps);
+    double sg = 0, sgx = 0;
+    for (int64_t c = 0; c < cols; c++) {
+      const double xh = (LD(x, x_dtype, r * xs + c) - mu) * inv;
+      const double g = LD(dy, y_dtype, r * ys + c) * LD(w, w_dtype, c);
+      sg += g;
+      sgx += g * xh;
+    }
+    const double mg = sg / (double)cols, mgx = sgx / (double)cols;
+    for (int64_t c = 0; c < cols; c++) {
+      const double xh = (LD(x, x_dtype, r * xs + c) - mu) * inv;
+      const double d = LD(dy, y_dtype, r * ys + c);
+      ST(dx, x_dtype, r * dxs + c, inv * (d * LD(w, w_dtype, c) - mg - xh * mgx));
+      if (sw) sw[c] += d * xh;
+      if (sb) sb[c] += d;
+    }
+  }
+  store_sums(dw, w_dtype, sw, cols);
+  store_sums(db, w_dtype, sb, cols);
+  free(sw);
+  free(sb);
+}

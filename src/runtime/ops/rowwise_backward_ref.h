@@ -1,0 +1,60 @@
+/*
+ * rowwise_backward_ref.h - CPU references for the backward of RMSNorm, the
+ * fused residual add + RMSNorm and LayerNorm (ops/rowwise_backward_ref.c):
+ * the gradients their backward kernels will be tested against. Not API.
+ *
+ * Conventions are the forward references' (ops/rmsnorm.c, add_rmsnorm.c,
+ * layernorm.c): double accumulation, elements read and written through
+ * scree__load_elem / scree__store_elem (stores round to nearest even),
+ * strides in elements with 0 meaning cols, rstd = 1 / sqrt(mean + eps) with
+ * eps taken as the float the forward gets. x, residual, dx, dh, dh_next are
+ * of x_dtype; w, dw, db of w_dtype; dy of y_dtype (the forward's y). dw
+ * and db are sums over all rows. A NULL dw or db is not computed. Outputs
+ * must not overlap the inputs. If scratch memory cannot be allocated, dw
+ * and db are written as NaN. rows may be 0 (dw and db become zeros).
+ * Thread-safe: they keep no state and write only their outputs.
+ */
+#ifndef SCREE_OPS_ROWWISE_BACKWARD_REF_H
+#define SCREE_OPS_ROWWISE_BACKWARD_REF_H
+
+#include <stdint.h>
+
+#include "scree.h"
+
+/* y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps). Per row, with
+ * g = dy * w and s = sum_c g_c x_c:
+ *   dx = rstd * g - rstd^3 * s / cols * x
+ *   dw = sum over rows of dy * x * rstd */
+void scree__rmsnorm_backward_ref(const void *x, int64_t x_stride, const void *w,
+                                 const void *dy, int64_t dy_stride, void *dx,
+                                 int64_t dx_stride, void *dw, int64_t rows, int64_t cols,
+                                 scree_dtype x_dtype, scree_dtype w_dtype,
+                                 scree_dtype y_dtype, float eps);
+
+/* h = x + residual rounded to x_dtype (as the forward writes it), y =
+ * rmsnorm(h) * w. dh_next is the gradient flowing into h from the rest of
+ * the residual stream (NULL: zeros). dh = dL/dh = the RMSNorm backward of
+ * dy at h, plus dh_next; it is the gradient of both x and residual (the
+ * rounding of h is taken as the identity). dw as RMSNorm's, of h. */
+void scree__add_rmsnorm_backward_ref(const void *x, int64_t x_stride, const void *residual,
+                                     int64_t residual_stride, const void *w, const void *dy,
+                                     int64_t dy_stride, const void *dh_next,
+                                     int64_t dh_next_stride, void *dh, int64_t dh_stride,
+                                     void *dw, int64_t rows, int64_t cols,
+                                     scree_dtype x_dtype, scree_dtype w_dtype,
+                                     scree_dtype y_dtype, float eps);
+
+/* y = (x - mu) * rstd * w + b, mu = mean(x), rstd = 1 / sqrt(mean((x -
+ * mu)^2) + eps) (two passes, as the forward). Per row, with xhat = (x - mu)
+ * * rstd and g = dy * w:
+ *   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+ *   dw = sum over rows of dy * xhat;  db = sum over rows of dy
+ * The bias does not enter dx or dw: db may be asked for (or not) whether
+ * the forward had a bias or not. */
+void scree__layernorm_backward_ref(const void *x, int64_t x_stride, const void *w,
+                                   const void *dy, int64_t dy_stride, void *dx,
+                                   int64_t dx_stride, void *dw, void *db, int64_t rows,
+                                   int64_t cols, scree_dtype x_dtype, scree_dtype w_dtype,
+                                   scree_dtype y_dtype, float eps);
+
+#endif
