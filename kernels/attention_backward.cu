@@ -43,12 +43,16 @@
  *   scree_attention_bwd_dq    dq = scale * accumulator, to dq's dtype and
  *     strides.
  *
- * Warp tiling: every product's output tile is split over the WARPS warps
- * as a grid of WM x WN warps, WM = min(WARPS, rows / 16); each warp owns
- * rows / WM rows (m16 tiles) and cols / WN columns (n8 blocks in pairs).
- * Operands always come from shared memory by ldmatrix, so the three
- * tilings (S/dP over BN x BM, dK/dV over BN x D, dQ over BM x D) are
- * independent.
+ * Warp tiling: every product's R x C output tile is split over the WARPS
+ * warps as a grid of WM x WN warps; each warp owns R / WM rows (m16 tiles)
+ * and C / WN columns (n8 blocks in pairs), and per k step reads its R / WM
+ * rows of A and C / WN columns of B by ldmatrix. The grid taken is the one
+ * that reads least, R / WM + C / WN (warp_rows; the most row warps on a
+ * tie): shared-memory bandwidth, not the tensor cores, bounds this kernel
+ * (per Q tile of BM = 64 against BN = 128 keys at head_dim 128, 8 warps,
+ * the chosen grids read 576 KB for 10.5 MFLOP where 8 x 1 grids read 768 KB).
+ * Operands always come from shared memory, so the three tilings (S/dP
+ * over BN x BM, dK/dV over BN x D, dQ over BM x D) are independent.
  *
  * Work order and determinism. Each CTA takes a ticket w = atomicAdd(
  * &counters[0], 1) and decodes it as w = (n * batch + b) * heads_kv + g:
@@ -88,12 +92,11 @@
  *   SCREE_STAGES     1, 2 (Q / dO / lse / D buffers: 2 loads the next Q
  *                    tile while this one is computed)
  * Constraints (static_assert below; the host check mirrors them):
- *   every warp tile a whole number of m16 rows and of n16 column pairs:
- *     BM / WN_S, HEAD_DIM / WN_K, HEAD_DIM / WN_Q multiples of 16, with
- *     WN_S = WARPS / min(WARPS, BN / 16), WN_K = WN_S,
- *     WN_Q = WARPS / min(WARPS, BM / 16);
- *   registers: (BN * HEAD_DIM + BN * BM) / (16 * WARPS) <= 160 (dK, dV, S
- *     and dP accumulators per thread);
+ *   each product tile (BN x BM, BN x HEAD_DIM, BM x HEAD_DIM) splits over
+ *     the warps as some WM x WN grid (WM a power of two) with both
+ *     R / WM and C / WN multiples of 16;
+ *   registers: (BN * HEAD_DIM + BN * BM) / (16 * WARPS) <= 192, 160 at
+ *     HEAD_DIM 256 (dK, dV, S and dP accumulators per thread);
  *   shared memory (formula above) <= the arch's per-block opt-in limit.
  *
  * Host guarantees: q, k, v, out, dout, dq, dk, dv 16-byte aligned, token and
@@ -133,11 +136,30 @@ constexpr int ROWB = D * 2;  /* bytes per row of a [.., D] tile */
 constexpr int CPRM = BM / 8; /* chunks per row of P^T, dS^T */
 constexpr int ROWBM = BM * 2;
 
-/* Warp grids. */
+/* Warp grids: an R x C product tile over WARPS warps as wm x (WARPS / wm),
+ * each warp's rows and columns multiples of 16. Every warp reads its R / wm
+ * rows of A and C / wn columns of B from shared memory per k step, so the
+ * grid taken is the one with the least R / wm + C / wn (shared-memory
+ * traffic), the most row warps on a tie; 0 when no grid fits. */
 __host__ __device__ constexpr int imin(int a, int b) { return a < b ? a : b; }
-constexpr int WM_S = imin(WARPS, BN / 16), WN_S = WARPS / WM_S; /* S, dP: BN x BM */
-constexpr int WM_K = WM_S, WN_K = WN_S;                          /* dK, dV: BN x D */
-constexpr int WM_Q = imin(WARPS, BM / 16), WN_Q = WARPS / WM_Q;  /* dQ: BM x D */
+__host__ __device__ constexpr int warp_rows(int r, int c, int w) {
+  int best = 0, cost = 1 << 30;
+  for (int wm = w; wm >= 1; wm /= 2) {
+    const int wn = w / wm;
+    if (r % (16 * wm) == 0 && c % (16 * wn) == 0 && r / wm + c / wn < cost) {
+      best = wm;
+      cost = r / wm + c / wn;
+    }
+  }
+  return best;
+}
+constexpr int WM_S = warp_rows(BN, BM, WARPS); /* S, dP: BN x BM */
+constexpr int WM_K = warp_rows(BN, D, WARPS);  /* dK, dV: BN x D */
+constexpr int WM_Q = warp_rows(BM, D, WARPS);  /* dQ: BM x D */
+static_assert(WM_S > 0 && WM_K > 0 && WM_Q > 0,
+              "warp tiling: every product tile (BN x BM, BN x HEAD_DIM, BM x HEAD_DIM) must "
+              "split over the warps into whole 16 x 16 blocks");
+constexpr int WN_S = WARPS / WM_S, WN_K = WARPS / WM_K, WN_Q = WARPS / WM_Q;
 constexpr int MS = BN / WM_S / 16, NS = BM / WN_S / 8;  /* m16 tiles, n8 blocks per warp */
 constexpr int MK = BN / WM_K / 16, NK = D / WN_K / 8;
 constexpr int MQ = BM / WM_Q / 16, NQ = D / WN_Q / 8;
@@ -182,14 +204,9 @@ static_assert(BM == 32 || BM == 64 || BM == 128, "SCREE_BM must be 32, 64 or 128
 static_assert(BN == 32 || BN == 64 || BN == 128, "SCREE_BN must be 32, 64 or 128");
 static_assert(WARPS == 4 || WARPS == 8, "SCREE_WARPS must be 4 or 8");
 static_assert(STAGES == 1 || STAGES == 2, "SCREE_STAGES must be 1 or 2");
-static_assert((BM / WN_S) % 16 == 0,
-              "warp tiling: BM / (WARPS / min(WARPS, BN / 16)) must be a multiple of 16");
-static_assert((D / WN_K) % 16 == 0,
-              "warp tiling: HEAD_DIM / (WARPS / min(WARPS, BN / 16)) must be a multiple of 16");
-static_assert((D / WN_Q) % 16 == 0,
-              "warp tiling: HEAD_DIM / (WARPS / min(WARPS, BM / 16)) must be a multiple of 16");
-static_assert(REG_EST <= 160,
-              "register budget: (BN * HEAD_DIM + BN * BM) / (16 * WARPS) must be <= 160");
+static_assert(REG_EST <= (D <= 128 ? 192 : 160),
+              "register budget: (BN * HEAD_DIM + BN * BM) / (16 * WARPS) must be <= 192 "
+              "(160 at HEAD_DIM 256)");
 static_assert(SMEM_BYTES <= SMEM_LIMIT,
               "shared memory 2*HEAD_DIM*(2*BN + 2*STAGES*BM) + 4*BN*BM + 8*STAGES*BM + 16 "
               "exceeds this architecture's limit");
@@ -241,27 +258,44 @@ __device__ __forceinline__ void load_tile(unsigned sdst, const elem *g, long lon
  *     chunk k0/8 + ((l >> 3) & 1); r0, r1 = b0, b1 of block n0; r2, r3 of n0 + 8;
  *   B from a [k][n] tile (transposed): row k0 + 8 ((l >> 3) & 1) + (l & 7),
  *     chunk n0/8 + (l >> 4); same register order. */
+/* Shared address of chunk ci + cl of row ri + rl of a tile at base (C
+ * chunks a row), where ri and ci are compile-time once the loops are
+ * unrolled (ri a multiple of 8, ci even) and rl, cl the lane's own (cl 0 or
+ * 1). Then swz(ri + rl) = swz(rl) and chunk (ci + cl) ^ swz = ci ^ (cl ^
+ * swz), so with C a power of two the lane's offset within the tile is one
+ * register and every (ri, ci) an immediate add and XOR, instead of a
+ * register per distinct swizzled chunk the compiler would otherwise keep
+ * live over the whole loop. */
+template <int C>
+__device__ __forceinline__ unsigned frag_addr(unsigned base, int ri, int rl, int ci, int cl) {
+  if constexpr ((C & (C - 1)) == 0) {
+    const unsigned lane = (unsigned)(rl * C * 16) + (unsigned)((cl ^ swz<C>(rl)) << 4);
+    return base + (unsigned)(ri * C * 16) + (lane ^ (unsigned)(ci << 4));
+  } else {
+    return tile_addr<C>(base, ri + rl, ci + cl);
+  }
+}
 template <int C>
 __device__ __forceinline__ void lda(unsigned base, int m0, int k0, unsigned (&a)[4]) {
   const int l = threadIdx.x & 31;
-  scree_ldsm_x4(tile_addr<C>(base, m0 + (l & 15), (k0 >> 3) + (l >> 4)), a[0], a[1], a[2], a[3]);
+  scree_ldsm_x4(frag_addr<C>(base, m0, l & 15, k0 >> 3, l >> 4), a[0], a[1], a[2], a[3]);
 }
 template <int C>
 __device__ __forceinline__ void lda_t(unsigned base, int m0, int k0, unsigned (&a)[4]) {
   const int l = threadIdx.x & 31;
-  scree_ldsm_x4_trans(tile_addr<C>(base, k0 + ((l >> 4) << 3) + (l & 7), (m0 >> 3) + ((l >> 3) & 1)),
+  scree_ldsm_x4_trans(frag_addr<C>(base, k0, ((l >> 4) << 3) + (l & 7), m0 >> 3, (l >> 3) & 1),
                       a[0], a[1], a[2], a[3]);
 }
 template <int C>
 __device__ __forceinline__ void ldb(unsigned base, int n0, int k0, unsigned (&b)[4]) {
   const int l = threadIdx.x & 31;
-  scree_ldsm_x4(tile_addr<C>(base, n0 + ((l >> 4) << 3) + (l & 7), (k0 >> 3) + ((l >> 3) & 1)),
+  scree_ldsm_x4(frag_addr<C>(base, n0, ((l >> 4) << 3) + (l & 7), k0 >> 3, (l >> 3) & 1),
                 b[0], b[1], b[2], b[3]);
 }
 template <int C>
 __device__ __forceinline__ void ldb_t(unsigned base, int n0, int k0, unsigned (&b)[4]) {
   const int l = threadIdx.x & 31;
-  scree_ldsm_x4_trans(tile_addr<C>(base, k0 + (((l >> 3) & 1) << 3) + (l & 7), (n0 >> 3) + (l >> 4)),
+  scree_ldsm_x4_trans(frag_addr<C>(base, k0, (((l >> 3) & 1) << 3) + (l & 7), n0 >> 3, l >> 4),
                       b[0], b[1], b[2], b[3]);
 }
 
@@ -429,10 +463,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gr = lane >> 2, tq = lane & 3;
-  const int ws_m = warp / WN_S, ws_n = warp % WN_S; /* S / dP and dK / dV */
+  const int sr0 = warp / WN_S * (BN / WM_S), sc0 = warp % WN_S * (BM / WN_S); /* S, dP */
+  const int kr0 = warp / WN_K * (BN / WM_K), kc0 = warp % WN_K * (D / WN_K);   /* dK, dV */
   const int wq_m = warp / WN_Q, wq_n = warp % WN_Q; /* dQ */
-  const int sr0 = ws_m * (BN / WM_S), sc0 = ws_n * (BM / WN_S);
-  const int kc0 = ws_n * (D / WN_K);
   const int qr0 = wq_m * (BM / WM_Q), qc0 = wq_n * (D / WN_Q);
 
   /* Q rows that see this tile: the forward's row rule inverted. */
@@ -517,6 +550,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
       warp_mma<MS, NS, D, CPR, false, CPR, false>(dp, sb + V_OFF, sdo, sr0, sc0);
       const kv_range rg = tile_range(Lq, Lk, m, p.wl, p.wr);
       const bool masked = !(n >= rg.full_lo && n < rg.full_hi);
+      const int dbase = n * BN - m * BM - (Lk - Lq), kend = Lk - n * BN;
+      const int righti = CAUSAL ? 0 : p.wr;
       const bool cap = p.cap_in != 0.f;
 #pragma unroll
       for (int i = 0; i < MS; i++)
@@ -539,10 +574,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
               }
               float pe = scree_ex2(x * p.scale_log2 - slse[qc]);
               if (masked) {
-                const long long j2 = (long long)n * BN + kr, i2 = (long long)m * BM + qc;
-                bool vis = j2 < Lk;
-                if (rb) vis = vis && j2 <= i2 + off + right;
-                if (lb) vis = vis && j2 >= i2 + off - p.wl;
+                /* key j2 = n BN + kr against query i2 = m BM + qc, in 32 bits:
+                 * dj = j2 - (i2 + off), |dj| < 2^31 as lengths are < 2^30. */
+                const int dj = dbase + kr - qc;
+                bool vis = kr < kend;
+                if (rb) vis = vis && dj <= righti;
+                if (lb) vis = vis && dj >= -p.wl;
                 if (!vis) pe = 0.f;
               }
               pv[e] = pe;
@@ -566,8 +603,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
     __syncthreads(); /* P^T and dS^T complete */
 
     /* dV += P^T dO, dK += dS^T Q: this warp's [BN / WM_K x D / WN_K]. */
-    warp_mma<MK, NK, BM, CPRM, false, CPR, true>(dv, sb + P_OFF, sdo, sr0, kc0);
-    warp_mma<MK, NK, BM, CPRM, false, CPR, true>(dk, sb + DS_OFF, sq, sr0, kc0);
+    warp_mma<MK, NK, BM, CPRM, false, CPR, true>(dv, sb + P_OFF, sdo, kr0, kc0);
+    warp_mma<MK, NK, BM, CPRM, false, CPR, true>(dk, sb + DS_OFF, sq, kr0, kc0);
 
     /* dQ += dS K: this warp's [BM / WM_Q x D / WN_Q], NQC n8 blocks at a
      * time, into the accumulator (rows of this sequence only). */
@@ -621,7 +658,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
   for (int i = 0; i < MK; i++)
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
-      const int kr = sr0 + 16 * i + gr + 8 * hh;
+      const int kr = kr0 + 16 * i + gr + 8 * hh;
       if (n * BN + kr < Lk) {
         const long long tok = (long long)k0 + n * BN + kr;
         elem *dkr = p.dk + tok * p.dk_ts + (long long)g * p.dk_hs;

@@ -14,7 +14,7 @@
  * (two runs bitwise equal; two packings of the same sequences bitwise equal
  * per sequence).
  *
- * Tolerance (ops/attention_backward.c): |got - ref| <= 6e-3 + 6e-3 |ref| in
+ * Tolerance (ops/attention_backward.c): |got - ref| <= 1e-2 + 6e-3 |ref| in
  * fp16, 5e-2 + 3e-2 |ref| in bf16, for dq, dk and dv: fp32 accumulation,
  * but P and dS rounded to the dtype before their products (as
  * FlashAttention-2), and the gradient rounded once.
@@ -287,7 +287,7 @@ START_TEST(fused_gradients) {
   fixture_run(&f, got);
   /* the op's tolerances (ops/attention_backward.c) */
   const double rtol = dt == SCREE_DTYPE_BF16 ? 3e-2 : 6e-3;
-  const double atol = dt == SCREE_DTYPE_BF16 ? 5e-2 : 6e-3;
+  const double atol = dt == SCREE_DTYPE_BF16 ? 5e-2 : 1e-2;
   /* Rows of 3 H d: dq, dk and dv side by side, no padding; compared as one
    * row per token. */
   scree_test_compare_rows(got, want, dt, f.T, 3 * H * d, 3 * H * d, rtol, atol, "dq|dk|dv",
