@@ -62,9 +62,12 @@
  * ascending n: counters[1 + h * ctiles + cbase_b + m] counts the KV tiles
  * that have added theirs; the CTA of tile n waits until it equals n - n_lo
  * (n_lo the first KV tile that sees the Q tile: tile_range, shared with the
- * forward), adds, fences and bumps it. A CTA only waits on tiles with lower
- * tickets, which have started (tickets are taken in start order), so this
- * cannot deadlock; a wait past ~2^31 polls traps rather than hangs. Every
+ * forward), adds, and bumps it once the adds are fenced: at its next
+ * item's dQ step (bumping before it waits there) or after its last item,
+ * so the fence finds the adds done. A CTA only waits on tiles with lower
+ * tickets, which have started (tickets are taken in start order) and bump
+ * without waiting on higher ones, so this cannot deadlock; a wait past
+ * ~2^31 polls traps rather than hangs. Every
  * dQ element then receives one add per KV tile in a fixed order that
  * depends only on its own sequence: bitwise reproducible and independent
  * of the rest of the batch. dK and dV are deterministic in both modes.
@@ -518,6 +521,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
   zero(dk);
   zero(dv);
 
+  int pend = -1; /* deterministic mode: the order counter still to bump */
   if (items > 0) load_item(0, 0);
   scree_cp_async_commit();
 
@@ -610,26 +614,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
      * time, into the accumulator (rows of this sequence only). */
     {
       const int cidx = 1 + h * p.ctiles + cbase + m;
-      if (p.det) {
-        if (threadIdx.x == 0) {
-          const int target = n - tile_range(Lq, Lk, m, p.wl, p.wr).lo;
-          /* An atomic read (at L2, coherent); the fence orders the
-           * accumulator's reads and adds after it. */
-          unsigned spins = 0;
-          while (atomicAdd(p.counters + cidx, 0) != target) {
-            if (++spins == 0x80000000u) __trap();
-            __nanosleep(64); /* fewer polls of a contended line */
-          }
-          __threadfence();
-        }
-        __syncthreads();
-      }
+      /* Deterministic mode: the previous item's adds are released here, one
+       * item of work after they were issued (each thread's fence then finds
+       * them done instead of waiting on them), and this item's counter is
+       * polled after the first pass's MMAs, just before its first add. */
+      if (p.det && pend >= 0) __threadfence();
       float *accb = p.dqacc + ((long long)h * p.total_q + q0 + (long long)m * BM) * D;
 #pragma unroll
       for (int c = 0; c < NQ; c += NQC) {
         float a[MQ][NQC][4];
         zero(a);
         warp_mma<MQ, NQC, BN, CPRM, true, CPR, true>(a, sb + DS_OFF, sb + K_OFF, qr0, qc0 + 8 * c);
+        if (p.det && c == 0) {
+          __syncthreads(); /* every thread has fenced the previous item's adds */
+          if (threadIdx.x == 0) {
+            if (pend >= 0) atomicAdd(p.counters + pend, 1);
+            const int target = n - tile_range(Lq, Lk, m, p.wl, p.wr).lo;
+            /* An atomic read (at L2, coherent); the fence orders the
+             * accumulator's reads and adds after it. */
+            unsigned spins = 0;
+            while (atomicAdd(p.counters + cidx, 0) != target) {
+              if (++spins == 0x80000000u) __trap();
+              __nanosleep(64); /* fewer polls of a contended line */
+            }
+            __threadfence();
+          }
+          __syncthreads();
+        }
 #pragma unroll
         for (int i = 0; i < MQ; i++)
 #pragma unroll
@@ -644,12 +655,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, MINB) scree_attention_bwd(
             }
           }
       }
-      if (p.det) {
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) atomicAdd(p.counters + cidx, 1);
-      }
+      pend = cidx;
     }
+  }
+  if (p.det && pend >= 0) { /* release the last item's adds */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) atomicAdd(p.counters + pend, 1);
   }
 
   /* dK (times scale) and dV of the tile's keys, written once. */
