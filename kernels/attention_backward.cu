@@ -190,13 +190,7 @@ constexpr int MINB = SCREE_MINB;
 constexpr int MINB = 1;
 #endif
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1030)
-constexpr int SMEM_LIMIT = 232448;
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
-constexpr int SMEM_LIMIT = 166912;
-#else
-constexpr int SMEM_LIMIT = 101376;
-#endif
+constexpr int SMEM_LIMIT = SCREE_SMEM_OPTIN; /* ptx.cuh */
 
 static_assert(SCREE_DTYPE == 1 || SCREE_DTYPE == 2, "SCREE_DTYPE must be 1 (fp16) or 2 (bf16)");
 static_assert(D == 32 || D == 64 || D == 96 || D == 128 || D == 256,

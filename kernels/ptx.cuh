@@ -28,6 +28,19 @@
 #ifndef SCREE_PTX_CUH
 #define SCREE_PTX_CUH
 
+/* Shared memory a CTA may opt in to on the architecture being compiled
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin), for the kernels' static_asserts
+ * that mirror the host's check: 227 KiB on sm_90 and sm_100, 163 KiB on
+ * sm_80 and sm_87, 99 KiB elsewhere (sm_86, sm_89, and when no arch is
+ * defined). */
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000 || __CUDA_ARCH__ == 1030)
+constexpr int SCREE_SMEM_OPTIN = 232448;
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+constexpr int SCREE_SMEM_OPTIN = 166912;
+#else
+constexpr int SCREE_SMEM_OPTIN = 101376;
+#endif
+
 /* Generic pointer to a 32-bit shared-window address (what ldmatrix and
  * cp.async take). */
 __device__ __forceinline__ unsigned scree_smem_u32(const void *p) {
