@@ -84,7 +84,6 @@ static const scree__vfield vfields[] = {
  * taking work from a counter. */
 enum { SCHED_GRID = 0, SCHED_LPT = 1, SCHED_PERSISTENT = 2 };
 
-static int is_head_dim(int d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
 
 static size_t smem(const scree__config *c, const scree__variant *var) {
   /* Q tile + STAGES K tiles + STAGES V tiles of 16-bit elements. */
@@ -99,18 +98,8 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
                  char *why, size_t n) {
   const int bm = c->v[F_BM], bn = c->v[F_BN], warps = c->v[F_WARPS], stages = c->v[F_STAGES];
   const int d = var->v[V_D];
-  if (var->v[V_DTYPE] != SCREE_DTYPE_FP16 && var->v[V_DTYPE] != SCREE_DTYPE_BF16) {
-    scree__set_why(why, n, "dtype code %d is not fp16 or bf16", var->v[V_DTYPE]);
+  if (!scree__attention_variant_ok(var->v[V_DTYPE], d, var->v[V_CAUSAL], var->v[V_WINDOW], why, n))
     return 0;
-  }
-  if (!is_head_dim(d)) {
-    scree__set_why(why, n, "head_dim=%d is not 32, 64, 96, 128 or 256", d);
-    return 0;
-  }
-  if ((var->v[V_CAUSAL] | var->v[V_WINDOW]) & ~1) {
-    scree__set_why(why, n, "causal and window are 0 or 1");
-    return 0;
-  }
   if (bm != 64 && bm != 128) {
     scree__set_why(why, n, "bm=%d must be 64 or 128", bm);
     return 0;

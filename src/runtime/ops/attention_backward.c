@@ -93,7 +93,6 @@ static const scree__vfield vfields[] = {
     {"window", "SCREE_WINDOW", 0, 0, 2, {0, 1}, 0},
 };
 
-static int is_head_dim(int d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
 
 /* Shared memory of the main kernel, all dynamic: K and V tiles, Q and dO
  * tiles per stage, P^T and dS^T, lse and D per stage, the ticket. */
@@ -119,18 +118,8 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
                  char *why, size_t n) {
   const int bm = c->v[F_BM], bn = c->v[F_BN], warps = c->v[F_WARPS], stages = c->v[F_STAGES];
   const int d = var->v[V_D];
-  if (var->v[V_DTYPE] != SCREE_DTYPE_FP16 && var->v[V_DTYPE] != SCREE_DTYPE_BF16) {
-    scree__set_why(why, n, "dtype code %d is not fp16 or bf16", var->v[V_DTYPE]);
+  if (!scree__attention_variant_ok(var->v[V_DTYPE], d, var->v[V_CAUSAL], var->v[V_WINDOW], why, n))
     return 0;
-  }
-  if (!is_head_dim(d)) {
-    scree__set_why(why, n, "head_dim=%d is not 32, 64, 96, 128 or 256", d);
-    return 0;
-  }
-  if ((var->v[V_CAUSAL] | var->v[V_WINDOW]) & ~1) {
-    scree__set_why(why, n, "causal and window are 0 or 1");
-    return 0;
-  }
   if (bm != 32 && bm != 64 && bm != 128) {
     scree__set_why(why, n, "bm=%d must be 32, 64 or 128", bm);
     return 0;

@@ -1,8 +1,10 @@
 /*
- * attention_ref.h - what the CPU references of varlen attention share: the
- * forward's (ops/attention.c, the op's SCREE__REFERENCE hook) and the
- * backward's (ops/attention_backward_ref.c): the rule that says which keys
- * a query row sees, and the backward reference's entry. Not API.
+ * attention_ref.h - what varlen attention's forward and backward share:
+ * their CPU references (the forward's in ops/attention.c, the op's
+ * SCREE__REFERENCE hook, the backward's in ops/attention_backward_ref.c):
+ * the rule that says which keys a query row sees, and the backward
+ * reference's entry; and their ops' variant rule (dtype, head_dim, causal,
+ * window). Not API.
  */
 #ifndef SCREE_OPS_ATTENTION_REF_H
 #define SCREE_OPS_ATTENTION_REF_H
@@ -10,6 +12,26 @@
 #include <stdint.h>
 
 #include "ops/op.h"
+
+/* The variant fields both attention ops' config checks start with: fp16
+ * or bf16, head_dim 32, 64, 96, 128 or 256, causal and window 0 or 1.
+ * 1 if they hold, else 0 with the reason in why. */
+static inline int scree__attention_variant_ok(int dtype, int head_dim, int causal, int window,
+                                              char *why, size_t n) {
+  if (dtype != SCREE_DTYPE_FP16 && dtype != SCREE_DTYPE_BF16) {
+    scree__set_why(why, n, "dtype code %d is not fp16 or bf16", dtype);
+    return 0;
+  }
+  if (head_dim != 32 && head_dim != 64 && head_dim != 96 && head_dim != 128 && head_dim != 256) {
+    scree__set_why(why, n, "head_dim=%d is not 32, 64, 96, 128 or 256", head_dim);
+    return 0;
+  }
+  if ((causal | window) & ~1) {
+    scree__set_why(why, n, "causal and window are 0 or 1");
+    return 0;
+  }
+  return 1;
+}
 
 /* The visible keys of query row i of a sequence with lq queries and lk keys,
  * unclamped: [*lo, *hi]; lo may be below 0 and hi past lk - 1 (INT64
