@@ -101,6 +101,22 @@ def cross_entropy_rows(input, target, ignore_index=-100):
     return loss.float(), lse.float()
 
 
+def _keep(lq, lk, causal, window_left, window_right, device):
+    """[lq, lk] bool: the keys each query row sees, masks aligned to the
+    bottom right (query i at key position i + lk - lq); causal is
+    window_right = 0, a negative window side unbounded."""
+    i = torch.arange(lq, device=device)[:, None] + (lk - lq)
+    j = torch.arange(lk, device=device)[None, :]
+    keep = torch.ones(lq, lk, dtype=torch.bool, device=device)
+    if causal:
+        keep &= j <= i
+    if window_left >= 0:
+        keep &= j >= i - window_left
+    if window_right >= 0 and not causal:
+        keep &= j <= i + window_right
+    return keep
+
+
 def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal=False, scale=None,
                 window_left=-1, window_right=-1, return_lse=False, softcap=0.0):
     """(out, lse [H_q, T_q] float32 or an empty tensor): per sequence, in
@@ -125,15 +141,7 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal=Fals
         s = q @ k.transpose(1, 2) * scale                               # [H, Lq, Lk]
         if softcap > 0:
             s = softcap * torch.tanh(s / softcap)
-        i = torch.arange(lq, device=query.device)[:, None] + (lk - lq)
-        j = torch.arange(lk, device=query.device)[None, :]
-        keep = torch.ones(lq, lk, dtype=torch.bool, device=query.device)
-        if causal:
-            keep &= j <= i
-        if window_left >= 0:
-            keep &= j >= i - window_left
-        if window_right >= 0 and not causal:
-            keep &= j <= i + window_right
+        keep = _keep(lq, lk, causal, window_left, window_right, query.device)
         s = s.masked_fill(~keep, float("-inf"))
         m = torch.logsumexp(s, -1)                                      # [H, Lq]
         p = torch.exp(s - m[..., None]).nan_to_num(0.0)
@@ -179,15 +187,7 @@ def varlen_attn_backward(grad_out, query, key, value, out, lse, cu_seq_q, cu_seq
             s, dsdx = softcap * t, scale * (1 - t * t)
         else:
             s, dsdx = x, scale
-        i = torch.arange(lq, device=query.device)[:, None] + (lk - lq)
-        j = torch.arange(lk, device=query.device)[None, :]
-        keep = torch.ones(lq, lk, dtype=torch.bool, device=query.device)
-        if causal:
-            keep &= j <= i
-        if window_left >= 0:
-            keep &= j >= i - window_left
-        if window_right >= 0 and not causal:
-            keep &= j <= i + window_right
+        keep = _keep(lq, lk, causal, window_left, window_right, query.device)
         s = s.masked_fill(~keep, float("-inf"))
         p = torch.softmax(s, -1).nan_to_num(0.0)                        # rows without keys: 0
         dp = do @ v.transpose(1, 2)
