@@ -299,7 +299,8 @@ scree_cross_entropy(const lt *logits, const long long *__restrict__ targets,
         out = __int_as_float(0x7fc00000);
       else
         out = fmaf(-(1.f - eps), scree_to_float(lrow[target]),
-                   l - eps * (xsum / (float)vocab) + z * l * l);
+                   /* eps = 0 leaves out the logit sum (-inf with masked logits) */
+                   l - (eps != 0.f ? eps * (xsum / (float)vocab) : 0.f) + z * l * l);
       loss[row] = out;
     }
     if (!dlogits || !active) continue;

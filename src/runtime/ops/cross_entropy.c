@@ -133,12 +133,22 @@ static void adapt(scree__config *c, const scree__variant *var, const void *args)
 }
 
 /* Skips configs whose batch (TPR x VEC x CACHE elements of a row) would be
- * mostly empty on this vocabulary: their threads would idle. */
+ * mostly empty on this vocabulary: their threads would idle. With the
+ * gradient (grad=1), also those that hold more than 32 bytes of a batch
+ * per thread in CTAs of 512 threads or more, or more than 64 bytes in any:
+ * ptxas (CUDA 13.0, sm_80 and sm_90) spilled every grad=1 config of the
+ * safelists that did so (64 registers at 512 and 1024 threads), and no
+ * config within these bounds (docs/kernels/rowwise.md). */
 static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
-  (void)var;
   const int64_t vocab = ((const scree_cross_entropy_args *)args)->vocab;
   const int64_t batch =
       (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE];
+  if (var->v[V_GRAD]) {
+    const int64_t bytes = (int64_t)c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE] *
+                          (int64_t)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
+    const int64_t threads = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS];
+    if (bytes > 64 || (bytes > 32 && threads >= 512)) return 0;
+  }
   return batch <= 2 * (int64_t)scree__pow2_ceil(vocab);
 }
 

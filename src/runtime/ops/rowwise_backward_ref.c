@@ -157,7 +157,9 @@ void scree__cross_entropy_ref(const void *logits, int64_t ls, const int64_t *tar
     if (t == ignore_index)
       loss[r] = 0.f;
     else if (valid)
-      loss[r] = (float)((1 - e) * (l - x[t]) + e * (l - xs / (double)vocab) + zl * l * l);
+      /* eps = 0 leaves out the logit sum (-inf with masked logits) */
+      loss[r] = (float)((1 - e) * (l - x[t]) + (e != 0 ? e * (l - xs / (double)vocab) : 0) +
+                        zl * l * l);
     else
       loss[r] = NAN;
     if (lse) lse[r] = (float)l;

@@ -284,6 +284,7 @@ typedef struct gcase {
   float grad_scale;
   int with_dlogits, with_lse;
   int all_ignored; /* every target ignore_index */
+  int masked;      /* every 5th logit of a row but the target's -inf */
 } gcase;
 
 /* One call of the extended kernel (cfg NULL: the public entry), loss, lse
@@ -311,6 +312,10 @@ static void run_grad_case(const gcase *g, scree_dtype dt, const scree__config *c
                                 .label_smoothing = g->eps, .z_loss = g->z,
                                 .reduction = g->reduction, .grad_scale = g->grad_scale};
   op->shape_inputs(&a, (void *const[]){hl, ht, NULL, NULL});
+  if (g->masked)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 1; c < vocab; c += 5)
+        if (c != ht[r]) scree__store_elem(hl, dt, (size_t)(r * ls + c), -INFINITY);
   /* The reference's dlogits: the padding as the call must leave it (the
    * poison, or in place the logits). */
   if (inplace)
@@ -395,27 +400,30 @@ static void run_grad_case(const gcase *g, scree_dtype dt, const scree__config *c
 /* The public path over edge shapes: vocab 1, odd, the largest, rows 0 and
  * 1 (0: nothing launched), padded strides, in place, every reduction, all
  * rows ignored, smoothing and z-loss alone and together, without dlogits
- * (the extended loss only), grad_scale negative. Targets at 0 and vocab - 1
+ * (the extended loss only), grad_scale negative, logits masked to -inf. Targets at 0 and vocab - 1
  * in every case of 3 rows or more (fill_targets). */
 static const gcase gcases[] = {
     /* rows, vocab, ls, ds, ignore, eps, z, red, gs, dlogits, lse, all_ignored */
-    {9, 1, 1, 1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-    {1, 7, 7, 7, -100, 0, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-    {18, 7, 8, 16, -100, 0.2f, 0, SCREE_REDUCTION_SUM, 2.f, 1, 0, 0},
-    {18, 9, 16, -1, 0, 0, 1e-3f, SCREE_REDUCTION_NONE, 0, 1, 1, 0},
-    {100, 4095, 4095, 4096, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-    {64, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 1.f, 1, 1, 0},
-    {37, 32001, 32008, -1, -100, 0.05f, 0, SCREE_REDUCTION_MEAN, -0.5f, 1, 1, 0},
-    {16, 128256, 128256, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-    {16, 128256, 128256, 128264, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 0, 0},
-    {5, 262144, 262144, 262144, 5, 1.f, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-    {3, 1000003, 1000003, 1000008, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-    {2, 1 << 24, 1 << 24, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_SUM, 0, 1, 1, 0},
-    {20000, 100, 100, 104, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-    {12, 5000, 5000, 5000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 1},
-    {12, 5000, 5000, -1, -1, 0, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 1},
-    {30, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 0, 1, 0},
-    {30, 32000, 32000, 32000, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 0, 0, 0},
+    {9, 1, 1, 1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {1, 7, 7, 7, -100, 0, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {18, 7, 8, 16, -100, 0.2f, 0, SCREE_REDUCTION_SUM, 2.f, 1, 0, 0, 0},
+    {18, 9, 16, -1, 0, 0, 1e-3f, SCREE_REDUCTION_NONE, 0, 1, 1, 0, 0},
+    {100, 4095, 4095, 4096, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {64, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 1.f, 1, 1, 0, 0},
+    {37, 32001, 32008, -1, -100, 0.05f, 0, SCREE_REDUCTION_MEAN, -0.5f, 1, 1, 0, 0},
+    {16, 128256, 128256, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {16, 128256, 128256, 128264, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 0, 0, 0},
+    {5, 262144, 262144, 262144, 5, 1.f, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {3, 1000003, 1000003, 1000008, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {2, 1 << 24, 1 << 24, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 0},
+    {20000, 100, 100, 104, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {12, 5000, 5000, 5000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 1, 0},
+    {12, 5000, 5000, -1, -1, 0, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 1, 0},
+    {30, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 0, 1, 0, 0},
+    {30, 32000, 32000, 32000, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 0, 0, 0, 0},
+    /* Masked logits (-inf): a finite loss without smoothing, zero gradients there. */
+    {40, 32000, 32000, 32000, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 1},
+    {40, 4099, 4099, -1, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 1},
 };
 #define NGCASES (sizeof gcases / sizeof gcases[0])
 
@@ -437,10 +445,10 @@ static void run_grad_config_shapes(const scree__config *c, scree_dtype dt) {
   const int64_t span = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE];
   const int64_t rows = c->v[SCREE__RW_ROWS] * 3 + 1;
   const gcase gs[] = {
-      {rows, span - 1, span, span, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0},
-      {5, 3 * span + 5, 3 * span + 8, -1, 0, 0.1f, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0},
-      {rows, 1, 8, 8, -100, 0, 1e-3f, SCREE_REDUCTION_MEAN, 0, 1, 0, 0},
-      {rows, 5, 8, -1, 2, 0.3f, 1e-4f, SCREE_REDUCTION_NONE, 3.f, 1, 1, 0},
+      {rows, span - 1, span, span, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+      {5, 3 * span + 5, 3 * span + 8, -1, 0, 0.1f, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 0},
+      {rows, 1, 8, 8, -100, 0, 1e-3f, SCREE_REDUCTION_MEAN, 0, 1, 0, 0, 0},
+      {rows, 5, 8, -1, 2, 0.3f, 1e-4f, SCREE_REDUCTION_NONE, 3.f, 1, 1, 0, 0},
   };
   for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) run_grad_case(&gs[i], dt, c);
 }

@@ -490,6 +490,22 @@ START_TEST(cross_entropy_loss_by_definition) {
 }
 END_TEST
 
+/* Logits masked to -inf: without smoothing the loss is finite (the logit
+ * sum, -inf, is left out) and their gradients are 0. */
+START_TEST(cross_entropy_masked_logits) {
+  float x[2 * 6] = {1, -INFINITY, 2, 0.5f, -INFINITY, 0, -INFINITY, 3, 1, 1, 1, -INFINITY};
+  const int64_t t[2] = {2, 1};
+  float loss[2], g[12];
+  scree__cross_entropy_ref(x, 6, t, loss, NULL, g, 6, 2, 6, SCREE_DTYPE_FP32, -100, 0, 1e-4f,
+                           SCREE_REDUCTION_SUM, 0);
+  for (int r = 0; r < 2; r++) {
+    CHECK(isfinite(loss[r]), "row %d: loss %g", r, loss[r]);
+    for (int c = 0; c < 6; c++)
+      if (isinf(x[r * 6 + c])) CHECK(g[r * 6 + c] == 0, "row %d col %d: %g", r, c, g[r * 6 + c]);
+  }
+}
+END_TEST
+
 /* dlogits written over the logits (the same stride) equals dlogits into a
  * buffer of its own, for each dtype; loss too. */
 START_TEST(cross_entropy_in_place) {
@@ -521,4 +537,5 @@ SCREE_TEST_MAIN(.name = "rowwise_backward_ref",
                                      layernorm_finite_differences, weight_grads_sum_over_rows,
                                      half_dtypes_round_as_the_forward,
                                      cross_entropy_finite_differences,
-                                     cross_entropy_loss_by_definition, cross_entropy_in_place))
+                                     cross_entropy_loss_by_definition, cross_entropy_in_place,
+                                     cross_entropy_masked_logits))
