@@ -5,7 +5,8 @@ scree runs through the C API (ctypes) on the same tensors as PyTorch, in one
 process, on one GPU: RMSNorm against torch.nn.functional.rms_norm, varlen
 attention against FlashAttention-2.
 
-    python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|paged|all]
+    python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|paged|
+                                         cross-entropy-backward|all]
                                    [--lib build/libscree.so]
                                    [--reps 100] [--only NAME,...] [--json OUT]
 
@@ -36,6 +37,8 @@ Paged decode (--op paged, --paged-set core|smoke) and paged prefill against
 scree_attention on the same data (--paged-set prefill): bench/paged_torch.py.
 Attention backward against FlashAttention-2's (--op attention-backward, the
 configs of bench/attention_configs.json): bench/attention_backward_torch.py.
+Cross-entropy with its gradient in one call against PyTorch eager and
+Liger-Kernel (--op cross-entropy-backward): bench/ce_backward_torch.py.
 """
 import argparse
 import ctypes
@@ -500,6 +503,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--op", default="all",
                     help="rmsnorm (the RMSNorm table), attention, attention-backward, paged, "
+                         "cross-entropy-backward (the fused loss and gradient), "
                          "rowwise (every row-wise op against eager and torch.compile), one "
                          "row-wise op's name, or all")
     ap.add_argument("--lib", default=os.path.join(HERE, "..", "build", "libscree.so"))
@@ -537,16 +541,18 @@ def main():
     import rowwise_torch
     import paged_torch
     import attention_backward_torch
-    if (args.op not in ("rmsnorm", "attention", "attention-backward", "rowwise", "paged", "all")
-            and args.op not in rowwise_torch.OPS):
+    import ce_backward_torch
+    if (args.op not in ("rmsnorm", "attention", "attention-backward", "rowwise", "paged", "all",
+                        "cross-entropy-backward") and args.op not in rowwise_torch.OPS):
         ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, attention-backward, rowwise, "
-                 f"paged, all or one of "
+                 f"paged, cross-entropy-backward, all or one of "
                  f"{', '.join(rowwise_torch.OPS)}")
     do_paged = args.op == "paged"
     if args.paged_set not in paged_torch.CASES:
         ap.error(f"--paged-set: one of {', '.join(paged_torch.CASES)}")
     do_rms, do_attn = args.op in ("rmsnorm", "all"), args.op in ("attention", "all")
     do_bwd = args.op == "attention-backward"
+    do_ce_bwd = args.op == "cross-entropy-backward"
     do_rowwise = args.op == "rowwise" or args.op == "all" or (
         args.op in rowwise_torch.OPS and args.op != "rmsnorm")
 
@@ -608,6 +614,11 @@ def main():
         dump()
     if do_paged:
         out["paged"] = paged_torch.run(args, lib, ctx, l2, time_batched, torch, AttnArgs)
+        dump()
+    if do_ce_bwd:
+        out["copy_gbps"] = out.get("copy_gbps") or copy_bandwidth()
+        out["cross_entropy_backward"] = ce_backward_torch.run(
+            args, lib, ctx, l2, time_batched, torch, out["copy_gbps"])
         dump()
     if do_rowwise:
         gbps = out.get("copy_gbps") or copy_bandwidth()

@@ -71,7 +71,9 @@ SwigluArgs = S("SwigluArgs", [("gate", U64), ("up", U64), ("y", U64), ("rows", I
                               ("dtype", I32), ("y_dtype", I32)])
 CeArgs = S("CeArgs", [("logits", U64), ("targets", U64), ("loss", U64), ("lse", U64),
                       ("rows", I64), ("vocab", I64), ("logits_stride", I64),
-                      ("ignore_index", I64), ("dtype", I32)])
+                      ("ignore_index", I64), ("dtype", I32), ("dlogits", U64),
+                      ("dlogits_stride", I64), ("label_smoothing", FL), ("z_loss", FL),
+                      ("reduction", I32), ("grad_scale", FL)])
 
 ARGS = {"rmsnorm": RmsArgs, "layernorm": LnArgs, "add_rmsnorm": AddRmsArgs,
         "softmax": SoftmaxArgs, "ragged_softmax": RaggedArgs, "rope": RopeArgs,

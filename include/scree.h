@@ -485,26 +485,66 @@ typedef struct scree_swiglu_args {
 SCREE_EXTERN scree_status scree_swiglu(scree_context *ctx, const scree_swiglu_args *args,
                                        void *stream);
 
-/* Cross-entropy forward, one pass over the logits (online max and sum):
+/* Cross-entropy forward, one pass over the logits (online max and sum),
+ * optionally writing the gradient of the loss over the logits in the same
+ * call (fused training losses):
  *
  *   lse[t]  = log(sum_v exp(logits[t, v]))
- *   loss[t] = lse[t] - logits[t, targets[t]], or 0 where targets[t] ==
- *             ignore_index
+ *   loss[t] = (1 - eps) (lse[t] - logits[t, targets[t]])
+ *             + eps / vocab * sum_v (lse[t] - logits[t, v])      (PyTorch's)
+ *             + z_loss * lse[t]^2                                (PaLM's)
+ *             or 0 where targets[t] == ignore_index
+ *   dlogits[t, v] = (softmax[t, v] (1 + 2 z_loss lse[t])
+ *                    - (1 - eps) [v == targets[t]] - eps / vocab) * scale
+ *             or 0 on the whole row where targets[t] == ignore_index
+ *
+ * with eps = label_smoothing, scale = grad_scale (0 means 1), divided by the
+ * number of rows whose target is not ignore_index when reduction is
+ * SCREE_REDUCTION_MEAN (counted on the device; when every row is ignored,
+ * every gradient row is 0).
  *
  *   logits: [rows, vocab] of dtype with stride logits_stride (0 means vocab).
  *   targets: int64 [rows] on the device. A target outside [0, vocab) that is
- *     not ignore_index gives a NaN loss (checked on the host only with
- *     validation on).
- *   loss: fp32 [rows]; lse: fp32 [rows] or 0 (not written).
+ *     not ignore_index gives a NaN loss and a NaN gradient row (checked on
+ *     the host only with validation on).
+ *   loss: fp32 [rows]; lse: fp32 [rows] or 0 (not written). loss is per row
+ *     whatever the reduction: the mean over the rows not ignored is left to
+ *     the caller (one reduction of `loss`).
  *   ignore_index: as PyTorch's (-100 there); the zeroed struct ignores 0.
+ *   dlogits: [rows, vocab] of dtype with stride dlogits_stride (0 means
+ *     vocab), or 0 (not written). It may be exactly logits (the same
+ *     pointer and stride: written in place over the logits); any other
+ *     overlap with an input or output is refused.
+ *   label_smoothing: in [0, 1]. z_loss: finite, >= 0.
+ *   reduction: SCREE_REDUCTION_NONE or _SUM (the gradient of the loss
+ *     summed over the rows, times grad_scale; NONE takes grad_scale as every
+ *     row's upstream gradient) or _MEAN (of the mean over the rows not
+ *     ignored). Only the gradient reads it.
+ *   grad_scale: the upstream gradient of the reduced loss (0 means 1);
+ *     finite. Only the gradient reads it.
  *
- * vocab in [1, 2^24]; dtype fp32, fp16 or bf16. The mean loss over the
- * rows not ignored is left to the caller (one reduction of `loss`). */
+ * vocab in [1, 2^24]; dtype fp32, fp16 or bf16. The zeroed new fields give
+ * the plain forward (no smoothing, no z-loss, no gradient), the kernel of
+ * earlier versions. Returns SCREE_OK, or an error naming the argument; on
+ * error nothing is launched and nothing is written. Asynchronous with
+ * respect to the host. Thread-safe. */
+typedef enum scree_reduction {
+  SCREE_REDUCTION_NONE = 0,
+  SCREE_REDUCTION_SUM = 1,
+  SCREE_REDUCTION_MEAN = 2,
+} scree_reduction;
+
 typedef struct scree_cross_entropy_args {
   scree_devptr logits, targets, loss, lse;
   int64_t rows, vocab, logits_stride;
   int64_t ignore_index;
   scree_dtype dtype;
+  scree_devptr dlogits;   /* 0 = no gradient; may be exactly logits */
+  int64_t dlogits_stride; /* 0 = vocab */
+  float label_smoothing;  /* in [0, 1] */
+  float z_loss;           /* >= 0 */
+  int reduction;          /* scree_reduction, for dlogits */
+  float grad_scale;       /* 0 = 1 */
 } scree_cross_entropy_args;
 
 SCREE_EXTERN scree_status scree_cross_entropy(scree_context *ctx,

@@ -793,8 +793,11 @@ def _cross_entropy_impl(input, target, ignore_index, check=False):
     loss = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
     lse = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
     ptr = _stand_in if check else _Tensor.data_ptr
+    # The trailing fields (dlogits, its stride, smoothing, z-loss, reduction,
+    # grad_scale) zeroed: the plain forward.
     _run(op, "cross_entropy", (ptr(x), ptr(t), ptr(loss), ptr(lse), x.shape[0], input.shape[1],
-                               xs, ignore_index, dt), _CE_NAMES, input, check)
+                               xs, ignore_index, dt, 0, 0, 0.0, 0.0, 0, 0.0), _CE_NAMES, input,
+         check)
     return loss, lse
 
 

@@ -1,13 +1,16 @@
 /* cross_entropy.c - cross-entropy forward's host side: its arguments (the
  * targets read on the host when validation is on), config space, default,
  * launch, problems, CPU reference and benchmark entries. The kernel is
- * kernels/cross_entropy.cu. */
+ * kernels/cross_entropy.cu: the plain forward (variant grad=0), or the
+ * extended one with label smoothing, z-loss and the gradient (grad=1),
+ * after a count of the rows not ignored for the gradient's mean. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/rowwise.h"
+#include "ops/rowwise_backward_ref.h"
 
 #define SCREE__ARGS_T scree_cross_entropy_args
 
@@ -26,13 +29,38 @@ static const scree__arg schema[] = {
     SCREE__STRIDE(logits_stride),
     SCREE__INT(ignore_index, .example = -100),
     SCREE__DTYPE(dtype),
+    SCREE__OUT(dlogits, .dtype = SCREE__AT(dtype), .dims = {SCREE__AT(rows), SCREE__AT(vocab)},
+               .strides = {SCREE__AT(dlogits_stride)}, .alias = {SCREE__AT(logits)},
+               .flags = SCREE__OPTIONAL | SCREE__VECTOR),
+    SCREE__STRIDE(dlogits_stride),
+    SCREE__FLOAT(label_smoothing, .flags = SCREE__FINITE | SCREE__NONNEG, .hint = "(in [0, 1])"),
+    SCREE__FLOAT(z_loss, .flags = SCREE__FINITE | SCREE__NONNEG),
+    SCREE__INT(reduction, SCREE__RANGE(0, 2), .hint = "(0 none, 1 sum, 2 mean)"),
+    SCREE__FLOAT(grad_scale, .flags = SCREE__FINITE, .hint = "(0 means 1)"),
 };
 
-enum { V_DTYPE };
+enum { V_DTYPE, V_GRAD };
 
+/* grad: 0 the plain forward, 1 the extended kernel (label smoothing or
+ * z-loss or dlogits asked for); set by validate_buffers. */
 static const scree__vfield vfields[] = {
     {"dtype", "SCREE_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(dtype)},
+    {"grad", "SCREE_CE_GRAD", 0, 0, 2, {0, 1}, 0},
 };
+
+/* Whether a call needs the extended kernel. */
+static int wants_grad(const scree_cross_entropy_args *a) {
+  return a->dlogits || a->label_smoothing != 0.f || a->z_loss != 0.f;
+}
+
+/* label_smoothing at most 1 (the schema checks it is finite and >= 0). */
+static scree_status validate(scree_context *ctx, const void *args) {
+  const scree_cross_entropy_args *a = args;
+  if (!(a->label_smoothing <= 1.f))
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "label_smoothing=%g is outside [0, 1]", (double)a->label_smoothing);
+  return SCREE_OK;
+}
 
 /* Bucket: rows rounded up to a power of two, vocab exact (the row length
  * decides the launch shape and the number of batches per row). */
@@ -42,8 +70,8 @@ static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"vocab", 0, SC
  * [0, vocab). */
 static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
                                      scree__variant *var) {
-  (void)var;
   const scree_cross_entropy_args *a = args;
+  var->v[V_GRAD] = wants_grad(a);
   if (!ctx->validate || !ctx->cu) return SCREE_OK;
   const size_t n = (size_t)a->rows;
   int64_t *h = malloc(n * sizeof *h);
@@ -59,11 +87,27 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
   return st;
 }
 
+/* The launch shape's check (rowwise.cuh) and the dtype; grad 0 or 1. */
+static int check(const scree__config *c, const scree__variant *var, const scree__target *t,
+                 char *why, size_t n) {
+  (void)t;
+  if (!scree__rowwise_check(c, why, n) || !scree__rowwise_check_dtypes(var, 1, why, n)) return 0;
+  if (var->v[V_GRAD] != 0 && var->v[V_GRAD] != 1) {
+    snprintf(why, n, "grad=%d is not 0 or 1", var->v[V_GRAD]);
+    return 0;
+  }
+  return 1;
+}
+
 /* Hand-picked default, the same on sm_80 and sm_90 until measurements say
  * otherwise: 16-byte accesses, batches of up to four vectors per thread (64
  * bytes in flight each), up to 256 threads per row (a 128k-vocab row then
  * takes 16 batches, enough to hide the merge at its end), at least 128
  * threads per CTA. */
+/* With the gradient (grad=1): up to 1024 threads a row (one row per CTA
+ * and, at the kernel's registers, one CTA per SM on a large vocabulary),
+ * so that the rows between their two reads fit in L2 (docs/kernels/
+ * rowwise.md). */
 static void default_config(const scree__target *t, const scree__variant *var, const void *args,
                            scree__config *out) {
   (void)t;
@@ -73,11 +117,13 @@ static void default_config(const scree__target *t, const scree__variant *var, co
   const int vec = es == 4 ? 4 : 8;
   const int64_t vocab = a ? a->vocab : 32000;
   const int64_t nvec = vocab / vec > 0 ? vocab / vec : 1;
-  const int tpr = scree__clampi(scree__pow2_ceil((nvec + 3) / 4), 8, 256);
+  const int tpr =
+      scree__clampi(scree__pow2_ceil((nvec + 3) / 4), 8, var->v[V_GRAD] ? 1024 : 256);
   out->v[SCREE__RW_TPR] = tpr;
   out->v[SCREE__RW_ROWS] = scree__clampi(128 / tpr, 1, 16);
   out->v[SCREE__RW_VEC] = vec;
-  out->v[SCREE__RW_CACHE] = scree__clampi(scree__pow2_ceil((nvec + tpr - 1) / tpr), 1, 4);
+  out->v[SCREE__RW_CACHE] =
+      scree__clampi(scree__pow2_ceil((nvec + tpr - 1) / tpr), 1, var->v[V_GRAD] ? 2 : 4);
 }
 
 /* Narrow VEC (keeping the elements per thread) until the logits' pointer
@@ -87,25 +133,54 @@ static void adapt(scree__config *c, const scree__variant *var, const void *args)
 }
 
 /* Skips configs whose batch (TPR x VEC x CACHE elements of a row) would be
- * mostly empty on this vocabulary: their threads would idle. */
+ * mostly empty on this vocabulary: their threads would idle. With the
+ * gradient (grad=1), also those that hold more than 32 bytes of a batch
+ * per thread in CTAs of 512 threads or more, or more than 64 bytes in any:
+ * ptxas (CUDA 13.0, sm_80 and sm_90) spilled every grad=1 config of the
+ * safelists that did so (64 registers at 512 and 1024 threads), and no
+ * config within these bounds (docs/kernels/rowwise.md). */
 static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
-  (void)var;
   const int64_t vocab = ((const scree_cross_entropy_args *)args)->vocab;
   const int64_t batch =
       (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE];
+  if (var->v[V_GRAD]) {
+    const int64_t bytes = (int64_t)c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE] *
+                          (int64_t)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
+    const int64_t threads = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS];
+    if (bytes > 64 || (bytes > 32 && threads >= 512)) return 0;
+  }
   return batch <= 2 * (int64_t)scree__pow2_ceil(vocab);
 }
 
+/* grad=1 with dlogits and the mean: scree_ce_count first, into 8 bytes of
+ * the stream's workspace, then the row kernel on the same stream. */
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                            const scree__variant *var, const void *args, CUstream stream) {
-  (void)var;
   const scree_cross_entropy_args *a = args;
   uint64_t logits = a->logits, targets = a->targets, loss = a->loss, lse = a->lse;
   long long rows = a->rows;
   int vocab = (int)a->vocab;
   long long stride = a->logits_stride ? a->logits_stride : a->vocab;
   long long ignore = a->ignore_index;
-  void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore};
+  if (!var->v[V_GRAD]) {
+    void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore};
+    return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "cross_entropy");
+  }
+  uint64_t dlogits = a->dlogits, count = 0;
+  long long dstride = a->dlogits_stride ? a->dlogits_stride : a->vocab;
+  float eps = a->label_smoothing, z = a->z_loss;
+  float gs = a->grad_scale != 0.f ? a->grad_scale : 1.f;
+  if (dlogits && a->reduction == SCREE_REDUCTION_MEAN) {
+    CUdeviceptr ws;
+    scree_status st = scree__workspace(ctx, stream, 256, &ws);
+    if (st) return st;
+    count = ws;
+    void *cp[] = {&targets, &rows, &ignore, &count};
+    CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 256, 1, 1, 0, stream, cp, NULL);
+    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(cross_entropy count)");
+  }
+  void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore,
+                    &dlogits, &dstride, &eps, &z, &gs, &count};
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "cross_entropy");
 }
 
@@ -164,6 +239,32 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     b->rtol = 1e-5;
     b->atol = 5e-5;
   }
+  /* dlogits is the schema's last tensor, so its buffer the last one. */
+  scree_cross_entropy_args *w = (scree_cross_entropy_args *)p->args;
+  scree__buf *d = &p->bufs[p->nbufs - 1];
+  if (!var->v[V_GRAD]) {
+    /* The plain forward: no gradient, no smoothing, no z-loss. */
+    p->bytes -= (double)d->count * scree_dtype_size(a->dtype);
+    p->nbufs--;
+    w->dlogits = 0;
+    w->label_smoothing = w->z_loss = 0.f;
+  } else {
+    /* A training step's call: the mean, smoothing 0.1, PaLM's z-loss
+     * 1e-4. dlogits' tolerance (ops/rowwise.h): one unit in the last place
+     * of the dtype (the kernel rounds an fp32 value, the reference the
+     * exact one), and the fp32 error of a probability near 1 (lse's, up
+     * to 5e-5), both relative to the gradient's scale. */
+    int64_t kept = 0;
+    for (int64_t r = 0; r < a->rows; r++) kept += t[r] != a->ignore_index;
+    w->reduction = SCREE_REDUCTION_MEAN;
+    w->label_smoothing = 0.1f;
+    w->z_loss = 1e-4f;
+    w->grad_scale = 1.f;
+    d->rtol = a->dtype == SCREE_DTYPE_BF16   ? SCREE__CE_GRAD_RTOL_BF16
+              : a->dtype == SCREE_DTYPE_FP16 ? SCREE__CE_GRAD_RTOL_FP16
+                                             : SCREE__CE_GRAD_RTOL_FP32;
+    d->atol = SCREE__CE_GRAD_ATOL / (double)(kept ? kept : 1);
+  }
   snprintf(p->desc, sizeof p->desc, "%lld rows of %lld logits, ignore_index %lld",
            (long long)a->rows, (long long)a->vocab, (long long)a->ignore_index);
   return 0;
@@ -195,22 +296,32 @@ static void shape_inputs(const void *args, void *const *h) {
 /* The benchmark entries: LLaMA-3's 128k vocabulary over 4096 tokens, and a
  * 32k vocabulary over 16384 tokens. */
 static const char *const bench[] = {
-    "dtype=bf16 rows=4096,vocab=128256",
-    "dtype=fp16 rows=4096,vocab=128256",
-    "dtype=fp16 rows=16384,vocab=32000",
+    "dtype=bf16,grad=0 rows=4096,vocab=128256",
+    "dtype=bf16,grad=1 rows=8192,vocab=128256",
+    "dtype=bf16,grad=1 rows=16384,vocab=32000",
+    "dtype=fp16,grad=0 rows=4096,vocab=128256",
+    "dtype=fp16,grad=0 rows=16384,vocab=32000",
     NULL,
 };
 
 /* ---- the CPU reference (double accumulation) ----------------------------- */
 
-/* host: logits, targets (int64), loss, lse in the problem's buffer order
- * (the schema's); lse may be NULL (not written). */
+/* host: logits, targets (int64), loss, lse, and dlogits when args has it,
+ * in the problem's buffer order (the schema's); lse may be NULL (not
+ * written). Smoothing, z-loss or dlogits: scree__cross_entropy_ref
+ * (ops/rowwise_backward_ref.c), else the plain forward's below. */
 SCREE__REFERENCE(cross_entropy) {
   const scree_cross_entropy_args *a = args;
   const void *logits = host[0];
   const int64_t *targets = host[1];
   float *loss = host[2], *lse = host[3];
   const int64_t ls = a->logits_stride ? a->logits_stride : a->vocab;
+  if (wants_grad(a)) {
+    scree__cross_entropy_ref(logits, ls, targets, loss, lse, a->dlogits ? host[4] : NULL,
+                             a->dlogits_stride, a->rows, a->vocab, a->dtype, a->ignore_index,
+                             a->label_smoothing, a->z_loss, a->reduction, a->grad_scale);
+    return;
+  }
   for (int64_t r = 0; r < a->rows; r++) {
     double m = -INFINITY;
     for (int64_t c = 0; c < a->vocab; c++) {
@@ -233,7 +344,7 @@ SCREE__REFERENCE(cross_entropy) {
 }
 
 static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL(
-    scree__rowwise_config_check, "cross_entropy.cu", "scree_cross_entropy")}};
+    check, "cross_entropy.cu", "scree_cross_entropy", "scree_ce_count")}};
 
-SCREE__DEFINE_OP(cross_entropy, .validate_buffers = validate_buffers,
+SCREE__DEFINE_OP(cross_entropy, .validate = validate, .validate_buffers = validate_buffers,
                  .shape_inputs = shape_inputs);

@@ -15,6 +15,15 @@
  * check problem and the GPU tests use it alike. */
 #define SCREE__LAYERNORM_MEAN_ATOL 2e-5
 
+/* Cross-entropy's dlogits tolerance (ops/cross_entropy.c says why):
+ * |got - want| <= ATOL |scale| + RTOL_<dtype> |want|, scale the gradient's
+ * (grad_scale over the count for the mean); the check problem and the GPU
+ * tests use it alike. */
+#define SCREE__CE_GRAD_ATOL 1e-4
+#define SCREE__CE_GRAD_RTOL_FP32 5e-5
+#define SCREE__CE_GRAD_RTOL_FP16 (1.0 / 1024)
+#define SCREE__CE_GRAD_RTOL_BF16 (1.0 / 128)
+
 /* Field indices of scree__rowwise_fields (an op may append its own). */
 enum { SCREE__RW_TPR, SCREE__RW_ROWS, SCREE__RW_VEC, SCREE__RW_CACHE, SCREE__RW_NFIELDS };
 extern const scree__field scree__rowwise_fields[SCREE__RW_NFIELDS];

@@ -123,3 +123,58 @@ void scree__layernorm_backward_ref(const void *x, int64_t x_stride, const void *
   free(sw);
   free(sb);
 }
+
+void scree__cross_entropy_ref(const void *logits, int64_t ls, const int64_t *targets,
+                              float *loss, float *lse, void *dlogits, int64_t ds, int64_t rows,
+                              int64_t vocab, scree_dtype dtype, int64_t ignore_index,
+                              float eps, float z, int reduction, float grad_scale) {
+  if (!ls) ls = vocab;
+  if (!ds) ds = vocab;
+  double scale = grad_scale != 0.f ? (double)grad_scale : 1.0;
+  if (reduction == SCREE_REDUCTION_MEAN) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; r++) n += targets[r] != ignore_index;
+    scale = n ? scale / (double)n : 0.0;
+  }
+  const double e = eps, zl = z;
+  double *x = malloc((size_t)(vocab > 0 ? vocab : 1) * sizeof *x);
+  if (!x) {
+    for (int64_t r = 0; r < rows; r++) loss[r] = NAN;
+    return;
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    double m = -INFINITY, xs = 0;
+    for (int64_t c = 0; c < vocab; c++) {
+      x[c] = LD(logits, dtype, r * ls + c);
+      if (x[c] > m) m = x[c];
+      xs += x[c];
+    }
+    double sum = 0;
+    for (int64_t c = 0; c < vocab; c++) sum += exp(x[c] - m);
+    const double l = m + log(sum);
+    const int64_t t = targets[r];
+    const int valid = t >= 0 && t < vocab;
+    if (t == ignore_index)
+      loss[r] = 0.f;
+    else if (valid)
+      /* eps = 0 leaves out the logit sum (-inf with masked logits) */
+      loss[r] = (float)((1 - e) * (l - x[t]) + (e != 0 ? e * (l - xs / (double)vocab) : 0) +
+                        zl * l * l);
+    else
+      loss[r] = NAN;
+    if (lse) lse[r] = (float)l;
+    if (!dlogits) continue;
+    for (int64_t c = 0; c < vocab; c++) {
+      double g;
+      if (t == ignore_index)
+        g = 0;
+      else if (!valid)
+        g = NAN;
+      else
+        g = (exp(x[c] - l) * (1 + 2 * zl * l) - (c == t ? 1 - e : 0) - e / (double)vocab) *
+            scale;
+      ST(dlogits, dtype, r * ds + c, g);
+    }
+  }
+  free(x);
+}

@@ -1,7 +1,9 @@
 /*
  * rowwise_backward_ref.h - CPU references for the backward of RMSNorm, the
  * fused residual add + RMSNorm and LayerNorm (ops/rowwise_backward_ref.c):
- * the gradients their backward kernels will be tested against. Not API.
+ * the gradients their backward kernels will be tested against; and the
+ * cross-entropy forward with label smoothing, z-loss and its gradient
+ * (scree_cross_entropy's reference). Not API.
  *
  * Conventions are the forward references' (ops/rmsnorm.c, add_rmsnorm.c,
  * layernorm.c): double accumulation, elements read and written through
@@ -56,5 +58,22 @@ void scree__layernorm_backward_ref(const void *x, int64_t x_stride, const void *
                                    int64_t dx_stride, void *dw, void *db, int64_t rows,
                                    int64_t cols, scree_dtype x_dtype, scree_dtype w_dtype,
                                    scree_dtype y_dtype, float eps);
+
+/* Cross-entropy over rows of vocab logits of dtype (include/scree.h,
+ * scree_cross_entropy): per row, in double, lse = m + log(sum exp(x - m)),
+ *   loss = (1 - eps)(lse - x_t) + eps (lse - sum_v x_v / vocab) + z lse^2
+ * (0 where t == ignore_index, NaN where t is outside [0, vocab)); lse when
+ * not NULL; dlogits (of dtype, stride ds; NULL: not written) =
+ *   (softmax (1 + 2 z lse) - (1 - eps) onehot - eps / vocab) * scale,
+ * zeros on ignored rows, NaN on rows with a target outside [0, vocab);
+ * scale = grad_scale (0 means 1), divided by the number of rows not
+ * ignored when reduction is SCREE_REDUCTION_MEAN. Strides 0 mean vocab.
+ * dlogits may be exactly logits (same stride): each row is read whole
+ * before it is written. If scratch memory cannot be allocated, loss is
+ * written as NaN. */
+void scree__cross_entropy_ref(const void *logits, int64_t ls, const int64_t *targets,
+                              float *loss, float *lse, void *dlogits, int64_t ds, int64_t rows,
+                              int64_t vocab, scree_dtype dtype, int64_t ignore_index,
+                              float eps, float z, int reduction, float grad_scale);
 
 #endif

@@ -63,6 +63,15 @@ static const call valid[] = {
     {"cross_entropy",
      "logits=0x100000,targets=0x200000,loss=0x300000,lse=0x400000,rows=4,vocab=1000,"
      "ignore_index=-100,dtype=bf16"},
+    /* The same with the gradient, smoothing and z-loss, the mean; then with
+     * padded strides (in place is a case below). */
+    {"cross_entropy",
+     "logits=0x100000,targets=0x200000,loss=0x300000,lse=0x400000,rows=4,vocab=1000,"
+     "ignore_index=-100,dtype=bf16,dlogits=0x500000,label_smoothing=0.1,z_loss=1e-4,"
+     "reduction=2,grad_scale=0.5"},
+    {"cross_entropy",
+     "logits=0x100000,targets=0x200000,loss=0x300000,rows=4,vocab=1000,logits_stride=1024,"
+     "ignore_index=-100,dtype=fp16,dlogits=0x500000,dlogits_stride=1024,reduction=1"},
     /* 3 sequences, 300 tokens, 8 query heads over 2 KV heads of 128. */
     {"attention",
      "q=0x1000000,k=0x2000000,v=0x3000000,out=0x4000000,lse=0x5000000,"
@@ -159,6 +168,21 @@ static const expect cases[] = {
     {"cross_entropy", "logits=0x100002", PASSES},
     {"cross_entropy", "ignore_index=0", PASSES},
     {"cross_entropy", "ignore_index=-9223372036854775808", PASSES},
+    {"cross_entropy", "dlogits=0x500000", PASSES},
+    {"cross_entropy", "dlogits=logits", PASSES},
+    {"cross_entropy", "dlogits=logits,logits_stride=1008,dlogits_stride=1008", PASSES},
+    {"cross_entropy", "dlogits=logits,dlogits_stride=1008", INVALID, "in place"},
+    {"cross_entropy", "dlogits=logits+2", INVALID, "overlaps logits"},
+    {"cross_entropy", "dlogits=loss", INVALID, "overlaps"},
+    {"cross_entropy", "dlogits=0x500000,dlogits_stride=999", INVALID, "dlogits_stride=999"},
+    {"cross_entropy", "dlogits=0x500001", MISALIGNED, "dlogits"},
+    {"cross_entropy", "label_smoothing=1", PASSES},
+    {"cross_entropy", "label_smoothing=1.5", INVALID, "label_smoothing=1.5 is outside [0, 1]"},
+    {"cross_entropy", "label_smoothing=-0.25", INVALID, "label_smoothing"},
+    {"cross_entropy", "z_loss=-1", INVALID, "z_loss"},
+    {"cross_entropy", "z_loss=1e-4,dlogits=0x500000,reduction=2,grad_scale=-2", PASSES},
+    {"cross_entropy", "reduction=3", INVALID, "reduction=3"},
+    {"cross_entropy", "reduction=-1", INVALID, "reduction=-1"},
 
     /* Own rules. */
     {"softmax", "scale=3e38", INVALID, "scale=3e+38: scale * log2(e) is not finite in fp32"},

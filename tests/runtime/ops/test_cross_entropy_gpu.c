@@ -26,6 +26,7 @@
 
 #include "op_test.h"
 #include "ops/rowwise.h"
+#include "ops/rowwise_backward_ref.h"
 
 SCREE__REFERENCE(cross_entropy);
 
@@ -266,12 +267,258 @@ START_TEST(every_safelisted_config) {
 }
 END_TEST
 
+/* ---- the extended forward: smoothing, z-loss, dlogits -------------------- */
+
+/* dlogits' tolerance for dtype (ops/rowwise.h). */
+static double grad_rtol(scree_dtype dt) {
+  return dt == SCREE_DTYPE_BF16   ? SCREE__CE_GRAD_RTOL_BF16
+         : dt == SCREE_DTYPE_FP16 ? SCREE__CE_GRAD_RTOL_FP16
+                                  : SCREE__CE_GRAD_RTOL_FP32;
+}
+
+typedef struct gcase {
+  int64_t rows, vocab, ls, ds; /* ds < 0: in place over the logits (ds = ls) */
+  int64_t ignore;
+  float eps, z;
+  int reduction;
+  float grad_scale;
+  int with_dlogits, with_lse;
+  int all_ignored; /* every target ignore_index */
+  int masked;      /* every 5th logit of a row but the target's -inf */
+} gcase;
+
+/* One call of the extended kernel (cfg NULL: the public entry), loss, lse
+ * and dlogits checked on every row. Outputs poisoned (0xff: NaN) before the
+ * launch with a guard after each; dlogits' row padding must stay poisoned.
+ * In place: the logits' buffer is dlogits, its padding untouched. Loss:
+ * |got - want| <= 1e-4 + 1e-5 |want| (smoothing adds the row's fp32 logit
+ * sum); dlogits: SCREE__CE_GRAD_*. */
+static void run_grad_case(const gcase *g, scree_dtype dt, const scree__config *cfg) {
+  const int inplace = g->ds < 0;
+  const int64_t rows = g->rows, vocab = g->vocab, ls = g->ls, ds = inplace ? g->ls : g->ds;
+  const size_t e = scree_dtype_size(dt), n = (size_t)(rows * ls), nd = (size_t)(rows * ds);
+  void *hl = malloc(n * e + 16), *hd = malloc(nd * e + 16), *want_d = malloc(nd * e + 16);
+  int64_t *ht = malloc((size_t)rows * sizeof *ht + 8);
+  float *loss = malloc((size_t)rows * 4 + 4), *lse = malloc((size_t)rows * 4 + 4);
+  float *want_loss = malloc((size_t)rows * 4 + 4), *want_lse = malloc((size_t)rows * 4 + 4);
+  scree_test_fill(hl, dt, n, 1.0);
+  fill_targets(ht, rows, vocab, g->ignore, !ctx->validate);
+  if (g->all_ignored)
+    for (int64_t r = 0; r < rows; r++) ht[r] = g->ignore;
+  else if (rows == 1)
+    ht[0] = vocab - 1; /* fill_targets ignores row 0 */
+  scree_cross_entropy_args a = {.rows = rows, .vocab = vocab, .logits_stride = ls,
+                                .ignore_index = g->ignore, .dtype = dt, .dlogits_stride = ds,
+                                .label_smoothing = g->eps, .z_loss = g->z,
+                                .reduction = g->reduction, .grad_scale = g->grad_scale};
+  op->shape_inputs(&a, (void *const[]){hl, ht, NULL, NULL});
+  if (g->masked)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 1; c < vocab; c += 5)
+        if (c != ht[r]) scree__store_elem(hl, dt, (size_t)(r * ls + c), -INFINITY);
+  /* The reference's dlogits: the padding as the call must leave it (the
+   * poison, or in place the logits). */
+  if (inplace)
+    memcpy(want_d, hl, n * e);
+  else
+    memset(want_d, 0xff, nd * e);
+  scree__cross_entropy_ref(hl, ls, ht, want_loss, want_lse, g->with_dlogits ? want_d : NULL, ds,
+                           rows, vocab, dt, g->ignore, g->eps, g->z, g->reduction,
+                           g->grad_scale);
+  int64_t kept = 0;
+  for (int64_t r = 0; r < rows; r++) kept += ht[r] != g->ignore;
+  double scale = g->grad_scale != 0.f ? fabs((double)g->grad_scale) : 1.0;
+  if (g->reduction == SCREE_REDUCTION_MEAN) scale /= (double)(kept ? kept : 1);
+
+  const size_t guard = 256;
+  scree_devptr bl = scree_test_dalloc(ctx, n * e + guard);
+  scree_devptr bd = inplace ? bl : scree_test_dalloc(ctx, nd * e + guard);
+  scree_devptr dt_ = scree_test_dalloc(ctx, (size_t)rows * 8 + 8);
+  scree_devptr dloss = scree_test_dalloc(ctx, (size_t)rows * 4 + guard);
+  scree_devptr dlse = scree_test_dalloc(ctx, (size_t)rows * 4 + guard);
+  scree_test_dpoison(ctx, bl, n * e + guard);
+  if (!inplace) scree_test_dpoison(ctx, bd, nd * e + guard);
+  scree_test_h2d(ctx, bl, hl, n * e);
+  scree_test_h2d(ctx, dt_, ht, (size_t)rows * 8);
+  scree_test_dpoison(ctx, dloss, (size_t)rows * 4 + guard);
+  scree_test_dpoison(ctx, dlse, (size_t)rows * 4 + guard);
+  a.logits = bl;
+  a.targets = dt_;
+  a.loss = dloss;
+  a.lse = g->with_lse ? dlse : 0;
+  a.dlogits = g->with_dlogits ? bd : 0;
+  scree_status st;
+  if (cfg) {
+    const scree__variant var = {{dt, 1}};
+    st = scree__run_exact(ctx, op, cfg, &var, &a, NULL);
+  } else {
+    st = scree_cross_entropy(ctx, &a, NULL);
+  }
+  char cs[128] = "default";
+  if (cfg) scree__config_str(op, cfg, cs, sizeof cs);
+  char what[384];
+  snprintf(what, sizeof what,
+           "rows=%lld vocab=%lld ls=%lld ds=%lld%s %s ignore=%lld eps=%g z=%g red=%d gs=%g "
+           "dlogits=%d lse=%d all_ignored=%d config %s",
+           (long long)rows, (long long)vocab, (long long)ls, (long long)ds,
+           inplace ? " (in place)" : "", scree_dtype_name(dt), (long long)g->ignore,
+           (double)g->eps, (double)g->z, g->reduction, (double)g->grad_scale, g->with_dlogits,
+           g->with_lse, g->all_ignored, cs);
+  ck_assert_msg(st == SCREE_OK, "%s: %s: %s", what, scree_status_name(st), scree_last_error(ctx));
+  scree_test_sync(ctx);
+  scree_test_d2h(ctx, loss, dloss, (size_t)rows * 4);
+  scree_test_d2h(ctx, lse, dlse, (size_t)rows * 4);
+  scree_test_check_guard(ctx, dloss + (size_t)rows * 4, guard, "loss");
+  scree_test_check_guard(ctx, dlse + (size_t)rows * 4, guard, "lse");
+  scree_test_check_guard(ctx, bl + n * e, guard, "logits");
+  for (int64_t r = 0; r < rows; r++) {
+    const double wl = want_loss[r];
+    const int ok = isnan(wl) ? isnan(loss[r]) : fabs((double)loss[r] - wl) <= 1e-4 + 1e-5 * fabs(wl);
+    if (!ok)
+      ck_abort_msg("%s: row %lld target %lld: loss %.8g, want %.8g", what, (long long)r,
+                   (long long)ht[r], (double)loss[r], wl);
+    if (g->with_lse ? !close_or_nan(lse[r], want_lse[r]) : !isnan(lse[r]))
+      ck_abort_msg("%s: row %lld: lse %.8g, want %.8g", what, (long long)r, (double)lse[r],
+                   g->with_lse ? (double)want_lse[r] : NAN);
+  }
+  if (g->with_dlogits) {
+    scree_test_d2h(ctx, hd, bd, nd * e);
+    if (!inplace) scree_test_check_guard(ctx, bd + nd * e, guard, "dlogits");
+    scree_test_compare_rows(hd, want_d, dt, rows, vocab, ds, grad_rtol(dt),
+                            SCREE__CE_GRAD_ATOL * scale, "dlogits", "%s", what);
+  } else if (!inplace) {
+    /* Not asked for: its buffer untouched. */
+    scree_test_check_guard(ctx, bd, nd * e + guard, "dlogits (not given)");
+  }
+  if (!inplace) scree_test_dfree(ctx, bd);
+  scree_test_dfree(ctx, bl), scree_test_dfree(ctx, dt_);
+  scree_test_dfree(ctx, dloss), scree_test_dfree(ctx, dlse);
+  free(hl), free(hd), free(want_d), free(ht), free(loss), free(lse), free(want_loss),
+      free(want_lse);
+}
+
+/* The public path over edge shapes: vocab 1, odd, the largest, rows 0 and
+ * 1 (0: nothing launched), padded strides, in place, every reduction, all
+ * rows ignored, smoothing and z-loss alone and together, without dlogits
+ * (the extended loss only), grad_scale negative, logits masked to -inf. Targets at 0 and vocab - 1
+ * in every case of 3 rows or more (fill_targets). */
+static const gcase gcases[] = {
+    /* rows, vocab, ls, ds, ignore, eps, z, red, gs, dlogits, lse, all_ignored */
+    {9, 1, 1, 1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {1, 7, 7, 7, -100, 0, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {18, 7, 8, 16, -100, 0.2f, 0, SCREE_REDUCTION_SUM, 2.f, 1, 0, 0, 0},
+    {18, 9, 16, -1, 0, 0, 1e-3f, SCREE_REDUCTION_NONE, 0, 1, 1, 0, 0},
+    {100, 4095, 4095, 4096, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {64, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 1.f, 1, 1, 0, 0},
+    {37, 32001, 32008, -1, -100, 0.05f, 0, SCREE_REDUCTION_MEAN, -0.5f, 1, 1, 0, 0},
+    {16, 128256, 128256, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {16, 128256, 128256, 128264, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 0, 0, 0},
+    {5, 262144, 262144, 262144, 5, 1.f, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {3, 1000003, 1000003, 1000008, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {2, 1 << 24, 1 << 24, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 0},
+    {20000, 100, 100, 104, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {12, 5000, 5000, 5000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 1, 0},
+    {12, 5000, 5000, -1, -1, 0, 0, SCREE_REDUCTION_MEAN, 0, 1, 1, 1, 0},
+    {30, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 0, 1, 0, 0},
+    {30, 32000, 32000, 32000, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 0, 0, 0, 0},
+    /* Masked logits (-inf): a finite loss without smoothing, zero gradients there. */
+    {40, 32000, 32000, 32000, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 1},
+    {40, 4099, 4099, -1, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 1},
+};
+#define NGCASES (sizeof gcases / sizeof gcases[0])
+
+START_TEST(grad_default_path) { run_grad_case(&gcases[_i / NDT], dtypes[_i % NDT], NULL); }
+END_TEST
+
+START_TEST(grad_zero_rows_launches_nothing) {
+  const uint64_t calls = scree_test_calls(ctx);
+  scree_cross_entropy_args a = {.rows = 0, .vocab = 128, .reduction = SCREE_REDUCTION_MEAN,
+                                .label_smoothing = 0.1f, .dlogits = 0x1000};
+  ck_assert_int_eq(scree_cross_entropy(ctx, &a, NULL), SCREE_OK);
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
+}
+END_TEST
+
+/* Configs run exactly as given with the gradient: the shapes of
+ * run_config_shapes, in place and not, every reduction. */
+static void run_grad_config_shapes(const scree__config *c, scree_dtype dt) {
+  const int64_t span = (int64_t)c->v[SCREE__RW_TPR] * c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE];
+  const int64_t rows = c->v[SCREE__RW_ROWS] * 3 + 1;
+  const gcase gs[] = {
+      {rows, span - 1, span, span, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+      {5, 3 * span + 5, 3 * span + 8, -1, 0, 0.1f, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 0},
+      {rows, 1, 8, 8, -100, 0, 1e-3f, SCREE_REDUCTION_MEAN, 0, 1, 0, 0, 0},
+      {rows, 5, 8, -1, 2, 0.3f, 1e-4f, SCREE_REDUCTION_NONE, 3.f, 1, 1, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof gs / sizeof gs[0]; i++) run_grad_case(&gs[i], dt, c);
+}
+
+START_TEST(grad_fixed_configs_exact) {
+  const scree_dtype dt = dtypes[_i];
+  const scree__variant var = {{dt, 1}};
+  for (size_t i = 0; i < NFIXED; i++) {
+    const scree__config c = scree_test_config(ctx, op, fixed_configs[i], &var);
+    run_grad_config_shapes(&c, dt);
+  }
+  printf("grad_fixed_configs_exact %s: %zu configs\n", scree_dtype_name(dt), NFIXED);
+}
+END_TEST
+
+/* Every safelisted config with the gradient: the generated check problem
+ * (mean, smoothing 0.1, z-loss 1e-4) through the harness, and the edge
+ * shapes above. */
+START_TEST(grad_every_safelisted_config) {
+  int ran = 0, e = -1;
+  scree__variant line_var;
+  for (const scree__sl_entry *en; (en = scree_test_next_safelisted(ctx, op, &e, &line_var));) {
+    for (int k = 0; k < NDT; k++) {
+      scree__variant var = {{dtypes[k], 1}};
+      if (strcmp(en->dtype, "*")) {
+        if (k) break;
+        var = line_var;
+        if (!var.v[1]) continue;
+      }
+      static const int64_t vocabs[] = {32000, 128256};
+      for (int s = 0; s < 2; s++) {
+        scree_cross_entropy_args a = {.rows = 40, .vocab = vocabs[s]};
+        scree__run r;
+        scree_test_make(ctx, op, &var, &a, NULL, &r);
+        scree_test_check_config(ctx, &r, op, &en->cfg, &var, stream,
+                                "grad: safelist line %d, vocab %lld", en->line,
+                                (long long)vocabs[s]);
+        scree__run_free(ctx, &r);
+      }
+      run_grad_config_shapes(&en->cfg, (scree_dtype)var.v[0]);
+      ran++;
+    }
+  }
+  printf("grad_every_safelisted_config: %d runs\n", ran);
+}
+END_TEST
+
+/* The check problem of the grad variant through the public entry (its
+ * default config) and the harness's poison and compare. */
+START_TEST(grad_check_problem_public) {
+  const scree__variant var = {{dtypes[_i], 1}};
+  static const int64_t vocabs[] = {1, 9, 32000, 128256};
+  for (int s = 0; s < 4; s++) {
+    scree_cross_entropy_args a = {.rows = 40, .vocab = vocabs[s]};
+    scree_test_check_public(ctx, op, &var, &a, NULL, stream, "grad check problem vocab %lld",
+                            (long long)vocabs[s]);
+  }
+}
+END_TEST
+
 static void setup(void) {
   op = scree_test_op_setup("cross_entropy", &ctx, &stream); /* exits 77 without a GPU */
 }
 
 SCREE_TEST_MAIN(.name = "cross_entropy_gpu", .init = setup, .timeout = 1800, .nofork = 1,
-                .tests = SCREE_TESTS(zero_rows_launches_nothing, validate_targets),
-                .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NDT}, {misaligned_starts, NDT}),
-                .slow_tests = SCREE_TESTS(every_safelisted_config),
-                .slow_loops = SCREE_LOOPS({fixed_configs_exact, NDT}))
+                .tests = SCREE_TESTS(zero_rows_launches_nothing, validate_targets,
+                                     grad_zero_rows_launches_nothing),
+                .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NDT}, {misaligned_starts, NDT},
+                                     {grad_default_path, NGCASES * NDT},
+                                     {grad_check_problem_public, NDT}),
+                .slow_tests = SCREE_TESTS(every_safelisted_config, grad_every_safelisted_config),
+                .slow_loops = SCREE_LOOPS({fixed_configs_exact, NDT},
+                                          {grad_fixed_configs_exact, NDT}))

@@ -1,12 +1,17 @@
 /* test_rowwise_backward_ref.c - the CPU references for the backward of
- * RMSNorm, residual add + RMSNorm and LayerNorm (ops/rowwise_backward_ref.c)
- * against
+ * RMSNorm, residual add + RMSNorm and LayerNorm, and of cross-entropy with
+ * label smoothing and z-loss (ops/rowwise_backward_ref.c) against
  *   - central finite differences of the forward references' loss
  *     L = sum(y * dy) (+ sum(h * dh_next) for the fused add), on tiny fp32
  *     problems with padded strides;
  *   - dw and db of many rows against the sums of one-row calls;
  *   - fp16 and bf16 runs against fp32 runs on the same values: outputs
- *     rounded to nearest, and h rounded as the forward rounds it. */
+ *     rounded to nearest, and h rounded as the forward rounds it;
+ *   - cross-entropy: dlogits against central finite differences of its
+ *     loss summed with the reduction's weights; the loss with smoothing and
+ *     z-loss against its definition through the plain forward reference
+ *     (ops/cross_entropy.c: one call per class as the target); in place
+ *     against a separate buffer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +32,7 @@
 SCREE__REFERENCE(rmsnorm);
 SCREE__REFERENCE(add_rmsnorm);
 SCREE__REFERENCE(layernorm);
+SCREE__REFERENCE(cross_entropy);
 
 enum { RMS, ADD, LN };
 static const char *const op_names[] = {"rmsnorm", "add_rmsnorm", "layernorm"};
@@ -338,7 +344,198 @@ START_TEST(half_dtypes_round_as_the_forward) {
 }
 END_TEST
 
+/* ---- cross-entropy ---------------------------------------------------------- */
+
+/* rows of fp32 logits (stride ls) in [-2, 2], and targets: ignore_index in
+ * row 1, class 0 in row 0, vocab - 1 in row 2, then random. */
+static void ce_inputs(float *x, int64_t *t, int rows, int vocab, int ls, int64_t ignore) {
+  for (int i = 0; i < rows * ls; i++) x[i] = (float)(4.0 * (scree_test_rand() % 10000) / 1e4 - 2);
+  for (int r = 0; r < rows; r++)
+    t[r] = r == 0 ? 0 : r == 1 ? ignore : r == 2 ? vocab - 1 : (int64_t)(scree_test_rand() % (uint64_t)vocab);
+}
+
+typedef struct ce_prob {
+  float *x;
+  int64_t *t;
+  int rows, vocab, ls;
+  float eps, z, gs;
+  int red;
+  double w; /* each row's weight in L: grad_scale, over the count for the mean */
+} ce_prob;
+
+/* L = w sum_r loss_r (ignored rows are 0); *mag: w sum |loss_r|. */
+static double ce_loss(const ce_prob *p, double *mag) {
+  float *loss = malloc((size_t)p->rows * sizeof *loss);
+  scree__cross_entropy_ref(p->x, p->ls, p->t, loss, NULL, NULL, 0, p->rows, p->vocab,
+                           SCREE_DTYPE_FP32, -100, p->eps, p->z, p->red, p->gs);
+  double l = 0, m = 0;
+  for (int r = 0; r < p->rows; r++) l += p->w * loss[r], m += fabs(p->w * loss[r]);
+  free(loss);
+  *mag = m;
+  return l;
+}
+
+static double ce_central(ce_prob *p, float *v, double h, double *mag) {
+  const float v0 = *v;
+  double m1, m2;
+  *v = (float)(v0 + h);
+  const double lp = ce_loss(p, &m1);
+  *v = (float)(v0 - h);
+  const double lm = ce_loss(p, &m2);
+  *v = v0;
+  *mag = m1 > m2 ? m1 : m2;
+  return (lp - lm) / (2 * h);
+}
+
+/* dlogits of every element against Richardson's extrapolation of central
+ * differences (steps H, H / 2; the tolerance as check_fd's: the fp32
+ * loss's rounding 3 E / H plus 1e-4 (1 + |g|); a dropped term, eps / V or
+ * 2 z lse p, is 0.01 or more here). The gaps between strided rows stay
+ * NaN. */
+static void ce_fd_case(int vocab, float eps, float z, int red, float gs) {
+  const int rows = 4, ls = vocab + 3, ds = vocab + 1;
+  ce_prob p = {malloc(sizeof(float) * (size_t)(rows * ls)), malloc(sizeof(int64_t) * rows), rows,
+               vocab, ls, eps, z, gs, red, 0};
+  ce_inputs(p.x, p.t, rows, vocab, ls, -100);
+  int kept = 0;
+  for (int r = 0; r < rows; r++) kept += p.t[r] != -100;
+  p.w = gs != 0.f ? gs : 1.0;
+  if (red == SCREE_REDUCTION_MEAN) p.w /= kept;
+  float *dx = malloc(sizeof(float) * (size_t)(rows * ds));
+  float *loss = malloc(sizeof(float) * rows);
+  for (int i = 0; i < rows * ds; i++) dx[i] = NAN;
+  scree__cross_entropy_ref(p.x, ls, p.t, loss, NULL, dx, ds, rows, vocab, SCREE_DTYPE_FP32, -100,
+                           eps, z, red, gs);
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < vocab; c++) {
+      const double g = dx[r * ds + c];
+      double m1, m2;
+      const double d1 = ce_central(&p, &p.x[r * ls + c], H, &m1);
+      const double d2 = ce_central(&p, &p.x[r * ls + c], H / 2, &m2);
+      const double fd = (4 * d2 - d1) / 3;
+      const double tol = 1e-4 * (1 + fabs(g)) + 3 * 0x1p-24 * (m1 > m2 ? m1 : m2) / H;
+      CHECK(fabs(fd - g) <= tol,
+            "cross_entropy vocab=%d eps=%g z=%g reduction=%d grad_scale=%g: dlogits[%d, %d] "
+            "(target %lld) reference %.9g, finite difference %.9g (tol %.3g)",
+            vocab, (double)eps, (double)z, red, (double)gs, r, c, (long long)p.t[r], g, fd, tol);
+      if (p.t[r] == -100) CHECK(g == 0, "ignored row %d: dlogits %g", r, g);
+    }
+    for (int c = vocab; c < ds; c++) CHECK(isnan(dx[r * ds + c]), "gap written");
+  }
+  free(p.x), free(p.t), free(dx), free(loss);
+}
+
+START_TEST(cross_entropy_finite_differences) {
+  static const int vocabs[] = {1, 2, 7, 33};
+  static const float epss[] = {0, 0.1f, 1};
+  static const float zs[] = {0, 0.05f};
+  for (size_t v = 0; v < 4; v++)
+    for (size_t e = 0; e < 3; e++)
+      for (size_t k = 0; k < 2; k++)
+        for (int red = 0; red <= 2; red++)
+          ce_fd_case(vocabs[v], epss[e], zs[k], red, red == 1 ? -1.5f : 0.f);
+}
+END_TEST
+
+/* The loss with smoothing and z-loss is (1 - eps) CE(t) + eps / V
+ * sum_v CE(v) + z lse^2, CE(v) and lse from the plain forward's reference
+ * (ops/cross_entropy.c, its own loop) with v as every row's target; with
+ * eps = z = 0 the two references agree exactly on loss and lse. An
+ * ignored row is 0 either way; a target outside [0, vocab) is NaN. */
+START_TEST(cross_entropy_loss_by_definition) {
+  static const int vocabs[] = {1, 5, 64, 1000};
+  for (size_t vi = 0; vi < 4; vi++) {
+    const int rows = 6, vocab = vocabs[vi], ls = vocab + 2;
+    float *x = malloc(sizeof(float) * (size_t)(rows * ls));
+    int64_t t[6], tv[6];
+    ce_inputs(x, t, rows, vocab, ls, -7);
+    t[3] = vocab; /* outside: NaN */
+    float loss[6], lse[6], base[6], blse[6], sum_ce[6] = {0}, ce_t[6];
+    double acc[6] = {0};
+    scree_cross_entropy_args a = {.rows = rows, .vocab = vocab, .logits_stride = ls,
+                                  .ignore_index = -7, .dtype = SCREE_DTYPE_FP32};
+    scree__ref_cross_entropy(&a, (void *const[]){x, t, ce_t, blse});
+    for (int v = 0; v < vocab; v++) {
+      for (int r = 0; r < rows; r++) tv[r] = v;
+      scree__ref_cross_entropy(&a, (void *const[]){x, tv, base, NULL});
+      for (int r = 0; r < rows; r++) acc[r] += base[r];
+    }
+    for (int r = 0; r < rows; r++) sum_ce[r] = (float)acc[r];
+    static const float epss[] = {0, 0.1f, 0.5f, 1}, zs[] = {0, 1e-4f, 0.3f};
+    for (int e = 0; e < 4; e++)
+      for (int k = 0; k < 3; k++) {
+        const float eps = epss[e], z = zs[k];
+        scree__cross_entropy_ref(x, ls, t, loss, lse, NULL, 0, rows, vocab, SCREE_DTYPE_FP32, -7,
+                                 eps, z, 0, 0);
+        for (int r = 0; r < rows; r++) {
+          CHECK(lse[r] == blse[r], "lse row %d: %.9g vs %.9g", r, lse[r], blse[r]);
+          if (t[r] == -7) {
+            CHECK(loss[r] == 0, "ignored row %d: loss %g", r, loss[r]);
+            continue;
+          }
+          if (t[r] < 0 || t[r] >= vocab) {
+            CHECK(isnan(loss[r]), "row %d target %lld: loss %g, want NaN", r, (long long)t[r], loss[r]);
+            continue;
+          }
+          const double want = (1 - (double)eps) * ce_t[r] + (double)eps / vocab * sum_ce[r] +
+                              (double)z * blse[r] * blse[r];
+          const double tol = eps == 0 && z == 0 ? 0 : 1e-5 * (1 + fabs(want));
+          CHECK(fabs(loss[r] - want) <= tol,
+                "vocab=%d eps=%g z=%g row %d: loss %.9g, by definition %.9g", vocab, (double)eps,
+                (double)z, r, loss[r], want);
+        }
+      }
+    free(x);
+  }
+}
+END_TEST
+
+/* Logits masked to -inf: without smoothing the loss is finite (the logit
+ * sum, -inf, is left out) and their gradients are 0. */
+START_TEST(cross_entropy_masked_logits) {
+  float x[2 * 6] = {1, -INFINITY, 2, 0.5f, -INFINITY, 0, -INFINITY, 3, 1, 1, 1, -INFINITY};
+  const int64_t t[2] = {2, 1};
+  float loss[2], g[12];
+  scree__cross_entropy_ref(x, 6, t, loss, NULL, g, 6, 2, 6, SCREE_DTYPE_FP32, -100, 0, 1e-4f,
+                           SCREE_REDUCTION_SUM, 0);
+  for (int r = 0; r < 2; r++) {
+    CHECK(isfinite(loss[r]), "row %d: loss %g", r, loss[r]);
+    for (int c = 0; c < 6; c++)
+      if (isinf(x[r * 6 + c])) CHECK(g[r * 6 + c] == 0, "row %d col %d: %g", r, c, g[r * 6 + c]);
+  }
+}
+END_TEST
+
+/* dlogits written over the logits (the same stride) equals dlogits into a
+ * buffer of its own, for each dtype; loss too. */
+START_TEST(cross_entropy_in_place) {
+  static const scree_dtype dts[] = {SCREE_DTYPE_FP32, SCREE_DTYPE_FP16, SCREE_DTYPE_BF16};
+  for (int d = 0; d < 3; d++) {
+    const int rows = 5, vocab = 77, ls = 80;
+    const size_t es = scree_dtype_size(dts[d]), n = (size_t)(rows * ls);
+    void *x = malloc(n * es), *y = malloc(n * es), *g = malloc(n * es);
+    int64_t t[5];
+    float *xf = malloc(n * sizeof(float));
+    ce_inputs(xf, t, rows, vocab, ls, -100);
+    for (size_t i = 0; i < n; i++) scree__store_elem(x, dts[d], i, xf[i]);
+    memcpy(y, x, n * es);
+    memcpy(g, x, n * es);
+    float l1[5], l2[5];
+    scree__cross_entropy_ref(x, ls, t, l1, NULL, g, ls, rows, vocab, dts[d], -100, 0.1f, 1e-3f,
+                             SCREE_REDUCTION_MEAN, 2.f);
+    scree__cross_entropy_ref(y, ls, t, l2, NULL, y, ls, rows, vocab, dts[d], -100, 0.1f, 1e-3f,
+                             SCREE_REDUCTION_MEAN, 2.f);
+    CHECK(!memcmp(g, y, n * es), "%s: in place differs", scree_dtype_name(dts[d]));
+    CHECK(!memcmp(l1, l2, sizeof l1), "%s: loss in place differs", scree_dtype_name(dts[d]));
+    free(x), free(y), free(g), free(xf);
+  }
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "rowwise_backward_ref",
                 .tests = SCREE_TESTS(rmsnorm_finite_differences, add_rmsnorm_finite_differences,
                                      layernorm_finite_differences, weight_grads_sum_over_rows,
-                                     half_dtypes_round_as_the_forward))
+                                     half_dtypes_round_as_the_forward,
+                                     cross_entropy_finite_differences,
+                                     cross_entropy_loss_by_definition, cross_entropy_in_place,
+                                     cross_entropy_masked_logits))
