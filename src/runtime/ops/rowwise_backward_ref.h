@@ -1,6 +1,7 @@
 /*
  * rowwise_backward_ref.h - CPU references for the backward of RMSNorm, the
- * fused residual add + RMSNorm and LayerNorm (ops/rowwise_backward_ref.c):
+ * fused residual add + RMSNorm, LayerNorm, softmax (last dimension) and
+ * SwiGLU (ops/rowwise_backward_ref.c):
  * the gradients their backward kernels will be tested against. Not API.
  *
  * Conventions are the forward references' (ops/rmsnorm.c, add_rmsnorm.c,
@@ -56,5 +57,27 @@ void scree__layernorm_backward_ref(const void *x, int64_t x_stride, const void *
                                    int64_t dx_stride, void *dw, void *db, int64_t rows,
                                    int64_t cols, scree_dtype x_dtype, scree_dtype w_dtype,
                                    scree_dtype y_dtype, float eps);
+
+/* Softmax (last dimension) backward: y = softmax(scale * x) per row (the
+ * forward's output), dy its gradient. Per row, with d = sum_c y_c dy_c:
+ *   dx = scale * y * (dy - d)      (scale 0 means 1)
+ * y of y_dtype; dy and dx of dy_dtype. dx may be dy exactly (in place):
+ * each row's dot product is taken before any of its dx is written. */
+void scree__softmax_backward_ref(const void *y, int64_t y_stride, const void *dy,
+                                 int64_t dy_stride, void *dx, int64_t dx_stride, int64_t rows,
+                                 int64_t cols, scree_dtype y_dtype, scree_dtype dy_dtype,
+                                 float scale);
+
+/* SwiGLU backward: y = silu(g) * u, s = sigmoid(g). Elementwise:
+ *   du = dy * g * s;   dg = dy * u * s * (1 + g (1 - s))
+ * gate, up, dgate, dup of dtype, dy of dy_dtype; strides in elements (0
+ * means cols for gate, up, dy, dgate, dup alike: the callers resolve the
+ * fused forms to a pointer and stride per tensor). dgate may be gate and
+ * dup may be up exactly (each element read before it is written). */
+void scree__swiglu_backward_ref(const void *gate, int64_t gate_stride, const void *up,
+                                int64_t up_stride, const void *dy, int64_t dy_stride,
+                                void *dgate, int64_t dgate_stride, void *dup,
+                                int64_t dup_stride, int64_t rows, int64_t cols,
+                                scree_dtype dtype, scree_dtype dy_dtype);
 
 #endif
