@@ -390,6 +390,31 @@ SCREE_EXTERN scree_status scree_softmax(scree_context *ctx,
                                         const scree_softmax_args *args,
                                         void *stream);
 
+/* The backward of scree_softmax: given its output y and the gradient dy of
+ * y, the gradient of x,
+ *
+ *   dx[t, :] = scale * y[t, :] * (dy[t, :] - sum_c y[t, c] * dy[t, c])
+ *
+ * with the sum accumulated in fp32 (deterministic: a fixed order per row).
+ *
+ *   y, dy, dx: [rows, cols] with strides y_stride, dy_stride, dx_stride (0
+ *     means cols). dx is of dy_dtype; it may alias dy exactly (in place) but
+ *     must not otherwise overlap y or dy.
+ *   scale: the forward's scale, finite; 0 means 1.
+ *
+ * cols in [1, 262144]; y_dtype and dy_dtype each fp32, fp16 or bf16. */
+typedef struct scree_softmax_backward_args {
+  scree_devptr y, dy, dx;
+  int64_t rows, cols;
+  int64_t y_stride, dy_stride, dx_stride;
+  scree_dtype y_dtype, dy_dtype;
+  float scale;
+} scree_softmax_backward_args;
+
+SCREE_EXTERN scree_status scree_softmax_backward(scree_context *ctx,
+                                                 const scree_softmax_backward_args *args,
+                                                 void *stream);
+
 /* Softmax along the ragged (token) dimension of a packed batch, per
  * sequence and per column, never mixing sequences:
  *
@@ -484,6 +509,37 @@ typedef struct scree_swiglu_args {
 
 SCREE_EXTERN scree_status scree_swiglu(scree_context *ctx, const scree_swiglu_args *args,
                                        void *stream);
+
+/* The backward of scree_swiglu: with s = sigmoid(gate) and dy the gradient
+ * of y, in fp32,
+ *
+ *   dup   = dy * gate * s                       (dy * silu(gate))
+ *   dgate = dy * up * s * (1 + gate * (1 - s))
+ *
+ *   gate, up: [rows, cols] of dtype with strides gate_stride, up_stride, or
+ *     with up = 0 one [rows, 2 * cols] tensor, gate first (up = gate + cols
+ *     with gate's stride, 0 meaning 2 * cols), as the forward reads them.
+ *   dy: [rows, cols] of dy_dtype, stride dy_stride (0 means cols).
+ *   dgate, dup: [rows, cols] of dtype with strides dgate_stride, dup_stride,
+ *     or with dup = 0 one [rows, 2 * cols] tensor, dgate first (dup = dgate +
+ *     cols with dgate's stride, 0 meaning 2 * cols): the fused gradient of a
+ *     fused input. Either form of output goes with either form of input.
+ *     dgate may be gate exactly and dup may be up exactly (in place: the same
+ *     address, stride and element size; each element is read before the
+ *     same thread writes it); any other overlap between the outputs, or of
+ *     an output with gate, up or dy, is refused.
+ *
+ * cols in [1, 2^30]; dtype and dy_dtype each fp32, fp16 or bf16. */
+typedef struct scree_swiglu_backward_args {
+  scree_devptr gate, up, dy, dgate, dup;
+  int64_t rows, cols;
+  int64_t gate_stride, up_stride, dy_stride, dgate_stride, dup_stride;
+  scree_dtype dtype, dy_dtype;
+} scree_swiglu_backward_args;
+
+SCREE_EXTERN scree_status scree_swiglu_backward(scree_context *ctx,
+                                                const scree_swiglu_backward_args *args,
+                                                void *stream);
 
 /* Cross-entropy forward, one pass over the logits (online max and sum):
  *
