@@ -490,6 +490,33 @@ typedef struct scree_rope_args {
 SCREE_EXTERN scree_status scree_rope(scree_context *ctx, const scree_rope_args *args,
                                      void *stream);
 
+/* The backward of scree_rope: the inverse rotation (angle -a), in place on
+ * the gradients dq and dk, which is the transpose of the forward's: with
+ * the forward's pairs and angles,
+ *   (g1, g2) -> (g1 cos a + g2 sin a, g2 cos a - g1 sin a)
+ * Every field as scree_rope_args' (same layouts, positions, cu_seqlens,
+ * cos_sin table, partial rotary, strides and limits), with q and k holding
+ * dq and dk: the same call with the gradients' pointers (and strides)
+ * computes the backward. Elements past rotary_dim are left as they are
+ * (their gradient passes through). */
+typedef struct scree_rope_backward_args {
+  scree_devptr q, k;
+  scree_devptr positions;
+  scree_devptr cu_seqlens;
+  scree_devptr cos_sin;
+  int64_t total, batch, max_position;
+  int64_t heads_q, heads_kv, head_dim, rotary_dim;
+  int64_t q_token_stride, q_head_stride, k_token_stride, k_head_stride;
+  scree_dtype dtype;
+  scree_rope_layout layout;
+  int positions_int64;
+  float theta;
+} scree_rope_backward_args;
+
+SCREE_EXTERN scree_status scree_rope_backward(scree_context *ctx,
+                                              const scree_rope_backward_args *args,
+                                              void *stream);
+
 /* SwiGLU: y[t, :] = silu(gate[t, :]) * up[t, :], silu(g) = g / (1 + e^-g),
  * in fp32.
  *

@@ -58,6 +58,14 @@ static const call valid[] = {
      "q=0x100000,k=0x200000,positions=0x400000,positions_int64=1,cos_sin=0x500000,"
      "max_position=8192,total=8,heads_q=4,heads_kv=2,head_dim=64,rotary_dim=32,dtype=bf16,"
      "layout=1,theta=500000"},
+    /* The backward's arguments are RoPE's: dq and dk in q and k. */
+    {"rope_backward",
+     "q=0x100000,k=0x200000,cu_seqlens=0x300000,total=8,batch=2,heads_q=4,heads_kv=2,"
+     "head_dim=64,dtype=fp16,layout=0"},
+    {"rope_backward",
+     "q=0x100000,k=0x200000,positions=0x400000,positions_int64=1,cos_sin=0x500000,"
+     "max_position=8192,total=8,heads_q=4,heads_kv=2,head_dim=64,rotary_dim=32,dtype=bf16,"
+     "layout=1,theta=500000"},
     /* gate, up, y of 4 x 64 fp16; then gate and up in one [4, 128] tensor. */
     {"swiglu", "gate=0x10000,up=0x20000,y=0x30000,rows=4,cols=64,dtype=fp16,y_dtype=fp16"},
     {"swiglu", "gate=0x10000,y=0x30000,rows=4,cols=64,dtype=fp16,y_dtype=fp16"},
@@ -127,6 +135,10 @@ static const expect cases[] = {
     {"rope", "head_dim=2048", UNSUPPORTED, "head_dim=2048"},
     {"rope", "heads_q=70000", UNSUPPORTED, "heads_q=70000"},
     {"rope", "heads_kv=70000", UNSUPPORTED, "heads_kv=70000"},
+    {"rope_backward", "head_dim=2048", UNSUPPORTED, "head_dim=2048"},
+    {"rope_backward", "rotary_dim=3", INVALID, "rotary_dim=3"},
+    {"rope_backward", "k=q+64", INVALID, "overlap"},
+    {"rope_backward", "layout=2", INVALID, "layout=2"},
     {"swiglu", "cols=1073741825", UNSUPPORTED, "cols=1073741825"},
     {"softmax_backward", "cols=262145", UNSUPPORTED, "cols=262145"},
     {"softmax_backward", "cols=262144", PASSES},

@@ -1,6 +1,7 @@
 /* test_misc_backward_ref.c - the CPU references for the backward of softmax
- * (last dimension) and SwiGLU (ops/rowwise_backward_ref.c, and the ops'
- * reference hooks in ops/softmax_backward.c and swiglu_backward.c) against
+ * (last dimension), SwiGLU (ops/rowwise_backward_ref.c, and the ops'
+ * reference hooks in ops/softmax_backward.c and swiglu_backward.c) and RoPE
+ * (the hook of ops/rope_backward.c) against
  *   - central finite differences of the forward references' loss
  *     L = sum(y * dy), on tiny fp32 problems with padded strides;
  *   - themselves: in place against out of place, the fused [rows, 2 cols]
@@ -24,6 +25,8 @@ SCREE__REFERENCE(softmax);
 SCREE__REFERENCE(swiglu);
 SCREE__REFERENCE(swiglu_backward);
 SCREE__REFERENCE(softmax_backward);
+SCREE__REFERENCE(rope);
+SCREE__REFERENCE(rope_backward);
 
 /* Step of the finite differences, and the grid of the inputs: multiples of
  * 2^-10, so that x +- H and x +- H / 2 are exact in fp32 and the only
@@ -272,6 +275,106 @@ START_TEST(swiglu_forms_and_large_gates) {
 }
 END_TEST
 
+/* ---- RoPE ------------------------------------------------------------------- */
+
+/* Tiny q and k (3 tokens in 2 sequences, 2 q heads and 1 k head of 8, k
+ * stored after q's rows with a padded token stride), positions from
+ * cu_seqlens, int32 positions (large ones, where the angle is far from 0),
+ * or a cos/sin table. */
+typedef struct rprob {
+  scree_rope_args a;
+  float *q, *k, *dq, *dk;
+  int32_t cu[3], pos[3];
+  float *table;
+} rprob;
+
+#define RT 3
+#define RHQ 2
+#define RHK 1
+#define RD 8
+#define RKS 12 /* k's token stride: 8 elements of padding-free head plus 4 */
+
+static void *const *rope_host(const rprob *p, float *q, float *k, void **h) {
+  int n = 0;
+  h[n++] = q;
+  h[n++] = k;
+  h[n++] = p->a.positions ? (void *)p->pos : (void *)p->cu;
+  if (p->a.cos_sin) h[n++] = p->table;
+  return h;
+}
+
+static double rope_loss(const void *pv, double *mag) {
+  const rprob *p = pv;
+  float q[RT * RHQ * RD], k[RT * RKS];
+  memcpy(q, p->q, sizeof q), memcpy(k, p->k, sizeof k);
+  void *h[4];
+  scree__ref_rope(&p->a, rope_host(p, q, k, h));
+  double l = 0, m = 0;
+  for (int i = 0; i < RT * RHQ * RD; i++) l += (double)q[i] * p->dq[i], m += fabs(q[i] * p->dq[i]);
+  for (int t = 0; t < RT; t++)
+    for (int i = 0; i < RD; i++) {
+      const double v = (double)k[t * RKS + i] * p->dk[t * RKS + i];
+      l += v, m += fabs(v);
+    }
+  *mag = m;
+  return l;
+}
+
+START_TEST(rope_finite_differences) {
+  for (int layout = 0; layout < 2; layout++)
+    for (int rd = 2; rd <= RD; rd += 6) /* partial (2 of 8) and full rotary */
+      for (int mode = 0; mode < 3; mode++) {
+        rprob p = {.cu = {0, 1, 3}, .pos = {5, 1000, 123457}};
+        p.a = (scree_rope_args){.q = 1, .k = 1, .total = RT, .batch = 2, .heads_q = RHQ,
+                                .heads_kv = RHK, .head_dim = RD, .rotary_dim = rd,
+                                .k_token_stride = RKS, .layout = (scree_rope_layout)layout,
+                                .theta = mode == 1 ? 500000.f : 0.f};
+        if (mode >= 1) p.a.positions = 1;
+        float tab[6 * RD];
+        if (mode == 2) {
+          /* A table of 6 positions with any cos and sin values: the
+           * backward must use the table's, whatever they are. */
+          p.pos[0] = 0, p.pos[1] = 5, p.pos[2] = 3;
+          for (int i = 0; i < 6 * rd; i++) tab[i] = grid_value(1);
+          p.a.cos_sin = 1, p.a.max_position = 6, p.table = tab;
+        }
+        p.q = grid_buf(RT * RHQ * RD, 2), p.k = grid_buf(RT * RKS, 2);
+        p.dq = grid_buf(RT * RHQ * RD, 2), p.dk = grid_buf(RT * RKS, 2);
+        float gq[RT * RHQ * RD], gk[RT * RKS];
+        memcpy(gq, p.dq, sizeof gq), memcpy(gk, p.dk, sizeof gk);
+        scree_rope_backward_args b;
+        memcpy(&b, &p.a, sizeof b);
+        void *h[4];
+        scree__ref_rope_backward(&b, rope_host(&p, gq, gk, h));
+        for (int i = 0; i < RT * RHQ * RD; i++) {
+          char what[128];
+          snprintf(what, sizeof what, "rope layout=%d rd=%d mode=%d: dq[%d]", layout, rd, mode, i);
+          check_fd(&p, rope_loss, &p.q[i], gq[i], what);
+        }
+        for (int t = 0; t < RT; t++) {
+          for (int i = 0; i < RD; i++) {
+            char what[128];
+            snprintf(what, sizeof what, "rope layout=%d rd=%d mode=%d: dk[%d, %d]", layout, rd,
+                     mode, t, i);
+            check_fd(&p, rope_loss, &p.k[t * RKS + i], gk[t * RKS + i], what);
+          }
+          for (int i = RD; i < RKS && t < RT - 1; i++)
+            CHECK(gk[t * RKS + i] == p.dk[t * RKS + i], "k padding written");
+        }
+        /* The backward undoes the forward (on the fly: a rotation). */
+        if (mode < 2) {
+          memcpy(gq, p.q, sizeof gq), memcpy(gk, p.k, sizeof gk);
+          scree__ref_rope(&p.a, rope_host(&p, gq, gk, h));
+          scree__ref_rope_backward(&b, rope_host(&p, gq, gk, h));
+          for (int i = 0; i < RT * RHQ * RD; i++)
+            CHECK(fabsf(gq[i] - p.q[i]) <= 1e-6f, "round trip q[%d]: %g, was %g", i,
+                  (double)gq[i], (double)p.q[i]);
+        }
+        free(p.q), free(p.k), free(p.dq), free(p.dk);
+      }
+}
+END_TEST
+
 /* ---- half dtypes -------------------------------------------------------------- */
 
 /* Rounds an fp32 buffer through dt in place (so both runs see the same
@@ -334,4 +437,4 @@ END_TEST
 SCREE_TEST_MAIN(.name = "misc_backward_ref",
                 .tests = SCREE_TESTS(softmax_finite_differences, softmax_in_place_and_hook,
                                      swiglu_finite_differences, swiglu_forms_and_large_gates,
-                                     half_dtypes_round))
+                                     rope_finite_differences, half_dtypes_round))
