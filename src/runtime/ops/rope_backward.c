@@ -20,4 +20,4 @@ _Static_assert(sizeof(scree_rope_backward_args) == sizeof(scree_rope_args) &&
                        offsetof(scree_rope_args, k_head_stride),
                "scree_rope_backward_args must have scree_rope_args' layout");
 
-#include "rope.c"
+#include "ops/rope.c"
