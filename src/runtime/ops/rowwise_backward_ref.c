@@ -1,5 +1,6 @@
 /* rowwise_backward_ref.c - CPU references for the backward of RMSNorm, the
- * fused residual add + RMSNorm, LayerNorm, softmax and SwiGLU, in double
+ * fused residual add + RMSNorm, LayerNorm, softmax, the ragged softmax and
+ * SwiGLU, in double
  * accumulation (ops/rowwise_backward_ref.h says what they compute). Each
  * row's sums run
  * c = 0, 1, ... in order; dw and db are summed in double over rows, in
@@ -141,6 +142,32 @@ void scree__softmax_backward_ref(const void *y, int64_t y_stride, const void *dy
       ST(dx, dy_dtype, r * xs + c, s * v * (g - d));
     }
   }
+}
+
+void scree__ragged_softmax_backward_ref(const void *y, int64_t y_stride, const void *dy,
+                                        int64_t dy_stride, void *dx, int64_t dx_stride,
+                                        const int32_t *cu_seqlens, int64_t batch, int64_t cols,
+                                        scree_dtype y_dtype, scree_dtype dy_dtype, float scale) {
+  const int64_t ys = y_stride ? y_stride : cols, gs = dy_stride ? dy_stride : cols;
+  const int64_t xs = dx_stride ? dx_stride : cols;
+  const double s = scale != 0.f ? (double)scale : 1.0;
+  double *d = malloc((size_t)(cols > 0 ? cols : 1) * sizeof *d);
+  for (int64_t b = 0; b < batch; b++) {
+    const int64_t t0 = cu_seqlens[b], t1 = cu_seqlens[b + 1];
+    if (d) {
+      /* Token by token, so memory is read in order. */
+      for (int64_t c = 0; c < cols; c++) d[c] = 0;
+      for (int64_t t = t0; t < t1; t++)
+        for (int64_t c = 0; c < cols; c++)
+          d[c] += LD(y, y_dtype, t * ys + c) * LD(dy, dy_dtype, t * gs + c);
+    }
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t c = 0; c < cols; c++) {
+        const double v = LD(y, y_dtype, t * ys + c), g = LD(dy, dy_dtype, t * gs + c);
+        ST(dx, dy_dtype, t * xs + c, d ? s * v * (g - d[c]) : NAN);
+      }
+  }
+  free(d);
 }
 
 void scree__swiglu_backward_ref(const void *gate, int64_t gate_stride, const void *up,

@@ -1,7 +1,7 @@
 /*
  * rowwise_backward_ref.h - CPU references for the backward of RMSNorm, the
- * fused residual add + RMSNorm, LayerNorm, softmax (last dimension) and
- * SwiGLU (ops/rowwise_backward_ref.c):
+ * fused residual add + RMSNorm, LayerNorm, softmax (last dimension), the
+ * ragged softmax and SwiGLU (ops/rowwise_backward_ref.c):
  * the gradients their backward kernels will be tested against. Not API.
  *
  * Conventions are the forward references' (ops/rmsnorm.c, add_rmsnorm.c,
@@ -67,6 +67,20 @@ void scree__softmax_backward_ref(const void *y, int64_t y_stride, const void *dy
                                  int64_t dy_stride, void *dx, int64_t dx_stride, int64_t rows,
                                  int64_t cols, scree_dtype y_dtype, scree_dtype dy_dtype,
                                  float scale);
+
+/* Ragged softmax backward: y = the softmax over the tokens of each sequence
+ * (tokens [cu_seqlens[b], cu_seqlens[b + 1])), per column, dy its
+ * gradient. Per sequence and column, with d = sum_t y[t, c] dy[t, c] over
+ * the sequence's tokens:
+ *   dx[t, c] = scale * y[t, c] * (dy[t, c] - d)      (scale 0 means 1)
+ * y of y_dtype; dy and dx of dy_dtype, [total, cols] with strides (0 means
+ * cols); cu_seqlens as the forward's (batch + 1 entries from 0,
+ * non-decreasing, ending at the total). dx may be dy exactly. If scratch
+ * memory cannot be had, dx is written as NaN. */
+void scree__ragged_softmax_backward_ref(const void *y, int64_t y_stride, const void *dy,
+                                        int64_t dy_stride, void *dx, int64_t dx_stride,
+                                        const int32_t *cu_seqlens, int64_t batch, int64_t cols,
+                                        scree_dtype y_dtype, scree_dtype dy_dtype, float scale);
 
 /* SwiGLU backward: y = silu(g) * u, s = sigmoid(g). Elementwise:
  *   du = dy * g * s;   dg = dy * u * s * (1 + g (1 - s))

@@ -1,6 +1,6 @@
 /* test_misc_backward_ref.c - the CPU references for the backward of softmax
- * (last dimension), SwiGLU (ops/rowwise_backward_ref.c, and the ops'
- * reference hooks in ops/softmax_backward.c and swiglu_backward.c) and RoPE
+ * (last dimension and ragged), SwiGLU (ops/rowwise_backward_ref.c, and the
+ * ops' reference hooks in ops/softmax_backward.c and swiglu_backward.c) and RoPE
  * (the hook of ops/rope_backward.c) against
  *   - central finite differences of the forward references' loss
  *     L = sum(y * dy), on tiny fp32 problems with padded strides;
@@ -26,6 +26,7 @@ SCREE__REFERENCE(swiglu);
 SCREE__REFERENCE(swiglu_backward);
 SCREE__REFERENCE(softmax_backward);
 SCREE__REFERENCE(rope);
+SCREE__REFERENCE(ragged_softmax);
 SCREE__REFERENCE(rope_backward);
 
 /* Step of the finite differences, and the grid of the inputs: multiples of
@@ -158,6 +159,73 @@ START_TEST(softmax_in_place_and_hook) {
   CHECK(!memcmp(dx, io, rows * cols * sizeof(float)), "in place differs");
   CHECK(!memcmp(dx, dx2, rows * cols * sizeof(float)), "the hook differs");
   free(y), free(dy), free(dx), free(dx2), free(io);
+}
+END_TEST
+
+/* ---- ragged softmax --------------------------------------------------------- */
+
+typedef struct rsprob {
+  int total, cols, batch;
+  long xs, ys;
+  float scale;
+  const int32_t *cu;
+  float *x, *dy;
+} rsprob;
+
+static double rs_loss(const void *pv, double *mag) {
+  const rsprob *p = pv;
+  float *y = calloc((size_t)p->total * p->cols + 1, sizeof(float));
+  scree_ragged_softmax_args a = {.batch = p->batch, .total = p->total, .cols = p->cols,
+                                 .x_stride = p->xs, .scale = p->scale};
+  scree__ref_ragged_softmax(&a, (void *const[]){p->x, (void *)p->cu, y});
+  double l = 0, m = 0;
+  for (int t = 0; t < p->total; t++)
+    for (int c = 0; c < p->cols; c++) {
+      const double v = (double)y[t * p->cols + c] * p->dy[t * p->ys + c];
+      l += v, m += fabs(v);
+    }
+  free(y);
+  *mag = m;
+  return l;
+}
+
+/* Sequences of 0, 1, 3 and 2 tokens (an empty one, one of length 1 whose
+ * gradient is 0), 1, 2 and 7 columns, three scales: the sums run over one
+ * sequence's tokens per column, never across sequences or columns. */
+START_TEST(ragged_softmax_finite_differences) {
+  static const int32_t cu[] = {0, 0, 1, 4, 6};
+  static const int cols_list[] = {1, 2, 7};
+  static const float scales[] = {0.f, 0.75f, -1.5f};
+  for (size_t j = 0; j < 3; j++)
+    for (size_t k = 0; k < 3; k++) {
+      rsprob p = {.total = 6, .cols = cols_list[j], .batch = 4, .scale = scales[k], .cu = cu};
+      p.xs = p.cols + 3, p.ys = p.cols + 1;
+      p.x = grid_buf((long)p.total * p.xs, 2), p.dy = grid_buf((long)p.total * p.ys, 2);
+      float *y = calloc((size_t)p.total * p.cols + 1, sizeof(float));
+      scree_ragged_softmax_args a = {.batch = p.batch, .total = p.total, .cols = p.cols,
+                                     .x_stride = p.xs, .scale = p.scale};
+      scree__ref_ragged_softmax(&a, (void *const[]){p.x, (void *)cu, y});
+      float *dx = nan_buf((long)p.total * p.ys), *io = calloc((size_t)p.total * p.ys + 1, 4);
+      scree__ragged_softmax_backward_ref(y, 0, p.dy, p.ys, dx, p.ys, cu, p.batch, p.cols,
+                                         SCREE_DTYPE_FP32, SCREE_DTYPE_FP32, p.scale);
+      for (int t = 0; t < p.total; t++) {
+        for (int c = 0; c < p.cols; c++) {
+          char what[128];
+          snprintf(what, sizeof what, "ragged softmax cols=%d scale=%g: dx[%d, %d]", p.cols,
+                   (double)p.scale, t, c);
+          check_fd(&p, rs_loss, &p.x[t * p.xs + c], dx[t * p.ys + c], what);
+        }
+        for (long c = p.cols; c < p.ys; c++) CHECK(isnan(dx[t * p.ys + c]), "gap written");
+      }
+      /* In place over dy: the same bits. */
+      memcpy(io, p.dy, (size_t)p.total * p.ys * sizeof(float));
+      scree__ragged_softmax_backward_ref(y, 0, io, p.ys, io, p.ys, cu, p.batch, p.cols,
+                                         SCREE_DTYPE_FP32, SCREE_DTYPE_FP32, p.scale);
+      for (int t = 0; t < p.total; t++)
+        for (int c = 0; c < p.cols; c++)
+          CHECK(io[t * p.ys + c] == dx[t * p.ys + c], "in place differs at [%d, %d]", t, c);
+      free(p.x), free(p.dy), free(y), free(dx), free(io);
+    }
 }
 END_TEST
 
@@ -436,5 +504,6 @@ END_TEST
 
 SCREE_TEST_MAIN(.name = "misc_backward_ref",
                 .tests = SCREE_TESTS(softmax_finite_differences, softmax_in_place_and_hook,
+                                     ragged_softmax_finite_differences,
                                      swiglu_finite_differences, swiglu_forms_and_large_gates,
                                      rope_finite_differences, half_dtypes_round))
