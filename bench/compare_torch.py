@@ -5,7 +5,7 @@ scree runs through the C API (ctypes) on the same tensors as PyTorch, in one
 process, on one GPU: RMSNorm against torch.nn.functional.rms_norm, varlen
 attention against FlashAttention-2.
 
-    python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|paged|
+    python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|misc-backward|paged|
                                          cross-entropy-backward|all]
                                    [--lib build/libscree.so]
                                    [--reps 100] [--only NAME,...] [--json OUT]
@@ -502,7 +502,8 @@ def run_attention(args, lib, ctx, configs, l2):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--op", default="all",
-                    help="rmsnorm (the RMSNorm table), attention, attention-backward, paged, "
+                    help="rmsnorm (the RMSNorm table), attention, attention-backward, "
+                         "misc-backward (SwiGLU, softmax, RoPE backward), paged, "
                          "cross-entropy-backward (the fused loss and gradient), "
                          "rowwise (every row-wise op against eager and torch.compile), one "
                          "row-wise op's name, or all")
@@ -542,9 +543,12 @@ def main():
     import paged_torch
     import attention_backward_torch
     import ce_backward_torch
-    if (args.op not in ("rmsnorm", "attention", "attention-backward", "rowwise", "paged", "all",
-                        "cross-entropy-backward") and args.op not in rowwise_torch.OPS):
-        ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, attention-backward, rowwise, "
+    import misc_backward_torch
+    if (args.op not in ("rmsnorm", "attention", "attention-backward", "misc-backward", "rowwise",
+                        "paged", "all", "cross-entropy-backward")
+            and args.op not in rowwise_torch.OPS):
+        ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, attention-backward, "
+                 f"misc-backward, rowwise, "
                  f"paged, cross-entropy-backward, all or one of "
                  f"{', '.join(rowwise_torch.OPS)}")
     do_paged = args.op == "paged"
@@ -619,6 +623,11 @@ def main():
         out["copy_gbps"] = out.get("copy_gbps") or copy_bandwidth()
         out["cross_entropy_backward"] = ce_backward_torch.run(
             args, lib, ctx, l2, time_batched, torch, out["copy_gbps"])
+        dump()
+    if args.op == "misc-backward":  # SwiGLU, softmax and RoPE backward
+        out["copy_gbps"] = out.get("copy_gbps") or copy_bandwidth()
+        out["misc_backward"] = misc_backward_torch.run(args, lib, ctx, l2, time_batched,
+                                                       out["copy_gbps"], torch)
         dump()
     if do_rowwise:
         gbps = out.get("copy_gbps") or copy_bandwidth()

@@ -390,6 +390,31 @@ SCREE_EXTERN scree_status scree_softmax(scree_context *ctx,
                                         const scree_softmax_args *args,
                                         void *stream);
 
+/* The backward of scree_softmax: given its output y and the gradient dy of
+ * y, the gradient of x,
+ *
+ *   dx[t, :] = scale * y[t, :] * (dy[t, :] - sum_c y[t, c] * dy[t, c])
+ *
+ * with the sum accumulated in fp32 (deterministic: a fixed order per row).
+ *
+ *   y, dy, dx: [rows, cols] with strides y_stride, dy_stride, dx_stride (0
+ *     means cols). dx is of dy_dtype; it may alias dy exactly (in place) but
+ *     must not otherwise overlap y or dy.
+ *   scale: the forward's scale, finite; 0 means 1.
+ *
+ * cols in [1, 262144]; y_dtype and dy_dtype each fp32, fp16 or bf16. */
+typedef struct scree_softmax_backward_args {
+  scree_devptr y, dy, dx;
+  int64_t rows, cols;
+  int64_t y_stride, dy_stride, dx_stride;
+  scree_dtype y_dtype, dy_dtype;
+  float scale;
+} scree_softmax_backward_args;
+
+SCREE_EXTERN scree_status scree_softmax_backward(scree_context *ctx,
+                                                 const scree_softmax_backward_args *args,
+                                                 void *stream);
+
 /* Softmax along the ragged (token) dimension of a packed batch, per
  * sequence and per column, never mixing sequences:
  *
@@ -465,6 +490,33 @@ typedef struct scree_rope_args {
 SCREE_EXTERN scree_status scree_rope(scree_context *ctx, const scree_rope_args *args,
                                      void *stream);
 
+/* The backward of scree_rope: the inverse rotation (angle -a), in place on
+ * the gradients dq and dk, which is the transpose of the forward's: with
+ * the forward's pairs and angles,
+ *   (g1, g2) -> (g1 cos a + g2 sin a, g2 cos a - g1 sin a)
+ * Every field as scree_rope_args' (same layouts, positions, cu_seqlens,
+ * cos_sin table, partial rotary, strides and limits), with q and k holding
+ * dq and dk: the same call with the gradients' pointers (and strides)
+ * computes the backward. Elements past rotary_dim are left as they are
+ * (their gradient passes through). */
+typedef struct scree_rope_backward_args {
+  scree_devptr q, k;
+  scree_devptr positions;
+  scree_devptr cu_seqlens;
+  scree_devptr cos_sin;
+  int64_t total, batch, max_position;
+  int64_t heads_q, heads_kv, head_dim, rotary_dim;
+  int64_t q_token_stride, q_head_stride, k_token_stride, k_head_stride;
+  scree_dtype dtype;
+  scree_rope_layout layout;
+  int positions_int64;
+  float theta;
+} scree_rope_backward_args;
+
+SCREE_EXTERN scree_status scree_rope_backward(scree_context *ctx,
+                                              const scree_rope_backward_args *args,
+                                              void *stream);
+
 /* SwiGLU: y[t, :] = silu(gate[t, :]) * up[t, :], silu(g) = g / (1 + e^-g),
  * in fp32.
  *
@@ -484,6 +536,37 @@ typedef struct scree_swiglu_args {
 
 SCREE_EXTERN scree_status scree_swiglu(scree_context *ctx, const scree_swiglu_args *args,
                                        void *stream);
+
+/* The backward of scree_swiglu: with s = sigmoid(gate) and dy the gradient
+ * of y, in fp32,
+ *
+ *   dup   = dy * gate * s                       (dy * silu(gate))
+ *   dgate = dy * up * s * (1 + gate * (1 - s))
+ *
+ *   gate, up: [rows, cols] of dtype with strides gate_stride, up_stride, or
+ *     with up = 0 one [rows, 2 * cols] tensor, gate first (up = gate + cols
+ *     with gate's stride, 0 meaning 2 * cols), as the forward reads them.
+ *   dy: [rows, cols] of dy_dtype, stride dy_stride (0 means cols).
+ *   dgate, dup: [rows, cols] of dtype with strides dgate_stride, dup_stride,
+ *     or with dup = 0 one [rows, 2 * cols] tensor, dgate first (dup = dgate +
+ *     cols with dgate's stride, 0 meaning 2 * cols): the fused gradient of a
+ *     fused input. Either form of output goes with either form of input.
+ *     dgate may be gate exactly and dup may be up exactly (in place: the same
+ *     address, stride and element size; each element is read before the
+ *     same thread writes it); any other overlap between the outputs, or of
+ *     an output with gate, up or dy, is refused.
+ *
+ * cols in [1, 2^30]; dtype and dy_dtype each fp32, fp16 or bf16. */
+typedef struct scree_swiglu_backward_args {
+  scree_devptr gate, up, dy, dgate, dup;
+  int64_t rows, cols;
+  int64_t gate_stride, up_stride, dy_stride, dgate_stride, dup_stride;
+  scree_dtype dtype, dy_dtype;
+} scree_swiglu_backward_args;
+
+SCREE_EXTERN scree_status scree_swiglu_backward(scree_context *ctx,
+                                                const scree_swiglu_backward_args *args,
+                                                void *stream);
 
 /* Cross-entropy forward, one pass over the logits (online max and sum),
  * optionally writing the gradient of the loss over the logits in the same

@@ -46,6 +46,9 @@
  *   SCREE_LAYOUT  0 NeoX, 1 GPT-J
  *   SCREE_TABLE   0 cos and sin on the fly from theta, 1 from cos_sin
  *   SCREE_POS     0 positions from cu_seqlens, 1 int32 positions, 2 int64
+ *   SCREE_INVERSE 1: the inverse rotation (angle -a: sin negated), the
+ *                 backward of RoPE on dq and dk (scree_rope_backward, whose
+ *                 implementation passes it); 0 or unset: the forward
  *
  * The host guarantees: 2 <= rotary_dim <= head_dim <= 1024, both even;
  * q and k aligned to VEC elements, every stride a multiple of VEC, R a
@@ -74,6 +77,10 @@ static_assert(SCREE_DTYPE >= 0 && SCREE_DTYPE <= 2, "DTYPE must be 0 (fp32), 1 (
 static_assert(SCREE_LAYOUT == 0 || SCREE_LAYOUT == 1, "LAYOUT must be 0 (NeoX) or 1 (GPT-J)");
 static_assert(SCREE_TABLE == 0 || SCREE_TABLE == 1, "TABLE must be 0 or 1");
 static_assert(SCREE_POS >= 0 && SCREE_POS <= 2, "POS must be 0 (cu_seqlens), 1 (int32), 2 (int64)");
+#ifndef SCREE_INVERSE
+#define SCREE_INVERSE 0
+#endif
+static_assert(SCREE_INVERSE == 0 || SCREE_INVERSE == 1, "INVERSE must be 0 or 1");
 
 /* Pairs per block, vectors per head row and block, elements per block. */
 #if SCREE_LAYOUT == 0
@@ -132,7 +139,9 @@ __device__ __forceinline__ int scree_rope_offset(int pb, int j, int half) {
 #endif
 }
 
-/* Rotates the block's elements (f: its vectors' elements in order). */
+/* Rotates the block's elements (f: its vectors' elements in order) by the
+ * angle, or by its negative with SCREE_INVERSE (the transpose: the
+ * gradient of the rotation). */
 __device__ __forceinline__ void scree_rope_rotate(float (&f)[SCREE_EPB],
                                                   const float (&c)[SCREE_PB],
                                                   const float (&s)[SCREE_PB]) {
@@ -144,8 +153,9 @@ __device__ __forceinline__ void scree_rope_rotate(float (&f)[SCREE_EPB],
     const int i1 = 2 * m, i2 = 2 * m + 1;
 #endif
     const float x1 = f[i1], x2 = f[i2];
-    f[i1] = x1 * c[m] - x2 * s[m];
-    f[i2] = x2 * c[m] + x1 * s[m];
+    const float sn = SCREE_INVERSE ? -s[m] : s[m];
+    f[i1] = x1 * c[m] - x2 * sn;
+    f[i2] = x2 * c[m] + x1 * sn;
   }
 }
 

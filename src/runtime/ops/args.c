@@ -373,3 +373,23 @@ const char *scree__schema_missing(const scree__op *op) {
 #undef NEED
   return "";
 }
+
+/* floor(x / p) and ceil(x / p) for p > 0. */
+static __int128 floor_div(__int128 x, __int128 p) {
+  __int128 q = x / p;
+  if (x % p && x < 0) q--;
+  return q;
+}
+static __int128 ceil_div(__int128 x, __int128 p) { return -floor_div(-x, p); }
+
+/* Row i of A meets row j of B exactly when k = i - j satisfies b - a - wa
+ * < k p < b - a + wb, an interval holding at most two k; so interleaved
+ * layouts are told apart in O(1). */
+int scree__rows_meet(uint64_t a, uint64_t wa, uint64_t b, uint64_t wb, uint64_t p, int64_t n) {
+  const __int128 d = (__int128)b - (__int128)a;
+  __int128 kmin = floor_div(d - (__int128)wa, p) + 1;
+  __int128 kmax = ceil_div(d + (__int128)wb, p) - 1;
+  if (kmin < -(__int128)(n - 1)) kmin = -(__int128)(n - 1);
+  if (kmax > (__int128)(n - 1)) kmax = n - 1;
+  return kmin <= kmax;
+}

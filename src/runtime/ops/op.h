@@ -567,6 +567,11 @@ int scree__byte_range(uint64_t base, int64_t rows, int64_t cols, int64_t stride,
                       uint64_t *lo, uint64_t *hi);
 /* 1 if [alo, ahi) and [blo, bhi) share a byte. */
 int scree__overlaps(uint64_t alo, uint64_t ahi, uint64_t blo, uint64_t bhi);
+/* 1 if two sets of n rows with the same pitch p (bytes) share a byte: rows
+ * of A are [a + i p, a + i p + wa), rows of B [b + j p, b + j p + wb), for
+ * i, j in [0, n), with wa, wb <= p (interleaved layouts: gate and up of one
+ * [rows, 2 cols] tensor, and a tensor written over either). */
+int scree__rows_meet(uint64_t a, uint64_t wa, uint64_t b, uint64_t wb, uint64_t p, int64_t n);
 
 /* ---- shapes.c ----------------------------------------------------------------
  * Reads {"shapes": [[rows, cols], ...], "dtypes": ["fp16", ...]} (the

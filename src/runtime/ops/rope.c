@@ -14,6 +14,20 @@
 #define MAX_HEADS 65535
 #define DEFAULT_THETA 10000.0f
 
+/* This file is RoPE's host side, and, compiled again by rope_backward.c
+ * with SCREE__ROPE_OP rope_backward and SCREE__ROPE_INVERSE 1, that of
+ * its backward: the same arguments (scree_rope_backward_args has
+ * scree_rope_args' members, in order), checks, config space, problems and
+ * kernel, with the inverse rotation (the kernel's SCREE_INVERSE, the
+ * reference's negated sine). */
+#ifndef SCREE__ROPE_OP
+#define SCREE__ROPE_OP rope
+#define SCREE__ROPE_INVERSE 0
+#endif
+/* Expands the op name before the macros paste it. */
+#define SCREE__ROPE_DEFINE(op, ...) SCREE__DEFINE_OP(op, __VA_ARGS__)
+#define SCREE__ROPE_REFERENCE(op) SCREE__REFERENCE(op)
+
 #define SCREE__ARGS_T scree_rope_args
 
 /* The arguments (include/scree.h), field by field. q and k are rotated in
@@ -782,7 +796,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
  * The angle is modelled as the kernel and HuggingFace compute it in fp32:
  * inv_freq = 1 / theta^(2i / rotary_dim) rounded to float, then the float
  * product float(p) * inv_freq; its cos and sin are taken in double. */
-SCREE__REFERENCE(rope) {
+SCREE__ROPE_REFERENCE(SCREE__ROPE_OP) {
   const scree_rope_args *a = args;
   int n = 0;
   void *q = host[n++];
@@ -821,6 +835,7 @@ SCREE__REFERENCE(rope) {
         c = cos((double)ang);
         s = sin((double)ang);
       }
+      if (SCREE__ROPE_INVERSE) s = -s; /* the transpose: dx = R(-a) dy */
       const int64_t i1 = a->layout == SCREE_ROPE_NEOX ? i : 2 * i;
       const int64_t i2 = a->layout == SCREE_ROPE_NEOX ? i + half : 2 * i + 1;
       for (int64_t h = 0; h < a->heads_q + (k ? a->heads_kv : 0); h++) {
@@ -856,8 +871,9 @@ static const char *const bench[] = {
 
 static const scree__impl impls[] = {
     {SCREE__IMPL("generic", "rope.cu", 80, 0, "scree_rope"), .nfields = F_N, .fields = fields,
-     .check = check, .adapt = adapt, .worth_timing = worth_timing, .launch = launch},
+     .check = check, .adapt = adapt, .worth_timing = worth_timing, .launch = launch,
+     .defines = SCREE__ROPE_INVERSE ? "SCREE_INVERSE=1" : NULL},
 };
 
-SCREE__DEFINE_OP(rope, .validate = validate, .validate_buffers = validate_buffers,
-                 .bucket = bucket, .adapt_class = adapt_class);
+SCREE__ROPE_DEFINE(SCREE__ROPE_OP, .validate = validate, .validate_buffers = validate_buffers,
+                   .bucket = bucket, .adapt_class = adapt_class);

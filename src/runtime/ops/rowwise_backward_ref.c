@@ -1,6 +1,8 @@
 /* rowwise_backward_ref.c - CPU references for the backward of RMSNorm, the
- * fused residual add + RMSNorm and LayerNorm, in double accumulation
- * (ops/rowwise_backward_ref.h says what they compute). Each row's sums run
+ * fused residual add + RMSNorm, LayerNorm, softmax, the ragged softmax and
+ * SwiGLU, in double
+ * accumulation (ops/rowwise_backward_ref.h says what they compute). Each
+ * row's sums run
  * c = 0, 1, ... in order; dw and db are summed in double over rows, in
  * order, and stored once at the end. */
 #include <math.h>
@@ -177,4 +179,68 @@ void scree__cross_entropy_ref(const void *logits, int64_t ls, const int64_t *tar
     }
   }
   free(x);
+}
+
+void scree__softmax_backward_ref(const void *y, int64_t y_stride, const void *dy,
+                                 int64_t dy_stride, void *dx, int64_t dx_stride, int64_t rows,
+                                 int64_t cols, scree_dtype y_dtype, scree_dtype dy_dtype,
+                                 float scale) {
+  const int64_t ys = y_stride ? y_stride : cols, gs = dy_stride ? dy_stride : cols;
+  const int64_t xs = dx_stride ? dx_stride : cols;
+  const double s = scale != 0.f ? (double)scale : 1.0;
+  for (int64_t r = 0; r < rows; r++) {
+    double d = 0;
+    for (int64_t c = 0; c < cols; c++)
+      d += LD(y, y_dtype, r * ys + c) * LD(dy, dy_dtype, r * gs + c);
+    for (int64_t c = 0; c < cols; c++) {
+      const double v = LD(y, y_dtype, r * ys + c), g = LD(dy, dy_dtype, r * gs + c);
+      ST(dx, dy_dtype, r * xs + c, s * v * (g - d));
+    }
+  }
+}
+
+void scree__ragged_softmax_backward_ref(const void *y, int64_t y_stride, const void *dy,
+                                        int64_t dy_stride, void *dx, int64_t dx_stride,
+                                        const int32_t *cu_seqlens, int64_t batch, int64_t cols,
+                                        scree_dtype y_dtype, scree_dtype dy_dtype, float scale) {
+  const int64_t ys = y_stride ? y_stride : cols, gs = dy_stride ? dy_stride : cols;
+  const int64_t xs = dx_stride ? dx_stride : cols;
+  const double s = scale != 0.f ? (double)scale : 1.0;
+  double *d = malloc((size_t)(cols > 0 ? cols : 1) * sizeof *d);
+  for (int64_t b = 0; b < batch; b++) {
+    const int64_t t0 = cu_seqlens[b], t1 = cu_seqlens[b + 1];
+    if (d) {
+      /* Token by token, so memory is read in order. */
+      for (int64_t c = 0; c < cols; c++) d[c] = 0;
+      for (int64_t t = t0; t < t1; t++)
+        for (int64_t c = 0; c < cols; c++)
+          d[c] += LD(y, y_dtype, t * ys + c) * LD(dy, dy_dtype, t * gs + c);
+    }
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t c = 0; c < cols; c++) {
+        const double v = LD(y, y_dtype, t * ys + c), g = LD(dy, dy_dtype, t * gs + c);
+        ST(dx, dy_dtype, t * xs + c, d ? s * v * (g - d[c]) : NAN);
+      }
+  }
+  free(d);
+}
+
+void scree__swiglu_backward_ref(const void *gate, int64_t gate_stride, const void *up,
+                                int64_t up_stride, const void *dy, int64_t dy_stride,
+                                void *dgate, int64_t dgate_stride, void *dup,
+                                int64_t dup_stride, int64_t rows, int64_t cols,
+                                scree_dtype dtype, scree_dtype dy_dtype) {
+  const int64_t gs = gate_stride ? gate_stride : cols, us = up_stride ? up_stride : cols;
+  const int64_t ys = dy_stride ? dy_stride : cols;
+  const int64_t dgs = dgate_stride ? dgate_stride : cols, dus = dup_stride ? dup_stride : cols;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++) {
+      const double g = LD(gate, dtype, r * gs + c), u = LD(up, dtype, r * us + c);
+      const double d = LD(dy, dy_dtype, r * ys + c);
+      /* sigmoid and 1 - sigmoid from e = exp(-|g|) <= 1: no overflow. */
+      const double e = exp(-fabs(g));
+      const double s = (g >= 0 ? 1.0 : e) / (1.0 + e), t = (g >= 0 ? e : 1.0) / (1.0 + e);
+      ST(dgate, dtype, r * dgs + c, d * u * s * (1.0 + g * t));
+      ST(dup, dtype, r * dus + c, d * g * s);
+    }
 }

@@ -1,9 +1,10 @@
 /*
  * rowwise_backward_ref.h - CPU references for the backward of RMSNorm, the
- * fused residual add + RMSNorm and LayerNorm (ops/rowwise_backward_ref.c):
- * the gradients their backward kernels will be tested against; and the
- * cross-entropy forward with label smoothing, z-loss and its gradient
- * (scree_cross_entropy's reference). Not API.
+ * fused residual add + RMSNorm, LayerNorm, softmax (last dimension), the
+ * ragged softmax and SwiGLU (ops/rowwise_backward_ref.c): the gradients
+ * their backward kernels are tested against; and the cross-entropy forward
+ * with label smoothing, z-loss and its gradient (scree_cross_entropy's
+ * reference). Not API.
  *
  * Conventions are the forward references' (ops/rmsnorm.c, add_rmsnorm.c,
  * layernorm.c): double accumulation, elements read and written through
@@ -75,5 +76,41 @@ void scree__cross_entropy_ref(const void *logits, int64_t ls, const int64_t *tar
                               float *loss, float *lse, void *dlogits, int64_t ds, int64_t rows,
                               int64_t vocab, scree_dtype dtype, int64_t ignore_index,
                               float eps, float z, int reduction, float grad_scale);
+
+/* Softmax (last dimension) backward: y = softmax(scale * x) per row (the
+ * forward's output), dy its gradient. Per row, with d = sum_c y_c dy_c:
+ *   dx = scale * y * (dy - d)      (scale 0 means 1)
+ * y of y_dtype; dy and dx of dy_dtype. dx may be dy exactly (in place):
+ * each row's dot product is taken before any of its dx is written. */
+void scree__softmax_backward_ref(const void *y, int64_t y_stride, const void *dy,
+                                 int64_t dy_stride, void *dx, int64_t dx_stride, int64_t rows,
+                                 int64_t cols, scree_dtype y_dtype, scree_dtype dy_dtype,
+                                 float scale);
+
+/* Ragged softmax backward: y = the softmax over the tokens of each sequence
+ * (tokens [cu_seqlens[b], cu_seqlens[b + 1])), per column, dy its
+ * gradient. Per sequence and column, with d = sum_t y[t, c] dy[t, c] over
+ * the sequence's tokens:
+ *   dx[t, c] = scale * y[t, c] * (dy[t, c] - d)      (scale 0 means 1)
+ * y of y_dtype; dy and dx of dy_dtype, [total, cols] with strides (0 means
+ * cols); cu_seqlens as the forward's (batch + 1 entries from 0,
+ * non-decreasing, ending at the total). dx may be dy exactly. If scratch
+ * memory cannot be had, dx is written as NaN. */
+void scree__ragged_softmax_backward_ref(const void *y, int64_t y_stride, const void *dy,
+                                        int64_t dy_stride, void *dx, int64_t dx_stride,
+                                        const int32_t *cu_seqlens, int64_t batch, int64_t cols,
+                                        scree_dtype y_dtype, scree_dtype dy_dtype, float scale);
+
+/* SwiGLU backward: y = silu(g) * u, s = sigmoid(g). Elementwise:
+ *   du = dy * g * s;   dg = dy * u * s * (1 + g (1 - s))
+ * gate, up, dgate, dup of dtype, dy of dy_dtype; strides in elements (0
+ * means cols for gate, up, dy, dgate, dup alike: the callers resolve the
+ * fused forms to a pointer and stride per tensor). dgate may be gate and
+ * dup may be up exactly (each element read before it is written). */
+void scree__swiglu_backward_ref(const void *gate, int64_t gate_stride, const void *up,
+                                int64_t up_stride, const void *dy, int64_t dy_stride,
+                                void *dgate, int64_t dgate_stride, void *dup,
+                                int64_t dup_stride, int64_t rows, int64_t cols,
+                                scree_dtype dtype, scree_dtype dy_dtype);
 
 #endif

@@ -262,29 +262,6 @@ static const char *const bench[] = {
 /* ---- the op's own argument rules: the layout of gate and up, and how y may
  * share their memory ------------------------------------------------------ */
 
-/* floor(x / p) and ceil(x / p) for p > 0. */
-static __int128 floor_div(__int128 x, __int128 p) {
-  __int128 q = x / p;
-  if (x % p && x < 0) q--;
-  return q;
-}
-static __int128 ceil_div(__int128 x, __int128 p) { return -floor_div(-x, p); }
-
-/* 1 if two sets of n rows with the same pitch p (bytes) share a byte: rows
- * of A are [a + i p, a + i p + wa), rows of B [b + j p, b + j p + wb), for
- * i, j in [0, n), with wa, wb <= p. Row i of A meets row j of B exactly
- * when k = i - j satisfies b - a - wa < k p < b - a + wb, an interval
- * holding at most two k; so interleaved layouts (gate and up of one tensor
- * and y over either) are told apart in O(1). */
-static int rows_meet(uint64_t a, uint64_t wa, uint64_t b, uint64_t wb, uint64_t p, int64_t n) {
-  const __int128 d = (__int128)b - (__int128)a;
-  __int128 kmin = floor_div(d - (__int128)wa, p) + 1;
-  __int128 kmax = ceil_div(d + (__int128)wb, p) - 1;
-  if (kmin < -(__int128)(n - 1)) kmin = -(__int128)(n - 1);
-  if (kmax > (__int128)(n - 1)) kmax = n - 1;
-  return kmin <= kmax;
-}
-
 /* Whether y may be written with tensor x (gate or up) as given: exactly
  * the same elements (in place), or none in common. */
 static scree_status check_alias(scree_context *ctx, const scree_swiglu_args *a, const char *name,
@@ -303,7 +280,7 @@ static scree_status check_alias(scree_context *ctx, const scree_swiglu_args *a, 
   if (!scree__overlaps(ylo, yhi, xlo, xhi)) return SCREE_OK;
   const uint64_t p = (uint64_t)xs * ex;
   if (p == (uint64_t)l.ys * ey &&
-      !rows_meet(a->y, (uint64_t)a->cols * ey, x, (uint64_t)a->cols * ex, p, a->rows))
+      !scree__rows_meet(a->y, (uint64_t)a->cols * ey, x, (uint64_t)a->cols * ex, p, a->rows))
     return SCREE_OK; /* interleaved rows, no element in common */
   return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "y=0x%llx partially overlaps %s=0x%llx",
                      (unsigned long long)a->y, name, (unsigned long long)x);

@@ -43,6 +43,8 @@ static const call valid[] = {
      "x=0x10000,residual=0x20000,w=0x30000,h=0x40000,y=0x50000,rows=4,cols=64,x_dtype=fp16,"
      "w_dtype=fp16,y_dtype=fp16,eps=1e-6"},
     {"softmax", "x=0x100000,y=0x300000,rows=4,cols=64,x_dtype=fp16,y_dtype=fp16"},
+    {"softmax_backward",
+     "y=0x1000000,dy=0x2000000,dx=0x3000000,rows=4,cols=64,y_dtype=fp16,dy_dtype=fp16"},
     /* 3 sequences, 300 tokens of 64 columns; buffers 256 MiB apart. */
     {"ragged_softmax",
      "x=0x10000000,y=0x20000000,cu_seqlens=0x30000000,batch=3,total=300,max_seqlen=200,cols=64,"
@@ -56,9 +58,23 @@ static const call valid[] = {
      "q=0x100000,k=0x200000,positions=0x400000,positions_int64=1,cos_sin=0x500000,"
      "max_position=8192,total=8,heads_q=4,heads_kv=2,head_dim=64,rotary_dim=32,dtype=bf16,"
      "layout=1,theta=500000"},
+    /* The backward's arguments are RoPE's: dq and dk in q and k. */
+    {"rope_backward",
+     "q=0x100000,k=0x200000,cu_seqlens=0x300000,total=8,batch=2,heads_q=4,heads_kv=2,"
+     "head_dim=64,dtype=fp16,layout=0"},
+    {"rope_backward",
+     "q=0x100000,k=0x200000,positions=0x400000,positions_int64=1,cos_sin=0x500000,"
+     "max_position=8192,total=8,heads_q=4,heads_kv=2,head_dim=64,rotary_dim=32,dtype=bf16,"
+     "layout=1,theta=500000"},
     /* gate, up, y of 4 x 64 fp16; then gate and up in one [4, 128] tensor. */
     {"swiglu", "gate=0x10000,up=0x20000,y=0x30000,rows=4,cols=64,dtype=fp16,y_dtype=fp16"},
     {"swiglu", "gate=0x10000,y=0x30000,rows=4,cols=64,dtype=fp16,y_dtype=fp16"},
+    /* gate, up, dy, dgate, dup of 4 x 64 fp16; then the fused forms. */
+    {"swiglu_backward",
+     "gate=0x10000,up=0x20000,dy=0x30000,dgate=0x40000,dup=0x50000,rows=4,cols=64,dtype=fp16,"
+     "dy_dtype=fp16"},
+    {"swiglu_backward",
+     "gate=0x10000,dy=0x30000,dgate=0x40000,rows=4,cols=64,dtype=fp16,dy_dtype=bf16"},
     /* 4 rows of 1000 bf16 logits. */
     {"cross_entropy",
      "logits=0x100000,targets=0x200000,loss=0x300000,lse=0x400000,rows=4,vocab=1000,"
@@ -128,7 +144,14 @@ static const expect cases[] = {
     {"rope", "head_dim=2048", UNSUPPORTED, "head_dim=2048"},
     {"rope", "heads_q=70000", UNSUPPORTED, "heads_q=70000"},
     {"rope", "heads_kv=70000", UNSUPPORTED, "heads_kv=70000"},
+    {"rope_backward", "head_dim=2048", UNSUPPORTED, "head_dim=2048"},
+    {"rope_backward", "rotary_dim=3", INVALID, "rotary_dim=3"},
+    {"rope_backward", "k=q+64", INVALID, "overlap"},
+    {"rope_backward", "layout=2", INVALID, "layout=2"},
     {"swiglu", "cols=1073741825", UNSUPPORTED, "cols=1073741825"},
+    {"softmax_backward", "cols=262145", UNSUPPORTED, "cols=262145"},
+    {"softmax_backward", "cols=262144", PASSES},
+    {"swiglu_backward", "cols=1073741825", UNSUPPORTED, "cols=1073741825"},
     {"cross_entropy", "vocab=16777217", UNSUPPORTED, "vocab=16777217"},
     {"cross_entropy", "vocab=16777216,targets=0x20000000,loss=0x30000000,lse=0x40000000", PASSES},
     {"attention", "head_dim=80", UNSUPPORTED, "head_dim=80 is not supported (32, 64, 96, 128 or 256)"},
@@ -321,6 +344,40 @@ static const expect cases[] = {
     {"swiglu", "up=0,up_stride=128", PASSES},
     {"swiglu", "up=0,gate_stride=192,y=gate+256,y_stride=192", PASSES}, /* [rows, 3 cols] */
     {"swiglu", "up=gate", PASSES}, /* both only read */
+    /* Softmax backward: dx over dy exactly, not over y, not partially. */
+    {"softmax_backward", "dx=dy", PASSES},
+    {"softmax_backward", "dx=dy,dy_stride=72,dx_stride=72", PASSES},
+    {"softmax_backward", "dx=dy,dx_stride=72", INVALID, "dx"},
+    {"softmax_backward", "dx=y", INVALID, "dx"},
+    {"softmax_backward", "dx=dy+2", INVALID, "dx"},
+    {"softmax_backward", "dy_stride=63", INVALID, "dy_stride=63"},
+    {"softmax_backward", "scale=inf", INVALID, "scale"},
+    {"softmax_backward", "y=0x1000002,y_stride=67", PASSES},
+    /* SwiGLU backward: strides of either form, in place exactly over gate
+     * and up, the fused output over a fused input, no other overlap. */
+    {"swiglu_backward", "gate_stride=10", INVALID, "gate_stride=10"},
+    {"swiglu_backward", "up_stride=63", INVALID, "up_stride=63"},
+    {"swiglu_backward", "dgate_stride=63", INVALID, "dgate_stride=63"},
+    {"swiglu_backward", "dup_stride=63", INVALID, "dup_stride=63"},
+    {"swiglu_backward", "dy_stride=63", INVALID, "dy_stride=63"},
+    {"swiglu_backward", "up=0,gate_stride=100", INVALID, "gate_stride=100"},
+    {"swiglu_backward", "dup=0,dgate_stride=100", INVALID, "dgate_stride=100 is less than 2 * cols"},
+    {"swiglu_backward", "dup=0,dup_stride=64", INVALID, "dup_stride=64 differs"},
+    {"swiglu_backward", "rows=4611686018427387904", INVALID, "extends past the address space"},
+    {"swiglu_backward", "dgate=gate,dup=up", PASSES},
+    {"swiglu_backward", "dgate=gate,dgate_stride=72,gate_stride=72", PASSES},
+    {"swiglu_backward", "dgate=gate,dgate_stride=72", INVALID, "dgate == gate (in place)"},
+    {"swiglu_backward", "dgate=up", INVALID, "dgate=0x20000 overlaps up"},
+    {"swiglu_backward", "dup=gate", INVALID, "dup=0x10000 overlaps gate"},
+    {"swiglu_backward", "dgate=dy", INVALID, "dgate=0x30000 overlaps dy"},
+    {"swiglu_backward", "dup=dgate+64", INVALID, "dgate=0x40000 overlaps dup=0x40040"},
+    {"swiglu_backward", "dgate=gate+2", INVALID, "overlaps gate"},
+    {"swiglu_backward", "up=0,dup=0,dgate=gate", PASSES},
+    {"swiglu_backward", "up=0,dgate=gate,dgate_stride=128,dup=gate+128,dup_stride=128", PASSES},
+    {"swiglu_backward", "up=0,dup=0,dgate=gate+128", INVALID, "overlaps"},
+    {"swiglu_backward", "dup=0,dgate=0x60000", PASSES},
+    {"swiglu_backward", "up=0,dup=0,dgate=gate,dgate_stride=192,gate_stride=192", PASSES},
+    {"swiglu_backward", "up=0,gate_stride=192,dy=gate+256,dy_stride=192", PASSES},
     /* Attention's strides: multiples of 8 elements, positive, apart. */
     {"attention", "q_token_stride=1028", MISALIGNED, "q strides (token 1028, head 128)"},
     {"attention", "k_head_stride=132", MISALIGNED, "k strides"},

@@ -34,7 +34,27 @@
 
 #include "op_test.h"
 
+/* test_rope_backward_gpu.c compiles this file again with
+ * SCREE_TEST_ROPE_BACKWARD: every test then runs scree_rope_backward (the
+ * inverse rotation, same arguments) against its reference. */
+#ifndef SCREE_TEST_ROPE_BACKWARD
+#define ROPE_OP "rope"
+#define ROPE_SUITE "rope_gpu"
 SCREE__REFERENCE(rope);
+#define rope_ref scree__ref_rope
+#define rope_call scree_rope
+#else
+#define ROPE_OP "rope_backward"
+#define ROPE_SUITE "rope_backward_gpu"
+SCREE__REFERENCE(rope_backward);
+#define rope_ref scree__ref_rope_backward
+/* The arguments are one layout (scree.h). */
+static scree_status rope_call(scree_context *cx, const scree_rope_args *a, void *s) {
+  scree_rope_backward_args b;
+  memcpy(&b, a, sizeof b);
+  return scree_rope_backward(cx, &b, s);
+}
+#endif
 
 static scree_context *ctx;
 static const scree__op *op;
@@ -264,7 +284,7 @@ static size_t run_direct(scree_context *cx, const rcase *c) {
   if (c->pos) ra.positions = 1, hp[nh++] = c->pos == 2 ? (void *)p64 : (void *)p32;
   else ra.cu_seqlens = 1, hp[nh++] = cu;
   if (c->table) ra.cos_sin = 1, hp[nh++] = tab;
-  scree__ref_rope(&ra, hp);
+  rope_ref(&ra, hp);
 
   scree_devptr buf = scree_test_dalloc(ctx, (n + sh) * es + guard);
   scree_devptr dpos = scree_test_dalloc(ctx, (size_t)(T ? T : 1) * 8);
@@ -283,7 +303,7 @@ static size_t run_direct(scree_context *cx, const rcase *c) {
   if (c->pos) a.positions = dpos;
   else a.cu_seqlens = dcu;
   if (c->table) a.cos_sin = dtab;
-  const scree_status st = scree_rope(cx, &a, NULL);
+  const scree_status st = rope_call(cx, &a, NULL);
   char what[256];
   snprintf(what, sizeof what,
            "%s layout %d pos %d table %d %s T=%lld %lld/%lld d=%lld rd=%lld shift %lld",
@@ -384,7 +404,7 @@ END_TEST
 START_TEST(zero_tokens_launches_nothing) {
   const uint64_t calls = scree_test_calls(ctx);
   scree_rope_args a = {.total = 0, .heads_q = 4, .head_dim = 64, .dtype = SCREE_DTYPE_FP16};
-  ck_assert_int_eq(scree_rope(ctx, &a, NULL), SCREE_OK);
+  ck_assert_int_eq(rope_call(ctx, &a, NULL), SCREE_OK);
   ck_assert_uint_eq(scree_test_calls(ctx), calls);
   progress("zero_tokens_launches_nothing: ok\n");
 }
@@ -414,7 +434,7 @@ START_TEST(validate_device_args) {
   scree_test_h2d(ctx, q, h, nq * 2);
   for (int i = 0; i < 4; i++) {
     scree_test_h2d(ctx, cu, bad_cu[i], sizeof bad_cu[i]);
-    const scree_status st = scree_rope(vctx, &a, NULL);
+    const scree_status st = rope_call(vctx, &a, NULL);
     ck_assert_msg(st == SCREE_ERROR_INVALID_ARGUMENT && strstr(scree_last_error(vctx), needle[i]),
                   "case %d: %s: %s", i, scree_status_name(st), scree_last_error(vctx));
   }
@@ -425,7 +445,7 @@ START_TEST(validate_device_args) {
   scree_test_h2d(ctx, pos, p, (size_t)T * 8);
   scree_rope_args b = a;
   b.positions = pos, b.positions_int64 = 1, b.cu_seqlens = 0;
-  scree_status st = scree_rope(vctx, &b, NULL);
+  scree_status st = rope_call(vctx, &b, NULL);
   ck_assert_msg(st == SCREE_ERROR_INVALID_ARGUMENT &&
                     strstr(scree_last_error(vctx), "positions[123]=256"),
                 "%s: %s", scree_status_name(st), scree_last_error(vctx));
@@ -436,11 +456,11 @@ START_TEST(validate_device_args) {
    * is fine here), and on the fly with no table. */
   p[123] = 255;
   scree_test_h2d(ctx, pos, p, (size_t)T * 8);
-  ck_assert_msg(scree_rope(vctx, &b, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
+  ck_assert_msg(rope_call(vctx, &b, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
   const int32_t good_cu[4] = {0, 100, 100, 300};
   scree_test_h2d(ctx, cu, good_cu, sizeof good_cu);
   a.cos_sin = 0, a.max_position = 0;
-  ck_assert_msg(scree_rope(vctx, &a, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
+  ck_assert_msg(rope_call(vctx, &a, NULL) == SCREE_OK, "%s", scree_last_error(vctx));
   scree_test_sync(ctx);
   scree_destroy(vctx);
   scree_test_dfree(ctx, q), scree_test_dfree(ctx, cu), scree_test_dfree(ctx, pos);
@@ -452,10 +472,10 @@ END_TEST
 
 /* All quick: see the top. */
 static void setup(void) {
-  op = scree_test_op_setup("rope", &ctx, &stream); /* exits 77 without a GPU */
+  op = scree_test_op_setup(ROPE_OP, &ctx, &stream); /* exits 77 without a GPU */
 }
 
-SCREE_TEST_MAIN(.name = "rope_gpu", .init = setup, .timeout = 1800, .nofork = 1,
+SCREE_TEST_MAIN(.name = ROPE_SUITE, .init = setup, .timeout = 1800, .nofork = 1,
                 .tests = SCREE_TESTS(narrow_vectors, large_batch, zero_tokens_launches_nothing,
                                      validate_device_args),
                 .loops = SCREE_LOOPS({every_variant_harness, 36}, {config_spread, 4},
