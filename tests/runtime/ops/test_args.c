@@ -890,11 +890,16 @@ START_TEST(null_and_cleared) {
       put(a.b, first, 0);
       ck_assert_int_ne(entry(op, a.b), SCREE_OK);
       ck_assert_str_ne(scree_last_error(ctx), "");
+      int empty = 0;
       for (int f = op->nargs - 1; f >= 0; f--)
         if (op->args[f].flags & SCREE__EMPTY) {
           put(a.b, &op->args[f], 0);
+          empty = 1;
           break;
         }
+      /* An op without an empty call (the norm backwards write dw even for
+       * 0 rows) has no call that succeeds offline. */
+      if (!empty) break;
       ck_assert_int_eq(entry(op, a.b), SCREE_OK);
       ck_assert_str_eq(scree_last_error(ctx), "");
       break;
