@@ -5,7 +5,7 @@ scree runs through the C API (ctypes) on the same tensors as PyTorch, in one
 process, on one GPU: RMSNorm against torch.nn.functional.rms_norm, varlen
 attention against FlashAttention-2.
 
-    python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|paged|all]
+    python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|paged|norm-backward|all]
                                    [--lib build/libscree.so]
                                    [--reps 100] [--only NAME,...] [--json OUT]
 
@@ -500,6 +500,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--op", default="all",
                     help="rmsnorm (the RMSNorm table), attention, attention-backward, paged, "
+                         "norm-backward (the norm backwards against eager autograd and Liger), "
                          "rowwise (every row-wise op against eager and torch.compile), one "
                          "row-wise op's name, or all")
     ap.add_argument("--lib", default=os.path.join(HERE, "..", "build", "libscree.so"))
@@ -537,9 +538,12 @@ def main():
     import rowwise_torch
     import paged_torch
     import attention_backward_torch
-    if (args.op not in ("rmsnorm", "attention", "attention-backward", "rowwise", "paged", "all")
+    import norm_backward_torch
+    if (args.op not in ("rmsnorm", "attention", "attention-backward", "rowwise", "paged",
+                        "norm-backward", "all")
             and args.op not in rowwise_torch.OPS):
         ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, attention-backward, rowwise, "
+                 f"norm-backward, "
                  f"paged, all or one of "
                  f"{', '.join(rowwise_torch.OPS)}")
     do_paged = args.op == "paged"
@@ -547,12 +551,13 @@ def main():
         ap.error(f"--paged-set: one of {', '.join(paged_torch.CASES)}")
     do_rms, do_attn = args.op in ("rmsnorm", "all"), args.op in ("attention", "all")
     do_bwd = args.op == "attention-backward"
+    do_norm_bwd = args.op == "norm-backward"
     do_rowwise = args.op == "rowwise" or args.op == "all" or (
         args.op in rowwise_torch.OPS and args.op != "rmsnorm")
 
     # Everything that needs no GPU first, so that mistakes show up anywhere.
     spec = configs = None
-    if do_rms or do_rowwise:
+    if do_rms or do_rowwise or do_norm_bwd:
         with open(args.shapes) as f:
             spec = json.load(f)
     if do_attn or do_bwd:
@@ -619,6 +624,11 @@ def main():
             if bad:
                 sys.exit(f"--rowwise-ops: unknown {', '.join(bad)}")
         out["rowwise"] = rowwise_torch.run(args, lib, ctx, spec, l2, time_batched, gbps, only)
+        dump()
+    if do_norm_bwd:
+        gbps = out.get("copy_gbps") or copy_bandwidth()
+        out["copy_gbps"] = gbps
+        out["norm_backward"] = norm_backward_torch.run(args, lib, ctx, spec, l2, time_batched, gbps)
         dump()
     lib.scree_destroy(ctx)
 

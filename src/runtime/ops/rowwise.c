@@ -242,6 +242,12 @@ int scree__nb_threads(const scree__config *c) {
 void scree__nb_default(int64_t cols, int ex, int ey, int nacc, scree__config *out) {
   const int wide = ex > ey ? ex : ey;
   scree__rowwise_default(cols, wide, out);
+  /* LayerNorm's kernel (two column sums, the mean) spills at 1024 threads
+   * (ptxas' 64 registers): take 512, caching less of the row. */
+  if (nacc > 1 && scree__nb_threads(out) > 512) {
+    out->v[SCREE__RW_TPR] = 512;
+    out->v[SCREE__RW_ROWS] = 1;
+  }
   /* Registers a cached element costs: x and dy, and the fp32 sums. */
   const int per_elem4 = ex + ey + 4 * nacc; /* in bytes; /4 registers */
   const int threads = scree__nb_threads(out);
