@@ -56,7 +56,7 @@ class RmsArgs(ctypes.Structure):
                 ("rows", ctypes.c_int64), ("cols", ctypes.c_int64),
                 ("x_stride", ctypes.c_int64), ("y_stride", ctypes.c_int64),
                 ("x_dtype", ctypes.c_int), ("w_dtype", ctypes.c_int), ("y_dtype", ctypes.c_int),
-                ("eps", ctypes.c_float)]
+                ("eps", ctypes.c_float), ("rstd", ctypes.c_uint64)]
 
 
 class AttnArgs(ctypes.Structure):
@@ -183,7 +183,7 @@ def run_rmsnorm(args, lib, ctx, spec, l2):
             w = torch.randn(cols, device="cuda", dtype=tdt)
             ys = [torch.empty_like(x) for x in xs]
             stream = torch.cuda.current_stream().cuda_stream
-            rargs = RmsArgs(0, w.data_ptr(), 0, rows, cols, 0, 0, code, code, code, eps)
+            rargs = RmsArgs(0, w.data_ptr(), 0, rows, cols, 0, 0, code, code, code, eps, 0)
 
             def scree_call(i):
                 rargs.x = xs[i % nsets].data_ptr()

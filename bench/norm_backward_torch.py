@@ -8,9 +8,8 @@ scree_layernorm_backward (with db), on the shapes of bench/rowwise_shapes.json
 Each case runs on the same tensors, in one process on one GPU:
 - scree: the backward alone (saved statistics given: the forward's rstd, and
   mean for LayerNorm, computed once per input set), and forward + backward
-  (scree_rmsnorm / scree_add_rmsnorm / scree_layernorm then the backward; the
-  RMSNorm forms recompute rstd in the backward, as their forwards do not write
-  it yet);
+  (scree_rmsnorm / scree_add_rmsnorm / scree_layernorm writing rstd (and
+  mean), then the backward reading them);
 - PyTorch eager autograd of the same op (F.rms_norm; x + r then F.rms_norm;
   F.layer_norm): torch.autograd.grad of a graph built once (backward alone,
   retain_graph), and the forward and the grad together;
@@ -45,14 +44,15 @@ def S(name, fields):
 # Field for field as include/scree.h declares them.
 RmsArgs = S("RmsArgs", [("x", U64), ("w", U64), ("y", U64), ("rows", I64), ("cols", I64),
                         ("x_stride", I64), ("y_stride", I64), ("x_dtype", I32), ("w_dtype", I32),
-                        ("y_dtype", I32), ("eps", FL)])
+                        ("y_dtype", I32), ("eps", FL), ("rstd", U64)])
 LnArgs = S("LnArgs", [("x", U64), ("w", U64), ("b", U64), ("y", U64), ("mean", U64), ("rstd", U64),
                       ("rows", I64), ("cols", I64), ("x_stride", I64), ("y_stride", I64),
                       ("x_dtype", I32), ("w_dtype", I32), ("y_dtype", I32), ("eps", FL)])
 AddRmsArgs = S("AddRmsArgs", [("x", U64), ("residual", U64), ("w", U64), ("h", U64), ("y", U64),
                               ("rows", I64), ("cols", I64), ("x_stride", I64),
                               ("residual_stride", I64), ("h_stride", I64), ("y_stride", I64),
-                              ("x_dtype", I32), ("w_dtype", I32), ("y_dtype", I32), ("eps", FL)])
+                              ("x_dtype", I32), ("w_dtype", I32), ("y_dtype", I32), ("eps", FL),
+                              ("rstd", U64)])
 RmsBwdArgs = S("RmsBwdArgs", [("x", U64), ("w", U64), ("dy", U64), ("rstd", U64), ("dx", U64),
                               ("dw", U64), ("rows", I64), ("cols", I64), ("x_stride", I64),
                               ("dy_stride", I64), ("dx_stride", I64), ("x_dtype", I32),
@@ -178,6 +178,8 @@ def run(args, lib, ctx, spec, l2, time_batched, copy_gbps):
                 else:
                     s["mean"] = None
                     s["rstd"] = torch.rsqrt(x32.pow(2).mean(-1) + eps)
+                s["fmean"] = torch.empty(R, device="cuda", dtype=torch.float32)
+                s["frstd"] = torch.empty(R, device="cuda", dtype=torch.float32)
                 sets.append(s)
 
             def bwd_args(s):
@@ -203,7 +205,8 @@ def run(args, lib, ctx, spec, l2, time_batched, copy_gbps):
                 if op == "add_rmsnorm_backward":
                     A.residual, A.h = s["r"].data_ptr(), s["h"].data_ptr()
                 if op == "layernorm_backward":
-                    A.b = b.data_ptr()
+                    A.b, A.mean = b.data_ptr(), s["fmean"].data_ptr()
+                A.rstd = s["frstd"].data_ptr()
                 return A
 
             bargs = [bwd_args(s) for s in sets]
@@ -211,11 +214,11 @@ def run(args, lib, ctx, spec, l2, time_batched, copy_gbps):
             # The backward of f+b reads h, the forward's output, for add+RMSNorm.
             fbargs = [bwd_args(s) for s in sets]
             for A, s in zip(fbargs, sets):
-                A.rstd = 0
+                A.rstd = s["frstd"].data_ptr()
                 if op == "add_rmsnorm_backward":
                     A.h = s["h"].data_ptr()
                 if op == "layernorm_backward":
-                    A.mean = s["mean"].data_ptr()
+                    A.mean = s["fmean"].data_ptr()
 
             def call(name, A):
                 st = fns[name](ctx, ctypes.byref(A), ctypes.c_void_p(stream))

@@ -289,6 +289,8 @@ SCREE_EXTERN scree_status scree_get_counters(const scree_context *ctx,
  *   w: [cols], contiguous
  *   y: [rows, cols] with row stride y_stride elements (0 means cols); y may
  *      alias x exactly (in place) but must not partially overlap it.
+ *   rstd: optional fp32 [rows] (0 = not written), each row's
+ *      1 / sqrt(mean(x^2) + eps), for scree_rmsnorm_backward.
  *
  * cols in [1, 65536]; rows >= 0 (0 is a no-op that launches nothing).
  * Pointers must be non-NULL and aligned to their element size; strides
@@ -303,6 +305,7 @@ typedef struct scree_rmsnorm_args {
   int64_t x_stride, y_stride;
   scree_dtype x_dtype, w_dtype, y_dtype;
   float eps;
+  scree_devptr rstd; /* optional fp32 [rows]: 1 / sqrt(mean(x^2) + eps), for the backward */
 } scree_rmsnorm_args;
 
 SCREE_EXTERN scree_status scree_rmsnorm(scree_context *ctx,
@@ -356,6 +359,8 @@ SCREE_EXTERN scree_status scree_layernorm(scree_context *ctx,
  *     exactly (in place, with the same stride) but no other buffer.
  *   w: [cols] of w_dtype; y: [rows, cols] of y_dtype, stride y_stride; y
  *     must not overlap any other buffer.
+ *   rstd: optional fp32 [rows] (0 = not written), each row's
+ *     1 / sqrt(mean(h^2) + eps), for scree_add_rmsnorm_backward.
  *
  * cols in [1, 65536]; each dtype fp32, fp16 or bf16. */
 typedef struct scree_add_rmsnorm_args {
@@ -364,6 +369,7 @@ typedef struct scree_add_rmsnorm_args {
   int64_t x_stride, residual_stride, h_stride, y_stride;
   scree_dtype x_dtype, w_dtype, y_dtype;
   float eps;
+  scree_devptr rstd; /* optional fp32 [rows]: 1 / sqrt(mean(h^2) + eps), for the backward */
 } scree_add_rmsnorm_args;
 
 SCREE_EXTERN scree_status scree_add_rmsnorm(scree_context *ctx,

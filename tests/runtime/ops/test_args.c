@@ -35,13 +35,13 @@ static const call valid[] = {
     /* 4 rows of 64 fp16: x and y 512 bytes, w 128. */
     {"rmsnorm",
      "x=0x10000,w=0x20000,y=0x30000,rows=4,cols=64,x_dtype=fp16,w_dtype=fp16,y_dtype=fp16,"
-     "eps=1e-6"},
+     "eps=1e-6,rstd=0x4000000"},
     {"layernorm",
      "x=0x10000,w=0x20000,b=0x28000,y=0x30000,mean=0x40000,rstd=0x50000,rows=4,cols=64,"
      "x_dtype=fp16,w_dtype=fp16,y_dtype=fp16,eps=1e-5"},
     {"add_rmsnorm",
      "x=0x10000,residual=0x20000,w=0x30000,h=0x40000,y=0x50000,rows=4,cols=64,x_dtype=fp16,"
-     "w_dtype=fp16,y_dtype=fp16,eps=1e-6"},
+     "w_dtype=fp16,y_dtype=fp16,eps=1e-6,rstd=0x4000000"},
     {"softmax", "x=0x100000,y=0x300000,rows=4,cols=64,x_dtype=fp16,y_dtype=fp16"},
     /* 3 sequences, 300 tokens of 64 columns; buffers 256 MiB apart. */
     {"ragged_softmax",
