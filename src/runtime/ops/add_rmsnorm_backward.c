@@ -94,7 +94,8 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
  * Tolerances: dh, one rounding of x's dtype plus an atol of 1e-4 for the
  * fp32 cancellation of its two terms (each up to about 8 here: rows are
  * scaled by 1/8 ... 8, rstd by the inverse); dw, one rounding of w's dtype
- * plus an atol of 1e-4 for its fp32 sum over up to 97 rows. */
+ * plus an atol of 1e-3 for its fp32 sum over up to 97 rows (terms up to
+ * about 16 in the large tails; sums up to about 100). */
 static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
                    const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
   (void)seed, (void)lens;
@@ -102,7 +103,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
                                   why, why_size))
     return -1;
   scree__problem_find(p, "dh")->atol += 1e-4;
-  scree__problem_find(p, "dw")->atol += 1e-4;
+  scree__problem_find(p, "dw")->atol += 1e-3;
   return 0;
 }
 

@@ -20,7 +20,9 @@
 #include "ops/rowwise_backward_ref.h"
 
 static scree_context *ctx;
+static CUstream stream;
 static const scree__op *ops[3];
+static const scree__op *safelisted_op; /* every_safelisted_config's shape hook */
 enum { RMS, ADD, LN };
 static const char *const names[3] = {"rmsnorm_backward", "add_rmsnorm_backward",
                                      "layernorm_backward"};
@@ -259,12 +261,55 @@ START_TEST(every_config) {
 }
 END_TEST
 
+/* Every variant (27 dtype triples) on each op's check problem through the
+ * public entry: the problem, reference hook and tolerances the tuner and
+ * verify use (statistics recomputed; dh_next and db held). */
+START_TEST(every_variant_check_problem) {
+  const int kind = _i / 27;
+  const scree__variant var = {{_i % 3, (_i / 3) % 3, (_i / 9) % 3}};
+  static const int64_t rc[][2] = {{97, 4096}, {33, 4095}, {3, 65536}, {5, 1}};
+  for (int s = 0; s < 4; s++) {
+    unsigned char args[SCREE__ARGS_MAX] = {0};
+    char shape[64];
+    snprintf(shape, sizeof shape, "rows=%lld,cols=%lld", (long long)rc[s][0],
+             (long long)rc[s][1]);
+    char why[256];
+    ck_assert_msg(!scree__shape_parse(ops[kind], shape, args, why, sizeof why), "%s", why);
+    scree_test_check_public(ctx, ops[kind], &var, args, NULL, stream, "%s %s", names[kind],
+                            shape);
+  }
+}
+END_TEST
+
+/* Every config the device's safelist allows (none until a sweep writes
+ * lines), on the op's check problem adapted to its alignment: rows just
+ * inside the config's register cache, twice past it, and rows of 1000. */
+static int safelisted_shape(const scree__config *c, int i, void *args) {
+  const int64_t cover = (int64_t)c->v[0] * c->v[2] * c->v[3];
+  int64_t cols = i == 0 ? cover - 1 : i == 1 ? 2 * cover + 3 : 1000;
+  if (cols > 65536) cols = 65536;
+  char shape[64], why[128];
+  snprintf(shape, sizeof shape, "rows=97,cols=%lld", (long long)(cols > 0 ? cols : 1));
+  /* args is the op's zeroed struct: its shape fields by name. */
+  return scree__shape_parse(safelisted_op, shape, args, why, sizeof why) == 0 && i < 3;
+}
+
+START_TEST(every_safelisted_config) {
+  safelisted_op = ops[_i];
+  const int ran = scree_test_check_safelisted(ctx, ops[_i], stream, safelisted_shape);
+  printf("every_safelisted_config %s: %d runs\n", names[_i], ran);
+}
+END_TEST
+
 static void setup(void) {
-  ctx = scree_test_gpu_context(); /* exits 77 with a reason where there is no GPU */
-  for (int k = 0; k < 3; k++) ops[k] = scree__op_find(names[k]);
+  /* exits 77 with a reason where there is no GPU */
+  ops[0] = scree_test_op_setup(names[0], &ctx, &stream);
+  for (int k = 1; k < 3; k++) ops[k] = scree__op_find(names[k]);
 }
 
 SCREE_TEST_MAIN(.name = "norm_backward_gpu", .init = setup, .timeout = 1800, .nofork = 1,
                 .loops = SCREE_LOOPS({default_path_shapes, 3 * NSHAPES * NSETS},
-                                     {misaligned_and_in_place, 3 * NSETS}, {deterministic, 3}),
+                                     {misaligned_and_in_place, 3 * NSETS}, {deterministic, 3},
+                                     {every_variant_check_problem, 3 * 27},
+                                     {every_safelisted_config, 3}),
                 .slow_loops = SCREE_LOOPS({every_config, 3 * NSETS}))
