@@ -211,9 +211,9 @@ START_TEST(deterministic) {
   scree_devptr gdx = scree_test_dalloc(ctx, n * 2), gdw = scree_test_dalloc(ctx, cols * 4);
   scree_devptr gdb = scree_test_dalloc(ctx, cols * 4);
   scree_test_h2d(ctx, gx, h, n * 2);
-  scree_test_dpoison(ctx, gw, cols * 4);
-  scree_test_h2d(ctx, gw, h, cols * 4);
   float *a = malloc(cols * 8), *b = malloc(cols * 8);
+  scree_test_fill(a, d.w, cols, 1.0);
+  scree_test_h2d(ctx, gw, a, cols * 4);
   for (int t = 0; t < 2; t++) {
     scree_test_dpoison(ctx, gdw, cols * 4);
     scree_test_dpoison(ctx, gdb, cols * 4);
