@@ -6,7 +6,7 @@ process, on one GPU: RMSNorm against torch.nn.functional.rms_norm, varlen
 attention against FlashAttention-2.
 
     python3 bench/compare_torch.py [--op rmsnorm|attention|attention-backward|misc-backward|paged|
-                                         cross-entropy-backward|all]
+                                         norm-backward|cross-entropy-backward|all]
                                    [--lib build/libscree.so]
                                    [--reps 100] [--only NAME,...] [--json OUT]
 
@@ -59,7 +59,7 @@ class RmsArgs(ctypes.Structure):
                 ("rows", ctypes.c_int64), ("cols", ctypes.c_int64),
                 ("x_stride", ctypes.c_int64), ("y_stride", ctypes.c_int64),
                 ("x_dtype", ctypes.c_int), ("w_dtype", ctypes.c_int), ("y_dtype", ctypes.c_int),
-                ("eps", ctypes.c_float)]
+                ("eps", ctypes.c_float), ("rstd", ctypes.c_uint64)]
 
 
 class AttnArgs(ctypes.Structure):
@@ -186,7 +186,7 @@ def run_rmsnorm(args, lib, ctx, spec, l2):
             w = torch.randn(cols, device="cuda", dtype=tdt)
             ys = [torch.empty_like(x) for x in xs]
             stream = torch.cuda.current_stream().cuda_stream
-            rargs = RmsArgs(0, w.data_ptr(), 0, rows, cols, 0, 0, code, code, code, eps)
+            rargs = RmsArgs(0, w.data_ptr(), 0, rows, cols, 0, 0, code, code, code, eps, 0)
 
             def scree_call(i):
                 rargs.x = xs[i % nsets].data_ptr()
@@ -504,6 +504,7 @@ def main():
     ap.add_argument("--op", default="all",
                     help="rmsnorm (the RMSNorm table), attention, attention-backward, "
                          "misc-backward (SwiGLU, softmax, RoPE backward), paged, "
+                         "norm-backward (the norm backwards against eager autograd and Liger), "
                          "cross-entropy-backward (the fused loss and gradient), "
                          "rowwise (every row-wise op against eager and torch.compile), one "
                          "row-wise op's name, or all")
@@ -544,11 +545,12 @@ def main():
     import attention_backward_torch
     import ce_backward_torch
     import misc_backward_torch
+    import norm_backward_torch
     if (args.op not in ("rmsnorm", "attention", "attention-backward", "misc-backward", "rowwise",
-                        "paged", "all", "cross-entropy-backward")
+                        "paged", "all", "cross-entropy-backward", "norm-backward")
             and args.op not in rowwise_torch.OPS):
         ap.error(f"--op: unknown {args.op!r}; rmsnorm, attention, attention-backward, "
-                 f"misc-backward, rowwise, "
+                 f"misc-backward, norm-backward, rowwise, "
                  f"paged, cross-entropy-backward, all or one of "
                  f"{', '.join(rowwise_torch.OPS)}")
     do_paged = args.op == "paged"
@@ -557,12 +559,13 @@ def main():
     do_rms, do_attn = args.op in ("rmsnorm", "all"), args.op in ("attention", "all")
     do_bwd = args.op == "attention-backward"
     do_ce_bwd = args.op == "cross-entropy-backward"
+    do_norm_bwd = args.op == "norm-backward"
     do_rowwise = args.op == "rowwise" or args.op == "all" or (
         args.op in rowwise_torch.OPS and args.op != "rmsnorm")
 
     # Everything that needs no GPU first, so that mistakes show up anywhere.
     spec = configs = None
-    if do_rms or do_rowwise:
+    if do_rms or do_rowwise or do_norm_bwd:
         with open(args.shapes) as f:
             spec = json.load(f)
     if do_attn or do_bwd:
@@ -639,6 +642,11 @@ def main():
             if bad:
                 sys.exit(f"--rowwise-ops: unknown {', '.join(bad)}")
         out["rowwise"] = rowwise_torch.run(args, lib, ctx, spec, l2, time_batched, gbps, only)
+        dump()
+    if do_norm_bwd:
+        gbps = out.get("copy_gbps") or copy_bandwidth()
+        out["copy_gbps"] = gbps
+        out["norm_backward"] = norm_backward_torch.run(args, lib, ctx, spec, l2, time_batched, gbps)
         dump()
     lib.scree_destroy(ctx)
 

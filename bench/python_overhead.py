@@ -68,7 +68,7 @@ def binding_only(calls, rounds):
     class RmsArgs(ctypes.Structure):
         _fields_ = [(n, ctype[c]) for n, c in _lib.ARG_STRUCTS["scree_rmsnorm_args"]]
 
-    vals = (1 << 40, 2 << 40, 3 << 40, 1, 4096, 0, 0, 2, 2, 2, 1e-6)
+    vals = (1 << 40, 2 << 40, 3 << 40, 1, 4096, 0, 0, 2, 2, 2, 1e-6, 0)
     names = [n for n, _ in RmsArgs._fields_]
     f_struct = L.scree_rmsnorm  # argtypes (void *, char *, void *)
     f_ptr = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(RmsArgs),

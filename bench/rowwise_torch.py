@@ -45,14 +45,15 @@ def S(name, fields):
 # Field for field as include/scree.h declares them.
 RmsArgs = S("RmsArgs", [("x", U64), ("w", U64), ("y", U64), ("rows", I64), ("cols", I64),
                         ("x_stride", I64), ("y_stride", I64), ("x_dtype", I32), ("w_dtype", I32),
-                        ("y_dtype", I32), ("eps", FL)])
+                        ("y_dtype", I32), ("eps", FL), ("rstd", U64)])
 LnArgs = S("LnArgs", [("x", U64), ("w", U64), ("b", U64), ("y", U64), ("mean", U64), ("rstd", U64),
                       ("rows", I64), ("cols", I64), ("x_stride", I64), ("y_stride", I64),
                       ("x_dtype", I32), ("w_dtype", I32), ("y_dtype", I32), ("eps", FL)])
 AddRmsArgs = S("AddRmsArgs", [("x", U64), ("residual", U64), ("w", U64), ("h", U64), ("y", U64),
                               ("rows", I64), ("cols", I64), ("x_stride", I64),
                               ("residual_stride", I64), ("h_stride", I64), ("y_stride", I64),
-                              ("x_dtype", I32), ("w_dtype", I32), ("y_dtype", I32), ("eps", FL)])
+                              ("x_dtype", I32), ("w_dtype", I32), ("y_dtype", I32), ("eps", FL),
+                              ("rstd", U64)])
 SoftmaxArgs = S("SoftmaxArgs", [("x", U64), ("y", U64), ("rows", I64), ("cols", I64),
                                 ("x_stride", I64), ("y_stride", I64), ("x_dtype", I32),
                                 ("y_dtype", I32), ("scale", FL)])

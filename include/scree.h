@@ -289,6 +289,8 @@ SCREE_EXTERN scree_status scree_get_counters(const scree_context *ctx,
  *   w: [cols], contiguous
  *   y: [rows, cols] with row stride y_stride elements (0 means cols); y may
  *      alias x exactly (in place) but must not partially overlap it.
+ *   rstd: optional fp32 [rows] (0 = not written), each row's
+ *      1 / sqrt(mean(x^2) + eps), for scree_rmsnorm_backward.
  *
  * cols in [1, 65536]; rows >= 0 (0 is a no-op that launches nothing).
  * Pointers must be non-NULL and aligned to their element size; strides
@@ -303,6 +305,7 @@ typedef struct scree_rmsnorm_args {
   int64_t x_stride, y_stride;
   scree_dtype x_dtype, w_dtype, y_dtype;
   float eps;
+  scree_devptr rstd; /* optional fp32 [rows]: 1 / sqrt(mean(x^2) + eps), for the backward */
 } scree_rmsnorm_args;
 
 SCREE_EXTERN scree_status scree_rmsnorm(scree_context *ctx,
@@ -356,6 +359,8 @@ SCREE_EXTERN scree_status scree_layernorm(scree_context *ctx,
  *     exactly (in place, with the same stride) but no other buffer.
  *   w: [cols] of w_dtype; y: [rows, cols] of y_dtype, stride y_stride; y
  *     must not overlap any other buffer.
+ *   rstd: optional fp32 [rows] (0 = not written), each row's
+ *     1 / sqrt(mean(h^2) + eps), for scree_add_rmsnorm_backward.
  *
  * cols in [1, 65536]; each dtype fp32, fp16 or bf16. */
 typedef struct scree_add_rmsnorm_args {
@@ -364,6 +369,7 @@ typedef struct scree_add_rmsnorm_args {
   int64_t x_stride, residual_stride, h_stride, y_stride;
   scree_dtype x_dtype, w_dtype, y_dtype;
   float eps;
+  scree_devptr rstd; /* optional fp32 [rows]: 1 / sqrt(mean(h^2) + eps), for the backward */
 } scree_add_rmsnorm_args;
 
 SCREE_EXTERN scree_status scree_add_rmsnorm(scree_context *ctx,
@@ -855,6 +861,87 @@ typedef struct scree_attention_backward_args {
 
 SCREE_EXTERN scree_status scree_attention_backward(scree_context *ctx,
                                                    const scree_attention_backward_args *args,
+                                                   void *stream);
+
+/* The backward of RMSNorm (scree_rmsnorm), per row t with g = dy[t, :] * w:
+ *
+ *   dx[t, :] = rstd * g - x[t, :] * (rstd^3 * sum(g * x[t, :]) / cols)
+ *   dw = sum over rows of dy[t, :] * x[t, :] * rstd
+ *
+ *   x, dy, dx: [rows, cols] with strides x_stride, dy_stride, dx_stride (0
+ *     means cols); x of x_dtype, dy of y_dtype (the forward's y), dx of
+ *     x_dtype; dx may alias dy exactly (in place, same element size).
+ *   w: [cols] of w_dtype; dw: [cols] of w_dtype, the sum over rows taken in
+ *     fp32 in a fixed order (bitwise the same run to run for a config),
+ *     rounded once. rows 0 writes dw as zeros.
+ *   rstd: optional fp32 [rows], the forward's 1 / sqrt(mean(x^2) + eps);
+ *     0 recomputes it from x with eps.
+ *
+ * cols in [1, 65536]. Uses scratch from the stream's workspace (4 bytes a
+ * column per CTA row group). Conventions as the row-wise family above. */
+typedef struct scree_rmsnorm_backward_args {
+  scree_devptr x, w, dy, rstd, dx, dw;
+  int64_t rows, cols;
+  int64_t x_stride, dy_stride, dx_stride;
+  scree_dtype x_dtype, w_dtype, y_dtype;
+  float eps;
+} scree_rmsnorm_backward_args;
+
+SCREE_EXTERN scree_status scree_rmsnorm_backward(scree_context *ctx,
+                                                 const scree_rmsnorm_backward_args *args,
+                                                 void *stream);
+
+/* The backward of the residual add fused with RMSNorm (scree_add_rmsnorm),
+ * from h, the sum the forward wrote:
+ *
+ *   dh[t, :] = rmsnorm_backward(dy)[t, :] at h (as scree_rmsnorm_backward's
+ *     dx) + dh_next[t, :]; dh is the gradient of both x and residual
+ *   dw = sum over rows of dy[t, :] * h[t, :] * rstd
+ *
+ *   h, dh_next, dh: [rows, cols] of x_dtype, strides h_stride,
+ *     dh_next_stride, dh_stride (0 means cols); dy: of y_dtype, dy_stride.
+ *     dh_next, the gradient flowing into the residual stream past this
+ *     layer, is optional (0: none). dh may alias dy (same element size) or
+ *     dh_next exactly (in place).
+ *   w, dw, rstd: as scree_rmsnorm_backward's.
+ *
+ * cols in [1, 65536]. Conventions as the row-wise family above. */
+typedef struct scree_add_rmsnorm_backward_args {
+  scree_devptr h, w, dy, dh_next, rstd, dh, dw;
+  int64_t rows, cols;
+  int64_t h_stride, dy_stride, dh_next_stride, dh_stride;
+  scree_dtype x_dtype, w_dtype, y_dtype;
+  float eps;
+} scree_add_rmsnorm_backward_args;
+
+SCREE_EXTERN scree_status scree_add_rmsnorm_backward(
+    scree_context *ctx, const scree_add_rmsnorm_backward_args *args, void *stream);
+
+/* The backward of LayerNorm (scree_layernorm), per row t with xhat = (x[t,
+ * :] - mean) * rstd and g = dy[t, :] * w:
+ *
+ *   dx[t, :] = rstd * (g - mean(g) - xhat * mean(g * xhat))
+ *   dw = sum over rows of dy[t, :] * xhat;  db = sum over rows of dy[t, :]
+ *
+ *   x, dy, dx: as scree_rmsnorm_backward's (dx may alias dy exactly).
+ *   w: [cols] of w_dtype; dw, db: [cols] of w_dtype, fp32 sums in a fixed
+ *     order rounded once; db optional (0: not computed). rows 0 writes
+ *     zeros.
+ *   mean, rstd: optional fp32 [rows], the statistics scree_layernorm
+ *     writes; give both or neither (0: recomputed from x with eps, two
+ *     passes as the forward).
+ *
+ * cols in [1, 65536]. Conventions as the row-wise family above. */
+typedef struct scree_layernorm_backward_args {
+  scree_devptr x, w, dy, mean, rstd, dx, dw, db;
+  int64_t rows, cols;
+  int64_t x_stride, dy_stride, dx_stride;
+  scree_dtype x_dtype, w_dtype, y_dtype;
+  float eps;
+} scree_layernorm_backward_args;
+
+SCREE_EXTERN scree_status scree_layernorm_backward(scree_context *ctx,
+                                                   const scree_layernorm_backward_args *args,
                                                    void *stream);
 
 /* ------------------------------------------------------------------------ */

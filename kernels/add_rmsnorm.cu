@@ -20,6 +20,9 @@
  *   SCREE_X_DTYPE (x, residual, h), SCREE_W_DTYPE, SCREE_Y_DTYPE   dtype
  *     codes (common.cuh)
  *
+ * rstd (may be null): each row's r = 1 / sqrt(mean(h^2) + eps), written by
+ * lane 0 of the row's group, for the backward (kernels/norm_backward.cu).
+ *
  * The host guarantees: every pointer aligned to VEC elements of its dtype;
  * row strides multiples of VEC; h either equal to x (same stride) or
  * disjoint from it, and the same for residual; h disjoint from w; y
@@ -68,7 +71,8 @@ __device__ __forceinline__ yv scree_norm_vec(const xv a, const wv g, float r) {
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
 scree_add_rmsnorm(const xt *x, const xt *residual, xt *h, const wt *__restrict__ w,
                   yt *__restrict__ y, long long rows, int cols, long long x_stride,
-                  long long r_stride, long long h_stride, long long y_stride, float eps) {
+                  long long r_stride, long long h_stride, long long y_stride, float eps,
+                  float *__restrict__ rstd) {
   __shared__ scree_row_scratch scratch;
   const int lane = scree_row_lane();
   const int group = scree_row_group();
@@ -128,6 +132,7 @@ scree_add_rmsnorm(const xt *x, const xt *residual, xt *h, const wt *__restrict__
 
     ss = scree_row_sum(ss, scratch);
     const float r = 1.0f / sqrtf(ss * inv_cols + eps);
+    if (rstd && active && lane == 0) rstd[row] = r;
 
     if (active) {
       yt *yrow = y + rr * y_stride;

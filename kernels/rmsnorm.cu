@@ -19,6 +19,9 @@
  * strides multiples of VEC; y either equal to x (same stride and element
  * size) or disjoint from it.
  *
+ * rstd (may be null): each row's r = 1 / sqrt(mean(x^2) + eps), written by
+ * lane 0 of the row's group, for the backward (kernels/norm_backward.cu).
+ *
  * Test alone: ctest -R rmsnorm    Bench: build/bench/bench_rowwise
  */
 
@@ -43,7 +46,8 @@ __device__ __forceinline__ yv scree_norm_vec(const xv &a, const wv &b, float r) 
 /* x and y carry no __restrict__: they may be the same buffer (in place). */
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
 scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
-              int cols, long long x_stride, long long y_stride, float eps) {
+              int cols, long long x_stride, long long y_stride, float eps,
+              float *__restrict__ rstd) {
   __shared__ scree_row_scratch scratch;
   const int lane = threadIdx.x % SCREE_TPR;
   const int group = threadIdx.x / SCREE_TPR;
@@ -95,6 +99,7 @@ scree_rmsnorm(const xt *x, const wt *__restrict__ w, yt *y, long long rows,
 
     ss = scree_row_sum(ss, scratch);
     const float r = 1.0f / sqrtf(ss * inv_cols + eps);
+    if (rstd && active && lane == 0) rstd[row] = r;
 
     if (active) {
 #pragma unroll

@@ -149,7 +149,7 @@ def test_no_device_is_a_scree_error():
 
 def test_failed_call_raises_with_status_and_message():
     L = _lib.lib()
-    packed = _lib.PACKERS["scree_rmsnorm_args"].pack(0, 0, 0, 4, 8, 0, 0, 1, 1, 1, 1e-6)
+    packed = _lib.PACKERS["scree_rmsnorm_args"].pack(0, 0, 0, 4, 8, 0, 0, 1, 1, 1, 1e-6, 0)
     with pytest.raises(scree.ScreeArgumentError) as e:
         _ops._call("rms_norm", L.scree_rmsnorm, packed, None, None, _ops._RMS_NAMES)
     assert e.value.status == 1 and e.value.status_name == "ERROR_INVALID_ARGUMENT"

@@ -270,7 +270,7 @@ def _rms_norm_impl(input, normalized_shape, weight, eps, check=False):
     else:
         y = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     ptr = _stand_in if check else _Tensor.data_ptr
-    _run(op, "rmsnorm", (ptr(x), ptr(w), ptr(y), x.shape[0], cols, xs, 0, dx, dw, dx, eps),
+    _run(op, "rmsnorm", (ptr(x), ptr(w), ptr(y), x.shape[0], cols, xs, 0, dx, dw, dx, eps, 0),
          _RMS_NAMES, input, check)
     return y
 
@@ -318,7 +318,8 @@ def _rms_norm_fast(input, normalized_shape, weight, eps):
     y = torch.empty_like(input)
     try:
         packed = _PACK_RMS(input.data_ptr(), weight.data_ptr(), y.data_ptr(), input.numel() // n,
-                           n, 0, 0, dx, dw, dx, 1.1920928955078125e-07 if eps is None else eps)
+                           n, 0, 0, dx, dw, dx, 1.1920928955078125e-07 if eps is None else eps,
+                           0)
     except (struct.error, OverflowError):  # eps: the general path says what is wrong
         return None
     ctx = _context._contexts.get(dev) or _context.context(dev)
@@ -446,7 +447,7 @@ def _add_rms_norm_impl(input, residual, weight, eps, check=False):
     h = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     ptr = _stand_in if check else _Tensor.data_ptr
     _run(op, "add_rmsnorm", (ptr(x), ptr(r), ptr(w), ptr(h), ptr(y), x.shape[0], cols, xs, rs,
-                             0, 0, dx, dw, dx, eps), _ADD_NAMES, input, check)
+                             0, 0, dx, dw, dx, eps, 0), _ADD_NAMES, input, check)
     return y, h
 
 

@@ -13,7 +13,8 @@
 
 /* The arguments (include/scree.h), field by field. h may be x or residual
  * exactly (in place); y has its own memory; x and residual are only read,
- * so they may overlap, even be one buffer. */
+ * so they may overlap, even be one buffer. rstd (optional, check problems
+ * only) is each row's fp32 1 / rms of h, for the backward. */
 static const scree__arg schema[] = {
     SCREE__IN(x, .dtype = SCREE__AT(x_dtype), ROWS_COLS, .strides = {SCREE__AT(x_stride)},
               .flags = SCREE__VECTOR),
@@ -30,6 +31,8 @@ static const scree__arg schema[] = {
     SCREE__STRIDE(y_stride),
     SCREE__DTYPE(x_dtype), SCREE__DTYPE(w_dtype), SCREE__DTYPE(y_dtype),
     SCREE__FLOAT(eps, .flags = SCREE__FINITE | SCREE__NONNEG, .example = 1e-6),
+    SCREE__OUT(rstd, .elem = SCREE__E_F32, .dims = {SCREE__AT(rows)},
+               .flags = SCREE__OPTIONAL | SCREE__CHECK_ONLY),
 };
 
 enum { V_X, V_W, V_Y };
@@ -89,8 +92,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
   long long hs = a->h_stride ? a->h_stride : a->cols;
   long long ys = a->y_stride ? a->y_stride : a->cols;
   float eps = a->eps;
-  uint64_t x = a->x, res = a->residual, h = a->h, w = a->w, y = a->y;
-  void *params[] = {&x, &res, &h, &w, &y, &rows, &cols, &xs, &rs, &hs, &ys, &eps};
+  uint64_t x = a->x, res = a->residual, h = a->h, w = a->w, y = a->y, rstd = a->rstd;
+  void *params[] = {&x, &res, &h, &w, &y, &rows, &cols, &xs, &rs, &hs, &ys, &eps, &rstd};
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "add_rmsnorm");
 }
 
@@ -161,7 +164,7 @@ static const char *const bench[] = {
 
 /* ---- the CPU reference (double accumulation) ----------------------------- */
 
-/* host: x, residual, w, h, y in the problem's buffer order (the
+/* host: x, residual, w, h, y, [rstd] in the problem's buffer order (the
  * schema's). h is written first, rounded to x's dtype, and the
  * norm is taken of it as written. h may be x or residual (same stride):
  * each element is read before it is written. */
@@ -169,6 +172,7 @@ SCREE__REFERENCE(add_rmsnorm) {
   const scree_add_rmsnorm_args *a = args;
   const void *x = host[0], *res = host[1], *w = host[2];
   void *h = host[3], *y = host[4];
+  float *rstd = a->rstd ? host[5] : NULL;
   const int64_t xs = a->x_stride ? a->x_stride : a->cols;
   const int64_t rs = a->residual_stride ? a->residual_stride : a->cols;
   const int64_t hs = a->h_stride ? a->h_stride : a->cols;
@@ -183,6 +187,7 @@ SCREE__REFERENCE(add_rmsnorm) {
       ss += hv * hv;
     }
     const double inv = 1.0 / sqrt(ss / (double)a->cols + (double)a->eps);
+    if (rstd) rstd[r] = (float)inv;
     for (int64_t c = 0; c < a->cols; c++) {
       const double hv = scree__load_elem(h, a->x_dtype, (size_t)(r * hs + c));
       const double g = scree__load_elem(w, a->w_dtype, (size_t)c);

@@ -10,7 +10,8 @@
 /* The arguments (include/scree.h), field by field: the checks every call
  * gets, the shape text, the bucket, the vector width, the problem's
  * buffers and the Python binding come from this table. y may be x exactly
- * (in place); w is one row. */
+ * (in place); w is one row; rstd (optional, check problems only, as
+ * LayerNorm's statistics) is each row's fp32 1 / rms, for the backward. */
 static const scree__arg schema[] = {
     SCREE__IN(x, .dtype = SCREE__AT(x_dtype), .dims = {SCREE__AT(rows), SCREE__AT(cols)},
               .strides = {SCREE__AT(x_stride)}, .flags = SCREE__VECTOR),
@@ -22,6 +23,8 @@ static const scree__arg schema[] = {
     SCREE__STRIDE(x_stride), SCREE__STRIDE(y_stride),
     SCREE__DTYPE(x_dtype), SCREE__DTYPE(w_dtype), SCREE__DTYPE(y_dtype),
     SCREE__FLOAT(eps, .flags = SCREE__FINITE | SCREE__NONNEG, .example = 1e-6),
+    SCREE__OUT(rstd, .elem = SCREE__E_F32, .dims = {SCREE__AT(rows)},
+               .flags = SCREE__OPTIONAL | SCREE__CHECK_ONLY),
 };
 
 enum { V_X, V_W, V_Y };
@@ -70,8 +73,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
   long long xs = a->x_stride ? a->x_stride : a->cols;
   long long ys = a->y_stride ? a->y_stride : a->cols;
   float eps = a->eps;
-  uint64_t x = a->x, w = a->w, y = a->y;
-  void *params[] = {&x, &w, &y, &rows, &cols, &xs, &ys, &eps};
+  uint64_t x = a->x, w = a->w, y = a->y, rstd = a->rstd;
+  void *params[] = {&x, &w, &y, &rows, &cols, &xs, &ys, &eps, &rstd};
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "rmsnorm");
 }
 
@@ -109,11 +112,12 @@ static const char *const bench[] = {
 
 /* ---- the CPU reference (double accumulation) ----------------------------- */
 
-/* host: x, w, y in the problem's buffer order (the schema's). */
+/* host: x, w, y, [rstd] in the problem's buffer order (the schema's). */
 SCREE__REFERENCE(rmsnorm) {
   const scree_rmsnorm_args *a = args;
   const void *x = host[0], *w = host[1];
   void *y = host[2];
+  float *rstd = a->rstd ? host[3] : NULL;
   const int64_t xs = a->x_stride ? a->x_stride : a->cols;
   const int64_t ys = a->y_stride ? a->y_stride : a->cols;
   for (int64_t r = 0; r < a->rows; r++) {
@@ -123,6 +127,7 @@ SCREE__REFERENCE(rmsnorm) {
       ss += v * v;
     }
     const double inv = 1.0 / sqrt(ss / (double)a->cols + (double)a->eps);
+    if (rstd) rstd[r] = (float)inv;
     for (int64_t c = 0; c < a->cols; c++) {
       const double v = scree__load_elem(x, a->x_dtype, (size_t)(r * xs + c));
       const double g = scree__load_elem(w, a->w_dtype, (size_t)c);

@@ -176,9 +176,27 @@ void scree__rowwise_representative(const scree__op *op, const scree__bucket *b,
   examples(op, args);
 }
 
+/* 1 if name is an item of the comma-separated list (NULL: none). */
+static int listed(const char *list, const char *name) {
+  const size_t n = strlen(name);
+  for (const char *s = list; s && *s;) {
+    const char *e = strchr(s, ',');
+    const size_t len = e ? (size_t)(e - s) : strlen(s);
+    if (len == n && !strncmp(s, name, n)) return 1;
+    s = e ? e + 1 : NULL;
+  }
+  return 0;
+}
+
 int scree__rowwise_problem(const scree__op *op, const void *shape, const scree__variant *var,
                            int check, int64_t elems, scree__problem *p, char *why,
                            size_t why_size) {
+  return scree__rowwise_problem_omit(op, shape, var, check, elems, NULL, p, why, why_size);
+}
+
+int scree__rowwise_problem_omit(const scree__op *op, const void *shape, const scree__variant *var,
+                                int check, int64_t elems, const char *omit, scree__problem *p,
+                                char *why, size_t why_size) {
   void *a = p->args;
   memcpy(a, shape, op->args_size);
   if (scree__problem_shape(a, op->args, op->nargs, why, why_size)) return -1;
@@ -191,7 +209,7 @@ int scree__rowwise_problem(const scree__op *op, const void *shape, const scree__
   /* Optional buffers are marked present: a run binds them. */
   for (int i = 0; i < op->nargs; i++) {
     const scree__arg *t = &op->args[i];
-    const scree_devptr mark = !(t->flags & SCREE__CHECK_ONLY) || check;
+    const scree_devptr mark = (!(t->flags & SCREE__CHECK_ONLY) || check) && !listed(omit, t->name);
     if (t->flags & SCREE__OPTIONAL)
       memcpy((char *)a + t->offset, &mark, sizeof mark);
   }
@@ -213,4 +231,79 @@ void scree__rowwise_shape_rows(void *x, int dtype, int64_t rows, int64_t cols, i
       scree__store_elem(x, dtype, i, f * scree__load_elem(x, dtype, i));
     }
   }
+}
+
+/* ---- the norm backward ops --------------------------------------------------- */
+
+int scree__nb_threads(const scree__config *c) {
+  return c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS];
+}
+
+void scree__nb_default(int64_t cols, int ex, int ey, int nacc, scree__config *out) {
+  const int wide = ex > ey ? ex : ey;
+  scree__rowwise_default(cols, wide, out);
+  /* LayerNorm's kernel (two column sums, the mean) spills at 1024 threads
+   * (ptxas' 64 registers): take 512, caching less of the row. */
+  if (nacc > 1 && scree__nb_threads(out) > 512) {
+    out->v[SCREE__RW_TPR] = 512;
+    out->v[SCREE__RW_ROWS] = 1;
+  }
+  /* Registers a cached element costs: x and dy, and the fp32 sums. */
+  const int per_elem4 = ex + ey + 4 * nacc; /* in bytes; /4 registers */
+  const int threads = scree__nb_threads(out);
+  int budget = 65536 / threads;
+  if (budget > 255) budget = 255;
+  budget -= 48; /* addresses, row sums, loop state */
+  while (out->v[SCREE__RW_CACHE] > 1 &&
+         out->v[SCREE__RW_VEC] * out->v[SCREE__RW_CACHE] * per_elem4 > 4 * budget)
+    out->v[SCREE__RW_CACHE] /= 2;
+}
+
+/* Each slot sums at least this many rows while the grid has more than one
+ * CTA an SM: the column sums cost 8 bytes a column a slot (written once,
+ * read once), against 2 to 4 elements a column a row of x, dy and dx. */
+#define NB_ROWS_PER_SLOT 32
+
+scree_status scree__nb_launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                              const scree__nb_call *a, CUstream stream, const char *what) {
+  const int64_t per_cta = c->v[SCREE__RW_ROWS];
+  const int threads = scree__nb_threads(c);
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  const int64_t occ = k->occupancy > 0 ? k->occupancy : 1;
+  /* Enough CTAs for 1024 threads an SM where the occupancy allows, more
+   * while each slot keeps NB_ROWS_PER_SLOT rows, never more than fit. */
+  int64_t want = sms * scree__clampi(scree__cdiv(1024, threads), 1, (int)occ);
+  const int64_t by_rows = scree__cdiv(a->rows, per_cta * NB_ROWS_PER_SLOT);
+  if (by_rows > want) want = by_rows;
+  if (want > sms * occ) want = sms * occ;
+  int64_t grid = scree__cdiv(a->rows, per_cta);
+  if (grid > want) grid = want;
+  if (grid < 1) grid = 1;
+  const int64_t nslots = grid * per_cta;
+  const size_t bytes = (size_t)nslots * (size_t)a->nacc * (size_t)a->cols * 4;
+  CUdeviceptr ws;
+  scree_status st = scree__workspace(ctx, stream, bytes, &ws);
+  if (st) return st;
+  uint64_t x = a->x, w = a->w, dy = a->dy, dres = a->dres, mean = a->mean, rstd = a->rstd;
+  uint64_t dx = a->dx, part = ws, dw = a->dw, db = a->db;
+  long long rows = a->rows, xs = a->xs, dys = a->dys, dress = a->dress, dxs = a->dxs;
+  int cols = (int)a->cols, ns = (int)nslots;
+  float eps = a->eps;
+  void *p0[] = {&x, &w, &dy, &dres, &mean, &rstd, &dx, &part, &rows, &cols,
+                &xs, &dys, &dress, &dxs, &eps};
+  char wbuf[96];
+  CUresult r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)grid, 1, 1, (unsigned)threads, 1, 1, 0,
+                                     stream, p0, NULL);
+  if (r != CUDA_SUCCESS) {
+    snprintf(wbuf, sizeof wbuf, "cuLaunchKernel(%s)", what);
+    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, wbuf);
+  }
+  void *p1[] = {&part, &dw, &db, &ns, &cols};
+  r = ctx->cu->LaunchKernel(k->fn[1], (unsigned)scree__cdiv(a->cols, 32), 1, 1, 32, 16, 1, 0,
+                            stream, p1, NULL);
+  if (r != CUDA_SUCCESS) {
+    snprintf(wbuf, sizeof wbuf, "cuLaunchKernel(%s dw)", what);
+    return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, wbuf);
+  }
+  return SCREE_OK;
 }

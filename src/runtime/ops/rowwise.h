@@ -93,4 +93,35 @@ int scree__rowwise_problem(const scree__op *op, const void *shape, const scree__
                            int check, int64_t elems, scree__problem *p, char *why,
                            size_t why_size);
 
+/* scree__rowwise_problem, except that the optional tensors named in omit
+ * (a list such as "mean,rstd") stay absent: the backward ops' saved
+ * statistics, which random values would not match. */
+int scree__rowwise_problem_omit(const scree__op *op, const void *shape, const scree__variant *var,
+                                int check, int64_t elems, const char *omit, scree__problem *p,
+                                char *why, size_t why_size);
+
+/* ---- the norm backward ops (kernels/norm_backward.cu) ---------------------- */
+
+/* One call of kernels/norm_backward.cu: the pointers (0: absent), strides
+ * (in elements, dense applied) and sizes; nacc 1 (dw) or 2 (dw and db). */
+typedef struct scree__nb_call {
+  uint64_t x, w, dy, dres, mean, rstd, dx, dw, db;
+  int64_t rows, cols, xs, dys, dress, dxs;
+  float eps;
+  int nacc;
+} scree__nb_call;
+
+/* The default launch shape of the backward kernels: the forward's
+ * (scree__rowwise_default on the widest of x's and dy's element sizes),
+ * then the register cache shrunk until x, dy and the fp32 column sums it
+ * keeps (nacc of them per element) fit the registers ptxas may use at that
+ * many threads a CTA. */
+void scree__nb_default(int64_t cols, int ex, int ey, int nacc, scree__config *out);
+/* Threads a CTA (the loader's occupancy, for the persistent grid). */
+int scree__nb_threads(const scree__config *c);
+/* The persistent grid, the workspace for the column sums, and the two
+ * launches (main kernel, then the ordered sum over slots). */
+scree_status scree__nb_launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                              const scree__nb_call *a, CUstream stream, const char *what);
+
 #endif

@@ -70,6 +70,13 @@ static void run_case(const acase *k, dt3 d, const scree__config *cfg) {
   void *hx = malloc(nx * ex + 16), *hres = malloc(nr * ex + 16), *hw = malloc(n * ew + 16);
   void *hh = malloc(nh * ex + 16), *hy = malloc(ny * ey + 16);
   void *rh = malloc(nh * ex + 16), *ry = malloc(ny * ey + 16);
+  /* rstd, the optional fp32 output for the backward: written when rows is
+   * odd, poisoned before. */
+  const int want_rstd = (int)(k->rows & 1);
+  const size_t nrs = (size_t)k->rows * 4;
+  float *hrs = malloc(nrs + 16), *rrs = malloc(nrs + 16);
+  const scree_devptr drs = scree_test_dalloc(ctx, nrs + GUARD);
+  scree_test_dpoison(ctx, drs, nrs + GUARD);
   scree_test_fill(hx, d.x, nx, 1.0);
   scree_test_fill(hres, d.x, nr, 1.0);
   scree_test_fill(hw, d.w, n, 1.0);
@@ -97,7 +104,8 @@ static void run_case(const acase *k, dt3 d, const scree__config *cfg) {
   scree_add_rmsnorm_args a = {.x = dx, .residual = dr, .w = dw, .h = dh, .y = dy,
                               .rows = k->rows, .cols = k->cols, .x_stride = k->xs,
                               .residual_stride = k->rs, .h_stride = k->hs, .y_stride = k->ys,
-                              .x_dtype = d.x, .w_dtype = d.w, .y_dtype = d.y, .eps = 1e-6f};
+                              .x_dtype = d.x, .w_dtype = d.w, .y_dtype = d.y, .eps = 1e-6f,
+                              .rstd = want_rstd ? drs : 0};
   /* The reference's h starts as what the device's holds before the call:
    * poison out of place, x's or residual's values in place (the padding
    * keeps them). */
@@ -108,7 +116,7 @@ static void run_case(const acase *k, dt3 d, const scree__config *cfg) {
   else
     memset(rh, 0xff, nh * ex);
   memset(ry, 0xff, ny * ey);
-  scree__ref_add_rmsnorm(&a, (void *const[]){hx, hres, hw, rh, ry});
+  scree__ref_add_rmsnorm(&a, (void *const[]){hx, hres, hw, rh, ry, rrs});
 
   char cs[128] = "default";
   scree_status st;
@@ -151,6 +159,15 @@ static void run_case(const acase *k, dt3 d, const scree__config *cfg) {
   }
   compare_rows(hh, rh, d.x, k->rows, k->cols, k->hs, "h", what);
   compare_rows(hy, ry, d.y, k->rows, k->cols, k->ys, "y", what);
+  if (want_rstd) {
+    /* fp32's tolerance (rtol 1e-5, atol 1e-6): one fp32 sum of squares. */
+    scree_test_d2h(ctx, hrs, drs, nrs);
+    scree_test_compare_rows(hrs, rrs, SCREE_DTYPE_FP32, 1, k->rows, k->rows, 1e-5, 1e-6, "rstd",
+                            "%s", what);
+  }
+  scree_test_check_guard(ctx, drs + nrs, GUARD, "rstd");
+  scree_test_dfree(ctx, drs);
+  free(hrs), free(rrs);
 
   scree_test_dfree(ctx, xa);
   scree_test_dfree(ctx, ra);

@@ -173,10 +173,12 @@ START_TEST(representative_shapes) {
   memset(&p, 0, sizeof p);
   char why[128];
   ck_assert_int_eq(op->problem(&a, &var, 1, 1, NULL, &p, why, sizeof why), 0);
-  ck_assert_int_eq(p.nbufs, 3);
+  /* x, w, y and, in a check problem, rstd. */
+  ck_assert_int_eq(p.nbufs, 4);
   ck_assert_uint_eq(p.bufs[0].count, (size_t)(a.rows * 8192));
   ck_assert(p.bufs[0].kind == SCREE__BUF_IN && p.bufs[1].kind == SCREE__BUF_IN &&
-            p.bufs[2].kind == SCREE__BUF_OUT);
+            p.bufs[2].kind == SCREE__BUF_OUT && p.bufs[3].kind == SCREE__BUF_OUT);
+  ck_assert_uint_eq(p.bufs[3].count, (size_t)a.rows);
   ck_assert(p.bytes > 0);
   scree__problem_free(&p);
 }

@@ -36,6 +36,12 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
   const size_t nx = (size_t)(rows * xs), ny = (size_t)(rows * ys);
   void *hx = malloc(nx * ex + 16), *hw = malloc((size_t)cols * ew + 16);
   void *hy = malloc(ny * ey + 16), *href = malloc(ny * ey + 16);
+  /* rstd, the optional fp32 output for the backward: written on every
+   * other call (rows odd), poisoned before. */
+  const int want_rstd = (int)(rows & 1);
+  float *hrs = malloc((size_t)rows * 4 + 16), *hrs_ref = malloc((size_t)rows * 4 + 16);
+  scree_devptr drs = scree_test_dalloc(ctx, (size_t)rows * 4 + 16);
+  scree_test_dpoison(ctx, drs, (size_t)rows * 4 + 16);
   scree_test_fill(hx, d.x, nx, 1.5);
   scree_test_fill(hw, d.w, (size_t)cols, 1.0);
   /* Rows of different scale, large tails: mistakes show (rmsnorm.c). */
@@ -59,8 +65,9 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
     memset(href, 0xff, ny * ey);
   scree_rmsnorm_args a = {.x = dx, .w = dw, .y = dy, .rows = rows, .cols = cols,
                           .x_stride = xs, .y_stride = ys, .x_dtype = d.x,
-                          .w_dtype = d.w, .y_dtype = d.y, .eps = 1e-6f};
-  scree__ref_rmsnorm(&a, (void *const[]){(void *)(hx), (void *)(hw), href});
+                          .w_dtype = d.w, .y_dtype = d.y, .eps = 1e-6f,
+                          .rstd = want_rstd ? drs : 0};
+  scree__ref_rmsnorm(&a, (void *const[]){(void *)(hx), (void *)(hw), href, hrs_ref});
   if (!in_place) scree_test_dpoison(ctx, dy, ny * ey);
   scree_status st;
   if (cfg) {
@@ -75,6 +82,13 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
   scree_test_sync(ctx);
   scree_test_d2h(ctx, hy, dy, ny * ey);
   scree_test_check_guard(ctx, dy + ny * ey, guard, "y");
+  if (want_rstd) {
+    /* fp32's tolerance (rtol 1e-5, atol 1e-6): one fp32 sum of squares. */
+    scree_test_d2h(ctx, hrs, drs, (size_t)rows * 4);
+    scree_test_compare_rows(hrs, hrs_ref, SCREE_DTYPE_FP32, 1, rows, rows, 1e-5, 1e-6, "rstd",
+                            "rows=%lld cols=%lld", (long long)rows, (long long)cols);
+  }
+  scree_test_check_guard(ctx, drs + (size_t)rows * 4, 16, "rstd");
   double rtol, atol;
   scree__tolerance(d.y, &rtol, &atol);
   scree_test_compare_rows(hy, href, d.y, rows, cols, ys, rtol, atol, "y",
@@ -85,7 +99,8 @@ static void run_case(int64_t rows, int64_t cols, int64_t xs, int64_t ys, dt3 d,
   scree_test_dfree(ctx, dx);
   scree_test_dfree(ctx, dw);
   if (!in_place) scree_test_dfree(ctx, dy);
-  free(hx), free(hw), free(hy), free(href);
+  scree_test_dfree(ctx, drs);
+  free(hx), free(hw), free(hy), free(href), free(hrs), free(hrs_ref);
 }
 
 /* The public path (default config, adapted to the call) over edge shapes. */
