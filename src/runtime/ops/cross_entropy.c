@@ -263,7 +263,8 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     d->rtol = a->dtype == SCREE_DTYPE_BF16   ? SCREE__CE_GRAD_RTOL_BF16
               : a->dtype == SCREE_DTYPE_FP16 ? SCREE__CE_GRAD_RTOL_FP16
                                              : SCREE__CE_GRAD_RTOL_FP32;
-    d->atol = SCREE__CE_GRAD_ATOL / (double)(kept ? kept : 1);
+    d->atol = SCREE__CE_GRAD_ATOL / (double)(kept ? kept : 1) +
+              (a->dtype == SCREE_DTYPE_FP16 ? SCREE__CE_GRAD_ATOL_FP16_FLOOR : 0);
   }
   snprintf(p->desc, sizeof p->desc, "%lld rows of %lld logits, ignore_index %lld",
            (long long)a->rows, (long long)a->vocab, (long long)a->ignore_index);
