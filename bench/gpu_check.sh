@@ -8,6 +8,7 @@
 #   bench/gpu_check.sh [OUTDIR] [tests|sanitize|bench|sweep|paged-sweep|all]
 # sweep (not part of all): every config of each row-wise op's space timed on
 # its cases of bench/rowwise_sweep.txt, CSVs for tools/make_rowwise_safelist.py;
+# sweep-backward: the same for the backward ops on bench/rowwise_backward_sweep.txt;
 # paged-sweep: paged attention's configs on bench/paged_sweep.txt (split) and
 # bench/paged_prefill_sweep.txt (hopper).
 set -u
@@ -25,9 +26,15 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   (cd "$build" && ctest -L gpu -E test_tune_gpu -j"${SCREE_TEST_JOBS:-8}" --output-on-failure 2>&1 &&
     ctest -R test_tune_gpu --output-on-failure 2>&1) | tee "$out/ctest.txt"
 fi
-if [ "$what" = sweep ]; then
-  for op in ${SCREE_SWEEP_OPS:-layernorm add_rmsnorm softmax ragged_softmax rope swiglu cross_entropy}; do
-    SCREE_CACHE_DIR=$(mktemp -d) "$build/bench/bench_ops" --file bench/rowwise_sweep.txt --op "$op" --sweep --reps 5 \
+if [ "$what" = sweep ] || [ "$what" = sweep-backward ]; then
+  cases=bench/rowwise_sweep.txt
+  ops="layernorm add_rmsnorm softmax ragged_softmax rope swiglu cross_entropy"
+  if [ "$what" = sweep-backward ]; then
+    cases=bench/rowwise_backward_sweep.txt
+    ops="rmsnorm_backward add_rmsnorm_backward layernorm_backward softmax_backward swiglu_backward rope_backward"
+  fi
+  for op in ${SCREE_SWEEP_OPS:-$ops}; do
+    SCREE_CACHE_DIR=$(mktemp -d) "$build/bench/bench_ops" --file $cases --op "$op" --sweep --reps 5 \
       --csv "$out/sweep-$op.csv" > "$out/sweep-$op.txt" 2>&1
     echo "sweep $op: exit $? ($(grep -c sweep "$out/sweep-$op.csv") configs x cases)"
   done

@@ -25,8 +25,11 @@
  * own row of the fp32 workspace (read-modify-write by the one thread that
  * owns the column: no atomics). At the end each slot writes its sums to
  * part[slot][k][cols] (k: dw, then db), zeros for a slot that got no row;
- * scree_norm_backward_dw then sums the slots of each column in a fixed
- * order. The result is bitwise the same run to run for a config and grid.
+ * a CTA of several groups adds its groups' slots, in group order, into its
+ * first; scree_norm_backward_dw then sums the CTAs' slots of each column
+ * in a fixed order. The result is bitwise the same run to run for a
+ * config and grid. Each group asks the L2 for its next row (x and dy) as
+ * it starts a row.
  *
  * Macros: SCREE_TPR, SCREE_ROWS, SCREE_VEC, SCREE_CACHE (the launch shape);
  * SCREE_X_DTYPE (x / h, dx / dh, dh_next), SCREE_W_DTYPE (w, dw, db),
@@ -89,6 +92,29 @@ __device__ __forceinline__ float nb_dx(float x, float dy, float w, const nb_coef
   }
 }
 
+/* Asks the L2 for the 128-byte line holding p (prefetch.global.L2: no
+ * register waits on it). */
+__device__ __forceinline__ void nb_prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Asks the L2 for a row's cached part of x and dy: a lane takes every
+ * 128-byte line its vectors begin. The row's loads then wait on the L2,
+ * not on memory, while nothing waits on the prefetch itself. */
+__device__ __forceinline__ void nb_prefetch_row(const xt *xrow, const yt *dyrow, int lane,
+                                                int nvec) {
+#pragma unroll
+  for (int c = 0; c < SCREE_CACHE; c++) {
+    const int v = c * SCREE_TPR + lane;
+    if (v < nvec) {
+      if ((v * (int)sizeof(xv)) % 128 < (int)sizeof(xv))
+        nb_prefetch_l2(reinterpret_cast<const xv *>(xrow) + v);
+      if ((v * (int)sizeof(yv)) % 128 < (int)sizeof(yv))
+        nb_prefetch_l2(reinterpret_cast<const yv *>(dyrow) + v);
+    }
+  }
+}
+
 /* x, dy, dres (dh_next) and dx carry no __restrict__: dx may be dy or dres
  * (in place); each element is read by the thread that writes it, first. */
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
@@ -129,6 +155,11 @@ scree_norm_backward(const xt *x, const wt *__restrict__ w, const yt *dy, const x
 
     xv xc[SCREE_CACHE];
     yv dc[SCREE_CACHE];
+    /* The group's next row, asked of the L2 before this row's loads. */
+    {
+      const long long nrow = row + (long long)gridDim.x * SCREE_ROWS;
+      if (nrow < rows) nb_prefetch_row(x + nrow * x_stride, dy + nrow * dy_stride, lane, nvec);
+    }
 #pragma unroll
     for (int c = 0; c < SCREE_CACHE; c++) {
       const int v = c * SCREE_TPR + lane;
@@ -330,24 +361,41 @@ scree_norm_backward(const xt *x, const wt *__restrict__ w, const yt *dy, const x
       if (NB_LN) sp[cols + i] = 0.f;
     }
   }
+#if SCREE_ROWS > 1
+  /* The CTA's row groups summed in group order into its first slot, so
+   * that scree_norm_backward_dw sums one slot a CTA. The CTA's threads
+   * read back what its groups wrote (visible after the barrier). */
+  __syncthreads();
+  {
+    float *cp = part + (long long)blockIdx.x * SCREE_ROWS * NACC * (long long)cols;
+    const long long len = (long long)NACC * cols;
+    for (long long i = threadIdx.x; i < len; i += SCREE_THREADS) {
+      float a = cp[i];
+#pragma unroll
+      for (int g = 1; g < SCREE_ROWS; g++) a += cp[(long long)g * len + i];
+      cp[i] = a;
+    }
+  }
+#endif
 }
 
-/* dw[c] (and db[c]) = the sum over slots s = 0, 1, ... of part[s][k][c],
- * in a fixed order: a block of 32 columns x 16 slot lanes; lane j sums
- * slots j, j + 16, ... in turn, then lane 0 adds the 16 lane sums in
- * order. Block (32, 16), grid ceil(cols / 32). */
-extern "C" __global__ void __launch_bounds__(512)
+/* dw[c] (and db[c]) = the sum over the CTAs' slots s = 0, 1, ... of
+ * part[s * SCREE_ROWS][k][c] (each the sum of its CTA's row groups), in a
+ * fixed order: a block of 32 columns x 32 slot lanes; lane j sums slots
+ * j, j + 32, ... in turn, then lane 0 adds the 32 lane sums in order.
+ * Block (32, 32), grid ceil(cols / 32). */
+extern "C" __global__ void __launch_bounds__(1024)
 scree_norm_backward_dw(const float *__restrict__ part, wt *__restrict__ dw,
                        wt *__restrict__ db, int nslots, int cols) {
-  __shared__ float s[NACC][16][33];
+  __shared__ float s[NACC][32][33];
   const int col = blockIdx.x * 32 + threadIdx.x;
 #pragma unroll
   for (int k = 0; k < NACC; k++) {
     float a = 0.f;
     if (col < cols) {
 #pragma unroll 4
-      for (int i = threadIdx.y; i < nslots; i += 16)
-        a += part[((long long)i * NACC + k) * cols + col];
+      for (int i = threadIdx.y; i < nslots; i += 32)
+        a += part[((long long)i * SCREE_ROWS * NACC + k) * cols + col];
     }
     s[k][threadIdx.y][threadIdx.x] = a;
   }
@@ -357,7 +405,7 @@ scree_norm_backward_dw(const float *__restrict__ part, wt *__restrict__ dw,
     for (int k = 0; k < NACC; k++) {
       float a = s[k][0][threadIdx.x];
 #pragma unroll
-      for (int j = 1; j < 16; j++) a += s[k][j][threadIdx.x];
+      for (int j = 1; j < 32; j++) a += s[k][j][threadIdx.x];
       if (k == 0)
         dw[col] = scree_from_float<wt>(a);
       else if (db)

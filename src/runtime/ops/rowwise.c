@@ -287,7 +287,7 @@ scree_status scree__nb_launch(scree_context *ctx, const scree__kernel *k, const 
   uint64_t x = a->x, w = a->w, dy = a->dy, dres = a->dres, mean = a->mean, rstd = a->rstd;
   uint64_t dx = a->dx, part = ws, dw = a->dw, db = a->db;
   long long rows = a->rows, xs = a->xs, dys = a->dys, dress = a->dress, dxs = a->dxs;
-  int cols = (int)a->cols, ns = (int)nslots;
+  int cols = (int)a->cols, ns = (int)grid; /* one slot a CTA (its groups summed) */
   float eps = a->eps;
   void *p0[] = {&x, &w, &dy, &dres, &mean, &rstd, &dx, &part, &rows, &cols,
                 &xs, &dys, &dress, &dxs, &eps};
@@ -299,7 +299,7 @@ scree_status scree__nb_launch(scree_context *ctx, const scree__kernel *k, const 
     return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, wbuf);
   }
   void *p1[] = {&part, &dw, &db, &ns, &cols};
-  r = ctx->cu->LaunchKernel(k->fn[1], (unsigned)scree__cdiv(a->cols, 32), 1, 1, 32, 16, 1, 0,
+  r = ctx->cu->LaunchKernel(k->fn[1], (unsigned)scree__cdiv(a->cols, 32), 1, 1, 32, 32, 1, 0,
                             stream, p1, NULL);
   if (r != CUDA_SUCCESS) {
     snprintf(wbuf, sizeof wbuf, "cuLaunchKernel(%s dw)", what);
