@@ -20,13 +20,17 @@
  * Per thread: the maximum of its values (log2 domain), the sum of 2^(x s -
  * max) over them, and their plain sum (the logit sum of label smoothing).
  * Merged over the group (scree_row_online, scree_row_sum), then, with
- * clusters, across the cluster: each CTA's lane 0 of a group puts its
- * group's (max, sum, logit sum) in shared memory, a cluster barrier, and
- * every thread reads the CSIZE states of its row from the cluster's CTAs
- * (distributed shared memory) and merges them in rank order: every CTA gets
- * the same bits, whatever the timing. A relaxed arrival after the reads,
- * and its wait before the next row's states are stored (and before exit),
- * keep a CTA's shared memory in place while others read it.
+ * clusters, across the cluster: each CTA's lane 0 of a group stores its
+ * group's (max, sum, logit sum) into every CTA of the cluster (st.async,
+ * completing bytes at that CTA's mbarrier), and every thread waits for its
+ * CTA's mbarrier, then merges the CSIZE states in rank order: every CTA
+ * gets the same bits, whatever the timing. No fence and no cluster barrier
+ * per row (a release at cluster scope would wait for the previous row's
+ * dlogits stores to reach L2): the slots and mbarriers alternate with the
+ * iteration's parity, and a CTA sends row i + 2's states only after every
+ * CTA has sent row i + 1's, which each does after reading row i's. One
+ * cluster barrier at the start (mbarriers set, every CTA running); a CTA
+ * leaves only after every store into it has landed (its last wait).
  *
  * Then dlogits from the registers: 2^(x s - m) again (one more ex2 per
  * element), times c1, plus c0, minus ct at the target, stored evict first.
@@ -62,6 +66,7 @@
 #define SCREE_CSIZE 1
 #endif
 #if SCREE_CSIZE > 1
+#include "ptx.cuh"
 #include "cluster_ptx.cuh"
 #endif
 
@@ -121,10 +126,18 @@ scree_ce_keep(const lt *logits, const long long *__restrict__ targets, float *__
               float grad_scale, const unsigned long long *__restrict__ count) {
   __shared__ scree_row_scratch scratch;
 #if SCREE_CSIZE > 1
-  /* Each group's (max, sum, logit sum), read by the cluster's CTAs. */
-  __shared__ float xch[3][SCREE_ROWS];
+  /* Each group's (max, sum, logit sum) from each CTA of the cluster, by
+   * iteration parity, and an mbarrier per parity counting their bytes. */
+  __shared__ float xch[2][SCREE_CSIZE][SCREE_ROWS][3];
+  __shared__ __align__(8) unsigned long long bars[2];
   const int rank = (int)scree_cluster_rank();
-  bool pending = false; /* an arrival after the reads awaits its wait */
+  if (threadIdx.x == 0) {
+    scree_mbar_init(scree_smem_u32(&bars[0]), 1);
+    scree_mbar_init(scree_smem_u32(&bars[1]), 1);
+    scree_mbar_init_fence();
+  }
+  scree_cluster_sync(); /* the mbarriers set, every CTA running */
+  unsigned it = 0;      /* the iteration: its parity picks xch and bars */
 #else
   const int rank = 0;
 #endif
@@ -202,40 +215,38 @@ scree_ce_keep(const lt *logits, const long long *__restrict__ targets, float *__
     if (eps != 0.f) xsum = scree_row_sum(xsum, scratch); /* eps is the same in every thread */
 
 #if SCREE_CSIZE > 1
-    /* Across the cluster, in rank order. */
-    if (pending) scree_cluster_wait();
-    if (lane == 0) {
-      xch[0][group] = st.m;
-      xch[1][group] = st.s;
-      xch[2][group] = xsum;
-    }
-    scree_cluster_sync();
+    /* Across the cluster: lane 0 of each group sends its state to every CTA
+     * (st.async, completing bytes at that CTA's mbarrier of this parity);
+     * every thread waits for its CTA's, then merges them in rank order. */
     {
-      float rm[SCREE_CSIZE], rs[SCREE_CSIZE], rx[SCREE_CSIZE];
+      const unsigned buf = it & 1u, b = scree_smem_u32(&bars[buf]);
+      if (threadIdx.x == 0) scree_mbar_arrive_expect(b, SCREE_CSIZE * SCREE_ROWS * 3 * 4);
+      if (lane == 0) {
+        const unsigned slot = scree_smem_u32(&xch[buf][rank][group][0]);
 #pragma unroll
-      for (int k = 0; k < SCREE_CSIZE; k++) {
-        rm[k] = scree_cluster_ld_f32(
-            scree_cluster_map((unsigned)__cvta_generic_to_shared(&xch[0][group]), k));
-        rs[k] = scree_cluster_ld_f32(
-            scree_cluster_map((unsigned)__cvta_generic_to_shared(&xch[1][group]), k));
-        rx[k] = scree_cluster_ld_f32(
-            scree_cluster_map((unsigned)__cvta_generic_to_shared(&xch[2][group]), k));
+        for (int k = 0; k < SCREE_CSIZE; k++) {
+          const unsigned to = scree_cluster_map(slot, (unsigned)k),
+                         rb = scree_cluster_map(b, (unsigned)k);
+          scree_st_async_u32(to, __float_as_uint(st.m), rb);
+          scree_st_async_u32(to + 4u, __float_as_uint(st.s), rb);
+          scree_st_async_u32(to + 8u, __float_as_uint(xsum), rb);
+        }
       }
-      float mm = rm[0];
+      scree_mbar_wait(b, (it >> 1) & 1u);
+      float mm = xch[buf][0][group][0];
 #pragma unroll
-      for (int k = 1; k < SCREE_CSIZE; k++) mm = fmaxf(mm, rm[k]);
+      for (int k = 1; k < SCREE_CSIZE; k++) mm = fmaxf(mm, xch[buf][k][group][0]);
       float ss = 0.f, xx = 0.f;
 #pragma unroll
       for (int k = 0; k < SCREE_CSIZE; k++) {
-        ss += rm[k] == mm ? rs[k] : rs[k] * scree_exp2(rm[k] - mm);
-        xx += rx[k];
+        const float rm = xch[buf][k][group][0], rs = xch[buf][k][group][1];
+        ss += rm == mm ? rs : rs * scree_exp2(rm - mm);
+        xx += xch[buf][k][group][2];
       }
       st = {mm, ss};
       xsum = xx;
+      it++;
     }
-    /* The values read are used above: the reads are done. */
-    scree_cluster_arrive_relaxed();
-    pending = true;
 #endif
 
     const float l = fmaf(st.m, SCREE_LN2, logf(st.s));
@@ -285,8 +296,4 @@ scree_ce_keep(const lt *logits, const long long *__restrict__ targets, float *__
       }
     }
   }
-#if SCREE_CSIZE > 1
-  /* No CTA leaves while another may still read its shared memory. */
-  if (pending) scree_cluster_wait();
-#endif
 }
