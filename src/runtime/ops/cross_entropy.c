@@ -3,7 +3,12 @@
  * launch, problems, CPU reference and benchmark entries. The kernel is
  * kernels/cross_entropy.cu: the plain forward (variant grad=0), or the
  * extended one with label smoothing, z-loss and the gradient (grad=1),
- * after a count of the rows not ignored for the gradient's mean. */
+ * after a count of the rows not ignored for the gradient's mean. Two
+ * implementations: "generic" (kernels/cross_entropy.cu, both variants; with
+ * the gradient it reads each row twice) and "keep" (kernels/
+ * cross_entropy_keep.cu, grad=1 only: the row held in registers, across a
+ * thread block cluster on sm_90, so the logits are read once), the default
+ * for grad=1 wherever the row fits (keep_default). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +109,8 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
  * bytes in flight each), up to 256 threads per row (a 128k-vocab row then
  * takes 16 batches, enough to hide the merge at its end), at least 128
  * threads per CTA. */
-/* With the gradient (grad=1): up to 1024 threads a row (one row per CTA
+/* With the gradient (grad=1): impl=keep where the row fits (keep_default,
+ * below); elsewhere up to 1024 threads a row (one row per CTA
  * and, at the kernel's registers, one CTA per SM on a large vocabulary),
  * so that the rows between their two reads fit in L2 (docs/kernels/
  * rowwise.md). */
