@@ -117,10 +117,18 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
 /* impl=keep (keep_default) for grad=1 wherever the row fits. */
 static int keep_default(const scree__target *t, const scree__variant *var,
                         const scree_cross_entropy_args *a, scree__config *out);
+static void generic_default(const scree__variant *var, const scree_cross_entropy_args *a,
+                            scree__config *out);
 static void default_config(const scree__target *t, const scree__variant *var, const void *args,
                            scree__config *out) {
   const scree_cross_entropy_args *a = args;
   if (var->v[V_GRAD] == 1 && keep_default(t, var, a, out)) return;
+  generic_default(var, a, out);
+}
+
+/* impl=generic's default (above). */
+static void generic_default(const scree__variant *var, const scree_cross_entropy_args *a,
+                            scree__config *out) {
   memset(out, 0, sizeof *out);
   const int es = (int)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
   const int vec = es == 4 ? 4 : 8;
@@ -407,9 +415,12 @@ static int keep_check(const scree__config *c, const scree__variant *var, const s
 
 /* Narrows VEC to what the call allows, keeping the bytes a thread holds
  * (cache doubles, up to 16), then the vectors of the row held (tpr
- * doubles, rows halving when the CTA would pass 1024 threads). */
+ * doubles, rows halving when the CTA would pass 1024 threads). A row that
+ * still does not fit (a config tuned on aligned rows, called on rows that
+ * allow narrower vectors only) gets impl=generic's default for the call,
+ * adapted: a result rather than a refusal. */
 static void keep_adapt(scree__config *c, const scree__variant *var, const void *args) {
-  const int widest = 1 << scree__vec_log2(&scree__op_cross_entropy, var, args);
+  const int wl = scree__vec_log2(&scree__op_cross_entropy, var, args), widest = 1 << wl;
   const int64_t want = keep_capacity(c) * c->v[SCREE__RW_VEC];
   while (c->v[SCREE__RW_VEC] > widest) {
     c->v[SCREE__RW_VEC] /= 2;
@@ -418,6 +429,11 @@ static void keep_adapt(scree__config *c, const scree__variant *var, const void *
   while (keep_capacity(c) * c->v[SCREE__RW_VEC] < want && c->v[SCREE__RW_TPR] < 1024) {
     if (c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS] >= 1024) c->v[SCREE__RW_ROWS] /= 2;
     c->v[SCREE__RW_TPR] *= 2;
+  }
+  const scree_cross_entropy_args *a = args;
+  if (a && a->vocab / c->v[SCREE__RW_VEC] > keep_capacity(c)) {
+    generic_default(var, a, c);
+    scree__rowwise_adapt(c, wl);
   }
 }
 
