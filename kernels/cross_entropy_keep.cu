@@ -87,21 +87,31 @@ static_assert(SCREE_VEC * SCREE_CACHE * sizeof(lt) <= 64,
  * an SM (two CTAs of 512: one's loads run while the other writes). */
 #define SCREE_MIN_CTAS (1024 / SCREE_THREADS)
 
+/* A vector's load and store, evict first (ld.global.cs, st.global.cs): the
+ * logits are not read again, dlogits not read here. */
 template <typename V>
 __device__ __forceinline__ V scree_ce_ldcs(const V *p) {
   V v;
-  if (sizeof(V) == 16) *reinterpret_cast<int4 *>(&v) = __ldcs(reinterpret_cast<const int4 *>(p));
-  else if (sizeof(V) == 8) *reinterpret_cast<int2 *>(&v) = __ldcs(reinterpret_cast<const int2 *>(p));
-  else if (sizeof(V) == 4) *reinterpret_cast<int *>(&v) = __ldcs(reinterpret_cast<const int *>(p));
-  else v = *p;
+  if constexpr (sizeof(V) == 16)
+    *reinterpret_cast<int4 *>(&v) = __ldcs(reinterpret_cast<const int4 *>(p));
+  else if constexpr (sizeof(V) == 8)
+    *reinterpret_cast<int2 *>(&v) = __ldcs(reinterpret_cast<const int2 *>(p));
+  else if constexpr (sizeof(V) == 4)
+    *reinterpret_cast<int *>(&v) = __ldcs(reinterpret_cast<const int *>(p));
+  else
+    v = *p;
   return v;
 }
 template <typename V>
 __device__ __forceinline__ void scree_ce_stcs(V *p, const V &v) {
-  if (sizeof(V) == 16) __stcs(reinterpret_cast<int4 *>(p), *reinterpret_cast<const int4 *>(&v));
-  else if (sizeof(V) == 8) __stcs(reinterpret_cast<int2 *>(p), *reinterpret_cast<const int2 *>(&v));
-  else if (sizeof(V) == 4) __stcs(reinterpret_cast<int *>(p), *reinterpret_cast<const int *>(&v));
-  else *p = v;
+  if constexpr (sizeof(V) == 16)
+    __stcs(reinterpret_cast<int4 *>(p), *reinterpret_cast<const int4 *>(&v));
+  else if constexpr (sizeof(V) == 8)
+    __stcs(reinterpret_cast<int2 *>(p), *reinterpret_cast<const int2 *>(&v));
+  else if constexpr (sizeof(V) == 4)
+    __stcs(reinterpret_cast<int *>(p), *reinterpret_cast<const int *>(&v));
+  else
+    *p = v;
 }
 
 /* The number of rows whose target is not ignore_index, into *count: one
@@ -119,17 +129,33 @@ scree_ce_count(const long long *__restrict__ targets, long long rows, long long 
   if (threadIdx.x == 0) *count = total;
 }
 
+/* The kernel's shared memory (static; dynamic under tests/emu, which
+ * defines SCREE_SMEM_BASE): the group reductions' scratch and, with
+ * clusters, each group's (max, sum, logit sum) from each CTA of the
+ * cluster by iteration parity, and an mbarrier per parity counting their
+ * bytes. */
+struct scree_ce_smem {
+#if SCREE_CSIZE > 1
+  unsigned long long bars[2];
+  float xch[2][SCREE_CSIZE][SCREE_ROWS][3];
+#endif
+  scree_row_scratch scratch;
+};
+
 extern "C" __global__ void __launch_bounds__(SCREE_THREADS, SCREE_MIN_CTAS)
 scree_ce_keep(const lt *logits, const long long *__restrict__ targets, float *__restrict__ loss,
               float *__restrict__ lse, long long rows, int vocab, long long stride,
               long long ignore_index, lt *dlogits, long long dstride, float eps, float z,
               float grad_scale, const unsigned long long *__restrict__ count) {
-  __shared__ scree_row_scratch scratch;
+#ifdef SCREE_SMEM_BASE /* tests/emu: the CTA's own memory */
+  scree_ce_smem &sm = *reinterpret_cast<scree_ce_smem *>(SCREE_SMEM_BASE);
+#else
+  __shared__ scree_ce_smem sm;
+#endif
+  scree_row_scratch &scratch = sm.scratch;
 #if SCREE_CSIZE > 1
-  /* Each group's (max, sum, logit sum) from each CTA of the cluster, by
-   * iteration parity, and an mbarrier per parity counting their bytes. */
-  __shared__ float xch[2][SCREE_CSIZE][SCREE_ROWS][3];
-  __shared__ __align__(8) unsigned long long bars[2];
+  float(&xch)[2][SCREE_CSIZE][SCREE_ROWS][3] = sm.xch;
+  unsigned long long(&bars)[2] = sm.bars;
   const int rank = (int)scree_cluster_rank();
   if (threadIdx.x == 0) {
     scree_mbar_init(scree_smem_u32(&bars[0]), 1);
