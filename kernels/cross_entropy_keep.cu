@@ -57,7 +57,7 @@
  * scree_ce_count: as cross_entropy.cu's (the rows not ignored, for the
  * mean; one CTA of 256 threads).
  *
- * Test alone: ctest -R cross_entropy
+ * Test alone: ctest -R cross_entropy (on a GPU), ctest -R ce_keep_emu (on the CPU)
  */
 
 #include "rowwise.cuh"
