@@ -3,7 +3,12 @@
  * launch, problems, CPU reference and benchmark entries. The kernel is
  * kernels/cross_entropy.cu: the plain forward (variant grad=0), or the
  * extended one with label smoothing, z-loss and the gradient (grad=1),
- * after a count of the rows not ignored for the gradient's mean. */
+ * after a count of the rows not ignored for the gradient's mean. Two
+ * implementations: "generic" (kernels/cross_entropy.cu, both variants; with
+ * the gradient it reads each row twice) and "keep" (kernels/
+ * cross_entropy_keep.cu, grad=1 only: the row held in registers, across a
+ * thread block cluster on sm_90, so the logits are read once), the default
+ * for grad=1 wherever the row fits (keep_default). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,14 +109,26 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
  * bytes in flight each), up to 256 threads per row (a 128k-vocab row then
  * takes 16 batches, enough to hide the merge at its end), at least 128
  * threads per CTA. */
-/* With the gradient (grad=1): up to 1024 threads a row (one row per CTA
+/* With the gradient (grad=1): impl=keep where the row fits (keep_default,
+ * below); elsewhere up to 1024 threads a row (one row per CTA
  * and, at the kernel's registers, one CTA per SM on a large vocabulary),
  * so that the rows between their two reads fit in L2 (docs/kernels/
  * rowwise.md). */
+/* impl=keep (keep_default) for grad=1 wherever the row fits. */
+static int keep_default(const scree__target *t, const scree__variant *var,
+                        const scree_cross_entropy_args *a, scree__config *out);
+static void generic_default(const scree__variant *var, const scree_cross_entropy_args *a,
+                            scree__config *out);
 static void default_config(const scree__target *t, const scree__variant *var, const void *args,
                            scree__config *out) {
-  (void)t;
   const scree_cross_entropy_args *a = args;
+  if (var->v[V_GRAD] == 1 && keep_default(t, var, a, out)) return;
+  generic_default(var, a, out);
+}
+
+/* impl=generic's default (above). */
+static void generic_default(const scree__variant *var, const scree_cross_entropy_args *a,
+                            scree__config *out) {
   memset(out, 0, sizeof *out);
   const int es = (int)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
   const int vec = es == 4 ? 4 : 8;
@@ -344,8 +361,209 @@ SCREE__REFERENCE(cross_entropy) {
   }
 }
 
-static const scree__impl impls[] = {{SCREE__ROWWISE_IMPL(
-    check, "cross_entropy.cu", "scree_cross_entropy", "scree_ce_count")}};
+/* ---- impl=keep (kernels/cross_entropy_keep.cu) ------------------------------
+ * The gradient variant (grad=1) with each row held on chip between its
+ * statistics and dlogits, so that the logits are read once: the row-wise
+ * launch shape (cache: the vectors each thread keeps, at most 64 bytes of
+ * them) and csize, the CTAs of a thread block cluster that share a row
+ * (sm_90; 1 on sm_80). It runs where the row fits: vocab / vec <= csize x
+ * tpr x cache vectors. */
+
+enum { K_CSIZE = SCREE__RW_NFIELDS, K_NFIELDS };
+
+static const scree__field keep_fields[K_NFIELDS] = {
+    {"tpr", "SCREE_TPR", 8, {8, 16, 32, 64, 128, 256, 512, 1024}},
+    {"rows", "SCREE_ROWS", 5, {1, 2, 4, 8, 16}},
+    {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
+    {"cache", "SCREE_CACHE", 5, {1, 2, 4, 8, 16}},
+    {"csize", "SCREE_CSIZE", 4, {1, 2, 4, 8}},
+};
+
+/* Vectors of a row the config holds. */
+static int64_t keep_capacity(const scree__config *c) {
+  return (int64_t)c->v[K_CSIZE] * c->v[SCREE__RW_TPR] * c->v[SCREE__RW_CACHE];
+}
+
+/* Mirrors the kernel's static_asserts: the launch shape's, at most 64
+ * bytes kept per thread, csize 1, 2, 4 or 8 and clusters only on sm_90;
+ * grad=1 only (the plain forward reads its row once already). */
+static int keep_check(const scree__config *c, const scree__variant *var, const scree__target *t,
+                      char *why, size_t n) {
+  if (!scree__rowwise_check(c, why, n) || !scree__rowwise_check_dtypes(var, 1, why, n)) return 0;
+  if (var->v[V_GRAD] != 1) {
+    snprintf(why, n, "impl=keep is the gradient variant's (grad=1), not grad=%d", var->v[V_GRAD]);
+    return 0;
+  }
+  const int bytes = c->v[SCREE__RW_VEC] * c->v[SCREE__RW_CACHE] *
+                    (int)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
+  if (bytes > 64) {
+    snprintf(why, n, "vec=%d x cache=%d keeps %d bytes a thread, past 64", c->v[SCREE__RW_VEC],
+             c->v[SCREE__RW_CACHE], bytes);
+    return 0;
+  }
+  const int cs = c->v[K_CSIZE];
+  if (cs != 1 && cs != 2 && cs != 4 && cs != 8) {
+    snprintf(why, n, "csize=%d is not 1, 2, 4 or 8", cs);
+    return 0;
+  }
+  if (cs > 1 && t->sm < 90) {
+    snprintf(why, n, "csize=%d: thread block clusters need sm_90, not sm_%d", cs, t->sm);
+    return 0;
+  }
+  return 1;
+}
+
+/* Narrows VEC to what the call allows, keeping the bytes a thread holds
+ * (cache doubles, up to 16), then the vectors of the row held (tpr
+ * doubles, rows halving when the CTA would pass 1024 threads). A row that
+ * still does not fit (a config tuned on aligned rows, called on rows that
+ * allow narrower vectors only) gets impl=generic's default for the call,
+ * adapted: a result rather than a refusal. */
+static void keep_adapt(scree__config *c, const scree__variant *var, const void *args) {
+  const int wl = scree__vec_log2(&scree__op_cross_entropy, var, args), widest = 1 << wl;
+  const int64_t want = keep_capacity(c) * c->v[SCREE__RW_VEC];
+  while (c->v[SCREE__RW_VEC] > widest) {
+    c->v[SCREE__RW_VEC] /= 2;
+    if (c->v[SCREE__RW_CACHE] < 16) c->v[SCREE__RW_CACHE] *= 2;
+  }
+  while (keep_capacity(c) * c->v[SCREE__RW_VEC] < want && c->v[SCREE__RW_TPR] < 1024) {
+    if (c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS] >= 1024) c->v[SCREE__RW_ROWS] /= 2;
+    c->v[SCREE__RW_TPR] *= 2;
+  }
+  const scree_cross_entropy_args *a = args;
+  if (a && a->vocab / c->v[SCREE__RW_VEC] > keep_capacity(c)) {
+    generic_default(var, a, c);
+    scree__rowwise_adapt(c, wl);
+  }
+}
+
+/* Configs that hold the row (else the launch refuses them), without the
+ * row in half of them (threads idle; a smaller cluster or CTA holds it),
+ * the smallest shape (tpr 8, cache 1, csize 1) always. */
+static int keep_worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
+  (void)var;
+  const int64_t vocab = ((const scree_cross_entropy_args *)args)->vocab;
+  const int64_t nvec = vocab / c->v[SCREE__RW_VEC], cap = keep_capacity(c);
+  if (nvec > cap) return 0;
+  return cap == 8 || nvec * 2 > cap;
+}
+
+/* The default of impl=keep where the row fits, on sm_90 or sm_80 (NULL:
+ * it does not; sm_80 without clusters): 16-byte vectors (or the widest the
+ * call allows), 64 bytes kept per thread; the smallest cluster of 512
+ * threads a CTA (two CTAs an SM: one loads while the other writes), else
+ * of 1024 threads (one CTA an SM). Rows of up to 2048 vectors: one CTA of
+ * fewer threads, several rows a CTA when short (at least 128 threads). */
+static int keep_default(const scree__target *t, const scree__variant *var,
+                        const scree_cross_entropy_args *a, scree__config *out) {
+  const int es = (int)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
+  int vec = 16 / es;
+  if (a) {
+    const int widest = 1 << scree__vec_log2(&scree__op_cross_entropy, var, a);
+    if (vec > widest) vec = widest;
+  }
+  const int cache = scree__clampi(64 / (vec * es), 1, 16);
+  const int64_t vocab = a ? a->vocab : 32000;
+  const int64_t nvec = vocab / vec;
+  const int maxcs = t && t->sm >= 90 ? 8 : 1;
+  memset(out, 0, sizeof *out);
+  out->impl = 1;
+  out->v[SCREE__RW_VEC] = vec;
+  out->v[K_CSIZE] = 1;
+  if (nvec <= 512 * cache) {
+    const int tpr = scree__clampi(scree__pow2_ceil(scree__cdiv(nvec, cache)), 8, 512);
+    out->v[SCREE__RW_TPR] = tpr;
+    out->v[SCREE__RW_ROWS] = scree__clampi(128 / tpr, 1, 16);
+    out->v[SCREE__RW_CACHE] = scree__clampi(scree__pow2_ceil(scree__cdiv(nvec, tpr)), 1, cache);
+    return 1;
+  }
+  out->v[SCREE__RW_ROWS] = 1;
+  out->v[SCREE__RW_CACHE] = cache;
+  for (int tpr = 512; tpr <= 1024; tpr *= 2)
+    for (int cs = 1; cs <= maxcs; cs *= 2)
+      if (nvec <= (int64_t)cs * tpr * cache) {
+        out->v[SCREE__RW_TPR] = tpr;
+        out->v[K_CSIZE] = cs;
+        return 1;
+      }
+  return 0;
+}
+
+/* A cluster launch: fn on gx CTAs of `block` threads in clusters of csize
+ * along x (cuLaunchKernelEx) when csize > 1. */
+static scree_status keep_grid(scree_context *ctx, CUfunction fn, unsigned gx, unsigned block,
+                              int csize, CUstream stream, void **params) {
+  CUresult r;
+  if (csize == 1) {
+    r = ctx->cu->LaunchKernel(fn, gx, 1, 1, block, 1, 1, 0, stream, params, NULL);
+  } else {
+    if (!ctx->cu->LaunchKernelEx)
+      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                         "cross_entropy csize=%d needs cuLaunchKernelEx (thread block clusters), "
+                         "which this driver does not export", csize);
+    scree__cu_launch_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.cluster_dim.x = (unsigned)csize;
+    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+    scree__cu_launch_config lc = {gx, 1, 1, block, 1, 1, 0, stream, &attr, 1};
+    r = ctx->cu->LaunchKernelEx(&lc, fn, params, NULL);
+  }
+  if (!r) return SCREE_OK;
+  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH,
+                        csize == 1 ? "cuLaunchKernel(cross_entropy keep)"
+                                   : "cuLaunchKernelEx(cross_entropy keep)");
+}
+
+/* The row must fit (else SCREE_ERROR_UNSUPPORTED, nothing launched);
+ * scree_ce_count first for the mean, as the generic launch; then one
+ * cluster per ROWS rows (at most 2^31 - 1 CTAs; the kernel strides). */
+static scree_status keep_launch(scree_context *ctx, const scree__kernel *k,
+                                const scree__config *c, const scree__variant *var,
+                                const void *args, CUstream stream) {
+  (void)var;
+  const scree_cross_entropy_args *a = args;
+  const int cs = c->v[K_CSIZE];
+  if (a->vocab / c->v[SCREE__RW_VEC] > keep_capacity(c))
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "cross_entropy impl=keep: vocab=%lld is %lld vectors of %d, past the "
+                       "%lld that csize=%d x tpr=%d x cache=%d hold",
+                       (long long)a->vocab, (long long)(a->vocab / c->v[SCREE__RW_VEC]),
+                       c->v[SCREE__RW_VEC], (long long)keep_capacity(c), cs,
+                       c->v[SCREE__RW_TPR], c->v[SCREE__RW_CACHE]);
+  uint64_t logits = a->logits, targets = a->targets, loss = a->loss, lse = a->lse;
+  long long rows = a->rows;
+  int vocab = (int)a->vocab;
+  long long stride = a->logits_stride ? a->logits_stride : a->vocab;
+  long long ignore = a->ignore_index;
+  uint64_t dlogits = a->dlogits, count = 0;
+  long long dstride = a->dlogits_stride ? a->dlogits_stride : a->vocab;
+  float eps = a->label_smoothing, z = a->z_loss;
+  float gs = a->grad_scale != 0.f ? a->grad_scale : 1.f;
+  if (dlogits && a->reduction == SCREE_REDUCTION_MEAN) {
+    CUdeviceptr ws;
+    scree_status st = scree__workspace(ctx, stream, 256, &ws);
+    if (st) return st;
+    count = ws;
+    void *cp[] = {&targets, &rows, &ignore, &count};
+    CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 256, 1, 1, 0, stream, cp, NULL);
+    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(cross_entropy count)");
+  }
+  int64_t clusters = scree__cdiv(rows, c->v[SCREE__RW_ROWS]);
+  if (clusters > 0x7fffffffLL / cs) clusters = 0x7fffffffLL / cs;
+  if (clusters < 1) clusters = 1;
+  void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore,
+                    &dlogits, &dstride, &eps, &z, &gs, &count};
+  return keep_grid(ctx, k->fn[0], (unsigned)(clusters * cs),
+                   (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), cs, stream, params);
+}
+
+static const scree__impl impls[] = {
+    {SCREE__ROWWISE_IMPL(check, "cross_entropy.cu", "scree_cross_entropy", "scree_ce_count")},
+    {SCREE__IMPL("keep", "cross_entropy_keep.cu", 80, 0, "scree_ce_keep", "scree_ce_count"),
+     .nfields = K_NFIELDS, .fields = keep_fields, .check = keep_check, .adapt = keep_adapt,
+     .worth_timing = keep_worth_timing, .launch = keep_launch},
+};
 
 SCREE__DEFINE_OP(cross_entropy, .validate = validate, .validate_buffers = validate_buffers,
                  .shape_inputs = shape_inputs);

@@ -411,10 +411,94 @@ START_TEST(paged_hopper_choice) {
 }
 END_TEST
 
+/* Cross-entropy's gradient (grad=1) defaults to impl=keep where the row
+ * fits its largest shape (clusters of up to 8 CTAs on sm_90, one CTA on
+ * sm_80), impl=generic beyond and for grad=0; every default passes the
+ * check. keep's adapt narrows vectors keeping the row held (more threads),
+ * and gives a call whose row no longer fits impl=generic's default. */
+START_TEST(cross_entropy_keep_choice) {
+  const scree__op *ce = scree__op_find("cross_entropy");
+  int generic = -1, keep = -1;
+  for (int i = 0; i < ce->nimpls; i++) {
+    if (!strcmp(ce->impls[i].name, "generic")) generic = i;
+    if (!strcmp(ce->impls[i].name, "keep")) keep = i;
+  }
+  ck_assert_int_ge(generic, 0);
+  ck_assert_int_ge(keep, 0);
+  const scree__target h100 = {90, 227 * 1024, 1}, a100 = {80, 163 * 1024, 1};
+  static const struct {
+    int sm, dtype, grad;
+    int64_t vocab;
+    int keep, tpr, csize;
+  } want[] = {
+      {90, SCREE_DTYPE_BF16, 1, 32000, 1, 512, 2},   {90, SCREE_DTYPE_BF16, 1, 128256, 1, 512, 8},
+      {90, SCREE_DTYPE_BF16, 1, 262144, 1, 1024, 8}, {90, SCREE_DTYPE_FP32, 1, 32000, 1, 512, 4},
+      {90, SCREE_DTYPE_FP32, 1, 128256, 1, 1024, 8}, {90, SCREE_DTYPE_FP32, 1, 262144, 0, 0, 0},
+      {90, SCREE_DTYPE_FP16, 1, 1, 1, 8, 1},         {90, SCREE_DTYPE_BF16, 1, 1000003, 0, 0, 0},
+      {90, SCREE_DTYPE_BF16, 0, 32000, 0, 0, 0},     {80, SCREE_DTYPE_BF16, 1, 32000, 1, 1024, 1},
+      {80, SCREE_DTYPE_BF16, 1, 128256, 0, 0, 0},    {80, SCREE_DTYPE_FP32, 1, 32000, 0, 0, 0},
+  };
+  char why[256] = "";
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const scree__target *t = want[i].sm == 90 ? &h100 : &a100;
+    scree__variant var = {{want[i].dtype, want[i].grad}};
+    scree_cross_entropy_args a = {.rows = 8192, .vocab = want[i].vocab, .dtype = want[i].dtype,
+                                  .logits = 1 << 20, .dlogits = want[i].grad ? 1 << 24 : 0};
+    scree__config c;
+    ce->default_config(t, &var, &a, &c);
+    ck_assert_msg(c.impl == (want[i].keep ? keep : generic), "case %zu: impl %d", i, c.impl);
+    ck_assert_msg(scree__config_check(ce, &c, &var, t, why, sizeof why), "case %zu: %s", i, why);
+    if (!want[i].keep) continue;
+    ck_assert_int_eq(c.v[0], want[i].tpr);
+    ck_assert_int_eq(c.v[4], want[i].csize);
+    ck_assert(ce->impls[keep].worth_timing(&c, &var, &a));
+    /* aligned: adapt keeps it */
+    scree__config d = c;
+    ce->impls[keep].adapt(&d, &var, &a);
+    ck_assert_int_eq(memcmp(&d, &c, sizeof d), 0);
+  }
+  /* Rows starting 2 bytes off: 128256 bf16 stays keep (scalar, 1024
+   * threads); 262144 bf16 no longer fits and becomes generic. */
+  scree__variant var = {{SCREE_DTYPE_BF16, 1}};
+  scree_cross_entropy_args a = {.rows = 64, .vocab = 128256, .dtype = SCREE_DTYPE_BF16,
+                                .logits = (1 << 20) + 2, .dlogits = 1 << 24};
+  scree__config c;
+  ck_assert_int_eq(scree__config_parse(ce, "impl=keep,tpr=512,rows=1,vec=8,cache=4,csize=8", &c,
+                                       why, sizeof why),
+                   0);
+  ce->impls[keep].adapt(&c, &var, &a);
+  ck_assert_int_eq(c.impl, keep);
+  ck_assert_int_eq(c.v[2], 1);
+  ck_assert(ce->impls[keep].worth_timing(&c, &var, &a));
+  ck_assert_msg(scree__config_check(ce, &c, &var, &h100, why, sizeof why), "%s", why);
+  a.vocab = 262144;
+  ck_assert_int_eq(scree__config_parse(ce, "impl=keep,tpr=1024,rows=1,vec=8,cache=4,csize=8", &c,
+                                       why, sizeof why),
+                   0);
+  ce->impls[keep].adapt(&c, &var, &a);
+  ck_assert_int_eq(c.impl, generic);
+  ck_assert_int_eq(c.v[2], 1);
+  ck_assert_msg(scree__config_check(ce, &c, &var, &h100, why, sizeof why), "%s", why);
+  /* keep refuses grad=0, and clusters on sm_80 */
+  scree__variant fwd = {{SCREE_DTYPE_BF16, 0}};
+  ck_assert_int_eq(scree__config_parse(ce, "impl=keep,tpr=512,rows=1,vec=8,cache=4,csize=1", &c,
+                                       why, sizeof why),
+                   0);
+  ck_assert(!scree__config_check(ce, &c, &fwd, &h100, why, sizeof why));
+  ck_assert_int_eq(scree__config_parse(ce, "impl=keep,tpr=512,rows=1,vec=8,cache=4,csize=2", &c,
+                                       why, sizeof why),
+                   0);
+  ck_assert(scree__config_check(ce, &c, &var, &h100, why, sizeof why));
+  ck_assert(!scree__config_check(ce, &c, &var, &a100, why, sizeof why));
+  ck_assert_msg(strstr(why, "csize=2"), "%s", why);
+}
+END_TEST
+
 SCREE_TEST_MAIN(.name = "config", .setup_once = setup,
                 .tests = SCREE_TESTS(rows_round_up_to_powers_of_two_cols_exact,
                                      bucket_strings_roundtrip, attention_buckets,
                                      configs_roundtrip_and_check, representative_shapes,
                                      alignment_classes, alignment_class_matches_definition,
                                      variant_strings_roundtrip, cache_key_names_everything,
-                                     shapes_files, paged_hopper_choice))
+                                     shapes_files, paged_hopper_choice,
+                                     cross_entropy_keep_choice))

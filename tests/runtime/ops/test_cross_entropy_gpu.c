@@ -18,7 +18,15 @@
  * Configs: the default through the public entry, every config the device's
  * safelist allows, a fixed spread of the space through scree__run_exact.
  * Validation on: an out-of-range target is refused by name, nothing
- * written. */
+ * written.
+ *
+ * The gradient (grad=1) runs impl=keep by default wherever the row fits
+ * (kernels/cross_entropy_keep.cu: the row held on chip, clusters of up to
+ * 8 CTAs on sm_90), so the public-path cases cover it at every edge shape,
+ * and impl=generic beyond. keep_configs_exact runs a spread of keep configs
+ * on rows that fill them, in place and not, masked, all rows ignored;
+ * keep_every_config (slow) every keep config the host check passes on this
+ * GPU; keep_refuses_long_rows a row too long for the config. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,12 +220,12 @@ static void run_config_shapes(const scree__config *c, scree_dtype dt) {
 /* A spread of the launch-shape space (every value of every field), run
  * whatever the safelist says. */
 static const char *const fixed_configs[] = {
-    "tpr=8,rows=16,vec=8,cache=2",  "tpr=8,rows=4,vec=1,cache=1",
-    "tpr=16,rows=4,vec=4,cache=4",  "tpr=32,rows=1,vec=8,cache=8",
-    "tpr=64,rows=2,vec=2,cache=16", "tpr=128,rows=1,vec=8,cache=4",
-    "tpr=256,rows=2,vec=4,cache=1", "tpr=256,rows=1,vec=8,cache=4",
-    "tpr=512,rows=1,vec=8,cache=8", "tpr=1024,rows=1,vec=4,cache=4",
-    "tpr=128,rows=8,vec=4,cache=2",
+    "impl=generic,tpr=8,rows=16,vec=8,cache=2",  "impl=generic,tpr=8,rows=4,vec=1,cache=1",
+    "impl=generic,tpr=16,rows=4,vec=4,cache=4",  "impl=generic,tpr=32,rows=1,vec=8,cache=8",
+    "impl=generic,tpr=64,rows=2,vec=2,cache=16", "impl=generic,tpr=128,rows=1,vec=8,cache=4",
+    "impl=generic,tpr=256,rows=2,vec=4,cache=1", "impl=generic,tpr=256,rows=1,vec=8,cache=4",
+    "impl=generic,tpr=512,rows=1,vec=8,cache=8", "impl=generic,tpr=1024,rows=1,vec=4,cache=4",
+    "impl=generic,tpr=128,rows=8,vec=4,cache=2",
 };
 #define NFIXED (sizeof fixed_configs / sizeof fixed_configs[0])
 
@@ -244,6 +252,7 @@ START_TEST(every_safelisted_config) {
   int ran = 0, e = -1;
   scree__variant line_var;
   for (const scree__sl_entry *en; (en = scree_test_next_safelisted(ctx, op, &e, &line_var));) {
+    if (en->cfg.impl != 0) continue; /* impl=keep: grad=1 only, keep_every_config */
     for (int k = 0; k < NDT; k++) {
       scree__variant var = {{dtypes[k]}};
       if (strcmp(en->dtype, "*")) {
@@ -441,6 +450,13 @@ static const gcase gcases[] = {
     /* Masked logits (-inf): a finite loss without smoothing, zero gradients there. */
     {40, 32000, 32000, 32000, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 1},
     {40, 4099, 4099, -1, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 1},
+    /* The defaults of impl=keep: many rows over clusters of 2 to 8 CTAs, one
+     * row, a large odd vocabulary in place (scalar accesses: the widest
+     * cluster of the widest CTAs). */
+    {300, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {1, 128256, 128256, 128256, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {3, 128257, 128257, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+    {33, 131072, 131072, 131080, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 1},
 };
 #define NGCASES (sizeof gcases / sizeof gcases[0])
 
@@ -481,6 +497,131 @@ START_TEST(grad_fixed_configs_exact) {
 }
 END_TEST
 
+/* ---- impl=keep: the row held on chip (kernels/cross_entropy_keep.cu) ---- */
+
+/* Shapes for a keep config run exactly: rows that fill what it holds
+ * (csize x tpr x cache vectors) but for one element, all of it plus a tail
+ * of vec - 1, a row of one element, one shorter than a vector, about half
+ * of it masked to -inf, every row ignored under the mean; in place and
+ * not, every reduction, rows not a multiple of the CTA's. */
+static void run_keep_config_shapes(const scree__config *c, scree_dtype dt, int ncases) {
+  const int64_t v = c->v[SCREE__RW_VEC];
+  const int64_t full = (int64_t)c->v[4] * c->v[SCREE__RW_TPR] * c->v[SCREE__RW_CACHE] * v;
+  const int64_t rows = c->v[SCREE__RW_ROWS] * 3 + 1;
+  const int64_t a = full > 1 ? full - 1 : 1, b = full + v - 1, h = full / 2 + 3;
+  const int64_t la = (a + 7) / 8 * 8, lb = (b + 7) / 8 * 8, lh = (h + 7) / 8 * 8;
+  const gcase gs[] = {
+      {rows, a, la, la + 8, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
+      {5, b, lb, -1, 0, 0.1f, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 0},
+      {rows, 1, 8, 8, -100, 0, 1e-3f, SCREE_REDUCTION_MEAN, 0, 1, 0, 0, 0},
+      {rows, 5, 8, -1, 2, 0.3f, 1e-4f, SCREE_REDUCTION_NONE, 3.f, 1, 1, 0, 0},
+      {rows, h, lh, lh, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 1},
+      {rows, b, lb, lb, -1, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 1, 0},
+  };
+  const size_t n = ncases < (int)(sizeof gs / sizeof gs[0]) ? (size_t)ncases : sizeof gs / sizeof gs[0];
+  for (size_t i = 0; i < n; i++) run_grad_case(&gs[i], dt, c);
+}
+
+/* A spread of impl=keep's space run whatever the safelist says: each
+ * cluster size, the default shapes of 32000, 128256 and 262144, short
+ * rows several to a CTA, narrow vectors. fp32 halves vec (64 bytes a
+ * thread at most). */
+static const char *const keep_configs[] = {
+    "impl=keep,tpr=8,rows=16,vec=8,cache=1,csize=1",
+    "impl=keep,tpr=32,rows=4,vec=2,cache=8,csize=1",
+    "impl=keep,tpr=128,rows=1,vec=8,cache=4,csize=1",
+    "impl=keep,tpr=1024,rows=1,vec=8,cache=4,csize=1",
+    "impl=keep,tpr=64,rows=2,vec=4,cache=2,csize=2",
+    "impl=keep,tpr=512,rows=1,vec=8,cache=4,csize=2",
+    "impl=keep,tpr=256,rows=4,vec=1,cache=16,csize=4",
+    "impl=keep,tpr=512,rows=1,vec=8,cache=4,csize=8",
+    "impl=keep,tpr=1024,rows=1,vec=8,cache=4,csize=8",
+    "impl=keep,tpr=16,rows=8,vec=8,cache=2,csize=8",
+};
+#define NKEEP (sizeof keep_configs / sizeof keep_configs[0])
+
+START_TEST(keep_configs_exact) {
+  const scree_dtype dt = dtypes[_i];
+  const scree__variant var = {{dt, 1}};
+  scree__target t;
+  scree__target_of(ctx, &t);
+  for (size_t i = 0; i < NKEEP; i++) {
+    char text[96];
+    snprintf(text, sizeof text, "%s", keep_configs[i]);
+    if (dt == SCREE_DTYPE_FP32) { /* vec=8 -> vec=4 */
+      char *p = strstr(text, "vec=8");
+      if (p) p[4] = '4';
+    }
+    if (!strstr(text, "csize=1") && t.sm < 90) continue; /* clusters: sm_90 */
+    const scree__config c = scree_test_config(ctx, op, text, &var);
+    ck_assert_int_eq(c.impl, 1);
+    run_keep_config_shapes(&c, dt, 6);
+  }
+  printf("keep_configs_exact %s: %zu configs\n", scree_dtype_name(dt), NKEEP);
+}
+END_TEST
+
+/* Every impl=keep config that passes the host check on this GPU, for each
+ * dtype: the generated check problem (mean, smoothing 0.1, z-loss 1e-4) on
+ * the largest vocabulary it holds, through the harness, and the first two
+ * shapes above (the row filled but for one element, not in place; filled
+ * with a tail, in place). */
+START_TEST(keep_every_config) {
+  const scree__variant var = {{dtypes[_i], 1}};
+  size_t n = 0, ran = 0;
+  scree__config *cfgs = scree_test_checked_space(ctx, op, &var, &n);
+  for (size_t i = 0; i < n; i++) {
+    if (cfgs[i].impl != 1) continue;
+    const scree__config *c = &cfgs[i];
+    const int64_t full =
+        (int64_t)c->v[4] * c->v[SCREE__RW_TPR] * c->v[SCREE__RW_CACHE] * c->v[SCREE__RW_VEC];
+    scree_cross_entropy_args a = {.rows = 3 * c->v[SCREE__RW_ROWS] + 2, .vocab = full};
+    scree__run r;
+    scree_test_make(ctx, op, &var, &a, NULL, &r);
+    char cs[160];
+    scree__config_str(op, c, cs, sizeof cs);
+    scree_test_check_config(ctx, &r, op, c, &var, stream, "keep %s vocab %lld", cs,
+                            (long long)full);
+    scree__run_free(ctx, &r);
+    run_keep_config_shapes(c, dtypes[_i], 2); /* the space is large: the two full-row cases */
+    ran++;
+  }
+  free(cfgs);
+  printf("keep_every_config %s: %zu configs\n", scree_dtype_name(dtypes[_i]), ran);
+}
+END_TEST
+
+/* A keep config whose row does not fit is refused by name, nothing
+ * launched or written (SCREE_ERROR_UNSUPPORTED), and the tuner would not
+ * time it. */
+START_TEST(keep_refuses_long_rows) {
+  const scree__variant var = {{SCREE_DTYPE_BF16, 1}};
+  const scree__config c =
+      scree_test_config(ctx, op, "impl=keep,tpr=128,rows=1,vec=8,cache=4,csize=1", &var);
+  const int64_t rows = 4, vocab = 128 * 4 * 8 + 8;
+  const size_t bytes = (size_t)(rows * vocab) * 2;
+  scree_devptr bl = scree_test_dalloc(ctx, bytes), bd = scree_test_dalloc(ctx, bytes);
+  scree_devptr bt = scree_test_dalloc(ctx, (size_t)rows * 8), bo = scree_test_dalloc(ctx, 64);
+  scree_test_dpoison(ctx, bd, bytes);
+  scree_test_dpoison(ctx, bo, 64);
+  const int64_t zeros[4] = {0, 0, 0, 0};
+  scree_test_h2d(ctx, bt, zeros, sizeof zeros);
+  scree_cross_entropy_args a = {.logits = bl, .targets = bt, .loss = bo, .rows = rows,
+                                .vocab = vocab, .ignore_index = -100, .dtype = SCREE_DTYPE_BF16,
+                                .dlogits = bd, .reduction = SCREE_REDUCTION_SUM};
+  ck_assert_int_eq(op->impls[1].worth_timing(&c, &var, &a), 0);
+  const uint64_t calls = scree_test_calls(ctx);
+  ck_assert_int_eq(scree__run_exact(ctx, op, &c, &var, &a, NULL), SCREE_ERROR_UNSUPPORTED);
+  ck_assert_msg(strstr(scree_last_error(ctx), "vocab=4104"), "%s", scree_last_error(ctx));
+  ck_assert_uint_eq(scree_test_calls(ctx), calls);
+  scree_test_sync(ctx);
+  scree_test_check_guard(ctx, bd, bytes, "dlogits (refused)");
+  scree_test_check_guard(ctx, bo, 64, "loss (refused)");
+  scree_test_dfree(ctx, bl), scree_test_dfree(ctx, bd), scree_test_dfree(ctx, bt),
+      scree_test_dfree(ctx, bo);
+}
+END_TEST
+
 /* Every safelisted config with the gradient: the generated check problem
  * (mean, smoothing 0.1, z-loss 1e-4) through the harness, and the edge
  * shapes above. */
@@ -495,8 +636,15 @@ START_TEST(grad_every_safelisted_config) {
         var = line_var;
         if (!var.v[1]) continue;
       }
-      static const int64_t vocabs[] = {32000, 128256};
+      /* impl=keep: the vocabularies it holds (else the largest it holds). */
+      const int keep = en->cfg.impl == 1;
+      const int64_t full = keep ? (int64_t)en->cfg.v[4] * en->cfg.v[SCREE__RW_TPR] *
+                                      en->cfg.v[SCREE__RW_CACHE] * en->cfg.v[SCREE__RW_VEC]
+                                : 0;
+      const int64_t vocabs[] = {keep && full < 32000 ? full : 32000,
+                                keep && full < 128256 ? full : 128256};
       for (int s = 0; s < 2; s++) {
+        if (s && vocabs[1] == vocabs[0]) break;
         scree_cross_entropy_args a = {.rows = 40, .vocab = vocabs[s]};
         scree__run r;
         scree_test_make(ctx, op, &var, &a, NULL, &r);
@@ -505,7 +653,10 @@ START_TEST(grad_every_safelisted_config) {
                                 (long long)vocabs[s]);
         scree__run_free(ctx, &r);
       }
-      run_grad_config_shapes(&en->cfg, (scree_dtype)var.v[0]);
+      if (keep)
+        run_keep_config_shapes(&en->cfg, (scree_dtype)var.v[0], 6);
+      else
+        run_grad_config_shapes(&en->cfg, (scree_dtype)var.v[0]);
       ran++;
     }
   }
@@ -532,10 +683,11 @@ static void setup(void) {
 
 SCREE_TEST_MAIN(.name = "cross_entropy_gpu", .init = setup, .timeout = 1800, .nofork = 1,
                 .tests = SCREE_TESTS(zero_rows_launches_nothing, validate_targets,
-                                     grad_zero_rows_launches_nothing),
+                                     grad_zero_rows_launches_nothing, keep_refuses_long_rows),
                 .loops = SCREE_LOOPS({default_path_shapes, NSHAPES * NDT}, {misaligned_starts, NDT},
                                      {grad_default_path, NGCASES * NDT},
-                                     {grad_check_problem_public, NDT}),
+                                     {grad_check_problem_public, NDT}, {keep_configs_exact, NDT}),
                 .slow_tests = SCREE_TESTS(every_safelisted_config, grad_every_safelisted_config),
                 .slow_loops = SCREE_LOOPS({fixed_configs_exact, NDT},
-                                          {grad_fixed_configs_exact, NDT}))
+                                          {grad_fixed_configs_exact, NDT},
+                                          {keep_every_config, NDT}))
