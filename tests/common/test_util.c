@@ -63,6 +63,22 @@ int scree_test_run(Suite *s, int nofork) {
   return failed || !ran ? 1 : 0;
 }
 
+/* SCREE_TEST_ONLY=a,b: only the tests (START_TEST names) listed, e.g. one
+ * case under compute-sanitizer. */
+static int wanted(const TTest *t) {
+  const char *only = getenv("SCREE_TEST_ONLY");
+  if (!only || !*only) return 1;
+  const size_t n = strlen(t->name);
+  for (const char *p = only; *p;) {
+    const char *e = strchr(p, ',');
+    const size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == n && !strncmp(p, t->name, n)) return 1;
+    if (!e) break;
+    p = e + 1;
+  }
+  return 0;
+}
+
 static TCase *make_case(Suite *s, const char *name, const scree_suite_def *def,
                         const TTest *const *tests, const scree_test_loop *loops) {
   TCase *tc = tcase_create(name);
@@ -70,8 +86,10 @@ static TCase *make_case(Suite *s, const char *name, const scree_suite_def *def,
   if (def->setup_once || def->teardown_once)
     tcase_add_unchecked_fixture(tc, def->setup_once, def->teardown_once);
   if (def->timeout) tcase_set_timeout(tc, def->timeout);
-  for (; tests && *tests; tests++) tcase_add_test(tc, *tests);
-  for (; loops && loops->test; loops++) tcase_add_loop_test(tc, loops->test, 0, loops->n);
+  for (; tests && *tests; tests++)
+    if (wanted(*tests)) tcase_add_test(tc, *tests);
+  for (; loops && loops->test; loops++)
+    if (wanted(loops->test)) tcase_add_loop_test(tc, loops->test, 0, loops->n);
   suite_add_tcase(s, tc);
   return tc;
 }

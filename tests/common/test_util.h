@@ -36,7 +36,8 @@ void scree_test_fill(void *p, scree_dtype dtype, size_t n, double scale);
 
 /* Runs a Check suite and returns the process exit code. GPU suites pass
  * nofork = 1: CUDA must not be initialised before a fork. A run that
- * selects no test (CK_RUN_CASE, CK_INCLUDE_TAGS, CK_EXCLUDE_TAGS) fails,
+ * selects no test (CK_RUN_CASE, CK_INCLUDE_TAGS, CK_EXCLUDE_TAGS, or
+ * SCREE_TEST_ONLY: START_TEST names, comma-separated) fails,
  * so that a misspelled selection cannot pass by running nothing. */
 int scree_test_run(Suite *s, int nofork);
 
