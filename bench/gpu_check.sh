@@ -26,7 +26,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     ctest -R test_tune_gpu --output-on-failure 2>&1) | tee "$out/ctest.txt"
 fi
 if [ "$what" = sweep ]; then
-  for op in ${SCREE_SWEEP_OPS:-layernorm add_rmsnorm softmax ragged_softmax rope swiglu cross_entropy}; do
+  for op in ${SCREE_SWEEP_OPS:-layernorm add_rmsnorm softmax ragged_softmax ragged_softmax_backward rope swiglu cross_entropy}; do
     SCREE_CACHE_DIR=$(mktemp -d) "$build/bench/bench_ops" --file bench/rowwise_sweep.txt --op "$op" --sweep --reps 5 \
       --csv "$out/sweep-$op.csv" > "$out/sweep-$op.txt" 2>&1
     echo "sweep $op: exit $? ($(grep -c sweep "$out/sweep-$op.csv") configs x cases)"
