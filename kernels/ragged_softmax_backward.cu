@@ -11,11 +11,13 @@
  * shared memory): deterministic.
  *
  * Thread mapping (as ragged_softmax_smem.cu): one CTA per (block j of
- * SPAN = TPR * VEC columns, sequence b), j = blockIdx.x and
- * b = blockIdx.y + gridDim.y * blockIdx.z (column blocks fastest: the CTAs
- * launched together read whole token rows). Lane l = threadIdx.x % TPR owns
- * the VEC contiguous columns j * SPAN + l * VEC + [0, VEC); group
- * g = threadIdx.x / TPR owns the tokens start + g + ROWS * k, k = 0, 1, ...
+ * SPAN = TPR * VEC columns, sequence b), or SPLIT CTAs of a thread block
+ * cluster, j = blockIdx.x / SPLIT and b = blockIdx.y + gridDim.y *
+ * blockIdx.z (column blocks fastest: the CTAs launched together read whole
+ * token rows). Lane l = threadIdx.x % TPR owns the VEC contiguous columns
+ * j * SPAN + l * VEC + [0, VEC); group g = threadIdx.x / TPR of the
+ * cluster's CTA r = blockIdx.x % SPLIT owns the tokens
+ * start + r * ROWS + g + SPLIT * ROWS * k, k = 0, 1, ...
  *
  * Passes. (1) Each thread issues the async copies (cp.async, zero-filled
  * past the row's end) of its first `stage / ROWS` tokens of y and of dy into
@@ -25,9 +27,11 @@
  * call's max_seqlen rounded, or than STOK) are streamed into the thread's
  * dot product, CHUNK tokens of each at a time. (3) After its own copies
  * complete (each thread reads back only what it copied: no barrier), the
- * staged tokens' y * dy added. (4) The sum across the token groups. (5)
- * dx: staged tokens from shared memory, streamed ones read again (last
- * first, the likeliest still in L2).
+ * staged tokens' y * dy added. (4) The sum across the token groups and,
+ * with SPLIT > 1, across the cluster's CTAs (each reads every CTA's
+ * partial sums through distributed shared memory, in rank order: the same
+ * d in each). (5) dx: staged tokens from shared memory, streamed ones read
+ * again (last first, the likeliest still in L2).
  *
  * Traffic: a sequence of up to `stage` tokens reads y and dy once and
  * writes dx once; only tokens past the stage are read twice.
@@ -39,6 +43,8 @@
  *   SCREE_STOK   most tokens staged per CTA (the dynamic shared memory is
  *                sized by the launch: `stage` tokens, at most STOK, of
  *                SPAN elements of y and SPAN of dy each)
+ *   SCREE_SPLIT  CTAs per sequence and strip: 1, or a thread block cluster
+ *                of 2, 4 or 8 (sm_90), each staging its share of the tokens
  *   SCREE_Y_DTYPE, SCREE_DY_DTYPE   dtype codes of y and of dy and dx
  *     (common.cuh)
  *
@@ -46,14 +52,16 @@
  * row strides multiples of VEC; 1 <= cols <= 65536; stage a multiple of
  * ROWS, at most STOK; dx either equal to dy (same stride: every element is
  * read and then written by the same thread, so no barrier is needed) or
- * disjoint from y and dy; s finite; gridDim.y * gridDim.z >= batch (CTAs
- * past it return); 64-bit token offsets.
+ * disjoint from y and dy; s finite; gridDim.x = column blocks * SPLIT, in
+ * clusters of SPLIT along x; gridDim.y * gridDim.z >= batch (CTAs past it
+ * return); 64-bit token offsets.
  *
  * Test alone: ctest -R ragged_softmax_backward
  * Bench: build/bench/bench_ops --op ragged_softmax_backward
  */
 
 #include "ptx.cuh"
+#include "cluster_ptx.cuh"
 
 static_assert(SCREE_Y_DTYPE >= 0 && SCREE_Y_DTYPE <= 2, "y dtype must be fp32, fp16 or bf16");
 static_assert(SCREE_DY_DTYPE >= 0 && SCREE_DY_DTYPE <= 2, "dy dtype must be fp32, fp16 or bf16");
@@ -69,6 +77,11 @@ static_assert(SCREE_VEC == 1 || SCREE_VEC == 2 || SCREE_VEC == 4 || SCREE_VEC ==
 static_assert((SCREE_STOK & (SCREE_STOK - 1)) == 0 && SCREE_STOK >= SCREE_ROWS &&
                   SCREE_STOK <= 8192,
               "STOK must be a power of two in [ROWS, 8192]");
+static_assert(SCREE_SPLIT == 1 || SCREE_SPLIT == 2 || SCREE_SPLIT == 4 || SCREE_SPLIT == 8,
+              "SPLIT must be 1, 2, 4 or 8");
+#if SCREE_SPLIT > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "SPLIT > 1 needs thread block clusters (sm_90)"
+#endif
 
 typedef scree_dtype_of<SCREE_Y_DTYPE>::type yt;
 typedef scree_dtype_of<SCREE_DY_DTYPE>::type gt;
@@ -154,24 +167,29 @@ scree_ragged_softmax_backward(const yt *y, const gt *dy, gt *dx,
                               int batch) {
   extern __shared__ __align__(16) unsigned char scree_stage_raw[];
   const int seq = (int)(blockIdx.y + gridDim.y * blockIdx.z);
-  if (seq >= batch) return; /* the whole CTA */
+  if (seq >= batch) return; /* the whole cluster (same y and z) */
   const int start = cu_seqlens[seq];
   const int len = cu_seqlens[seq + 1] - start;
-  if (len <= 0) return; /* the whole CTA: no barrier is reached */
+  if (len <= 0) return; /* the whole cluster: no barrier is reached */
 
+  /* With SPLIT > 1, CTA r of the cluster takes token groups r, r + SPLIT,
+   * ... (ROWS tokens each). */
+  const int part = (int)blockIdx.x % SCREE_SPLIT, strip = (int)blockIdx.x / SCREE_SPLIT;
   const int lane = threadIdx.x % SCREE_TPR, group = threadIdx.x / SCREE_TPR;
-  const int c0 = (int)blockIdx.x * SCREE_SPAN + lane * SCREE_VEC;
+  const int c0 = strip * SCREE_SPAN + lane * SCREE_VEC;
   const int nc = cols - c0; /* columns of this lane inside the row (<= 0: idle) */
   const bool active = nc > 0;
-  const int ntok = active && group < len ? (len - group - 1) / SCREE_ROWS + 1 : 0;
+  const int first = part * SCREE_ROWS + group; /* this thread's first token */
+  const int ntok =
+      active && first < len ? (len - first - 1) / (SCREE_SPLIT * SCREE_ROWS) + 1 : 0;
   const int ks = min(ntok, stage / SCREE_ROWS); /* staged tokens of this thread */
-  const long long tok = (long long)start + group;
+  const long long tok = (long long)start + first;
   const yt *yg = y + tok * y_stride + (active ? c0 : 0);
   const gt *gg = dy + tok * dy_stride + (active ? c0 : 0);
   gt *xg = dx + tok * dx_stride + (active ? c0 : 0);
-  const long long ystep = (long long)SCREE_ROWS * y_stride,
-                  gstep = (long long)SCREE_ROWS * dy_stride,
-                  xstep = (long long)SCREE_ROWS * dx_stride;
+  const long long ystep = (long long)SCREE_SPLIT * SCREE_ROWS * y_stride,
+                  gstep = (long long)SCREE_SPLIT * SCREE_ROWS * dy_stride,
+                  xstep = (long long)SCREE_SPLIT * SCREE_ROWS * dx_stride;
   /* The stage: stage * SPAN elements of y, then as many of dy. This
    * thread's staged token k is my[k * KSTRIDE] and mg[k * KSTRIDE]. */
   yv *my = reinterpret_cast<yv *>(scree_stage_raw) + group * SCREE_TPR + lane;
@@ -230,6 +248,29 @@ scree_ragged_softmax_backward(const yt *y, const gt *dy, gt *dx,
     for (int w = 0; w < SCREE_WARPS; w++)
 #pragma unroll
       for (int e = 0; e < SCREE_VEC; e++) acc[e] += red[w][lane][e];
+  }
+#endif
+#if SCREE_SPLIT > 1
+  {
+    /* Across the cluster's CTAs: each leaves its lanes' sums (the first
+     * group's threads), and every thread adds those of its lane from every
+     * CTA's shared memory, in rank order. The barrier after the reads keeps
+     * each CTA's buffer alive until every CTA has read it. */
+    __shared__ float xpart[SCREE_TPR][SCREE_VEC];
+    if (threadIdx.x < SCREE_TPR)
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) xpart[lane][e] = acc[e];
+    scree_cluster_sync();
+    const unsigned local = scree_smem_u32(&xpart[lane][0]);
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) acc[e] = 0.f;
+#pragma unroll
+    for (int q = 0; q < SCREE_SPLIT; q++) {
+      const unsigned remote = scree_cluster_map(local, (unsigned)q);
+#pragma unroll
+      for (int e = 0; e < SCREE_VEC; e++) acc[e] += scree_cluster_ld_f32(remote + 4u * (unsigned)e);
+    }
+    scree_cluster_sync();
   }
 #endif
   if (!active) return; /* no barrier follows */

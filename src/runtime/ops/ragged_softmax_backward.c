@@ -45,13 +45,14 @@ static const scree__vfield vfields[] = {
 
 /* ---- the config space (kernels/ragged_softmax_backward.cu) --------------- */
 
-enum { S_TPR, S_ROWS, S_VEC, S_STOK, S_NFIELDS };
+enum { S_TPR, S_ROWS, S_VEC, S_STOK, S_SPLIT, S_NFIELDS };
 
 static const scree__field fields[S_NFIELDS] = {
     {"tpr", "SCREE_TPR", 3, {2, 4, 8}},
     {"rows", "SCREE_ROWS", 6, {16, 32, 64, 128, 256, 512}},
     {"vec", "SCREE_VEC", 4, {1, 2, 4, 8}},
     {"stok", "SCREE_STOK", 6, {256, 512, 1024, 2048, 4096, 8192}},
+    {"split", "SCREE_SPLIT", 4, {1, 2, 4, 8}},
 };
 
 /* Bytes of one staged token: a CTA's column strip of y and of dy. */
@@ -66,11 +67,13 @@ static size_t smem_bytes(const scree__config *c, const scree__variant *var) {
   return (size_t)c->v[S_STOK] * token_bytes(c, var);
 }
 
-/* The kernel's static reduction buffer: one float per warp, lane and
- * column, when there are several warps. */
+/* The kernel's static reduction buffers: one float per warp, lane and
+ * column, when there are several warps; one per lane and column for the
+ * cluster's exchange. */
 static size_t red_bytes(const scree__config *c) {
   const int warps = c->v[S_TPR] * c->v[S_ROWS] / 32;
-  return warps > 1 ? (size_t)warps * (size_t)c->v[S_TPR] * (size_t)c->v[S_VEC] * 4 : 0;
+  const size_t lanes = (size_t)c->v[S_TPR] * (size_t)c->v[S_VEC] * 4;
+  return (warps > 1 ? (size_t)warps * lanes : 0) + (c->v[S_SPLIT] > 1 ? lanes : 0);
 }
 
 static int threads(const scree__config *c) { return c->v[S_TPR] * c->v[S_ROWS]; }
@@ -101,6 +104,15 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
     scree__set_why(why, n, "stok=%d: must be a power of two in [rows=%d, 8192]", stok, rows);
     return 0;
   }
+  const int split = c->v[S_SPLIT];
+  if (split != 1 && split != 2 && split != 4 && split != 8) {
+    scree__set_why(why, n, "split=%d: must be 1, 2, 4 or 8", split);
+    return 0;
+  }
+  if (split > 1 && t->sm < 90) {
+    scree__set_why(why, n, "split=%d: thread block clusters need sm_90, not sm_%d", split, t->sm);
+    return 0;
+  }
   const size_t need = smem_bytes(c, var) + red_bytes(c);
   if (need > (size_t)t->smem_optin) {
     scree__set_why(why, n, "stok=%d tokens of %zu bytes: %zu bytes of shared memory, past the "
@@ -124,7 +136,12 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
  * blocks) has fewer than ENOUGH_CTAS CTAs, narrower vectors down to 8
  * bytes; the stage as long as the longest sequence (at least 256 tokens),
  * halved until it fits the target's shared memory (fp16: 64 bytes a token,
- * 2048 tokens in 128 KiB; a longer sequence streams its rest twice). */
+ * 2048 tokens in 128 KiB; a longer sequence streams its rest twice). On
+ * sm_90, where the stage of the whole sequence would leave room for one
+ * CTA per SM (more than a third of the shared memory), the sequence is
+ * split over a cluster of 2 (4 past two thirds): each CTA stages its share,
+ * at most a third, as the forward's stage of x alone is on these batches,
+ * and still reads every token once. */
 static void default_config(const scree__target *t, const scree__variant *var, const void *args,
                            scree__config *out) {
   const scree_ragged_softmax_backward_args *a = args;
@@ -143,8 +160,18 @@ static void default_config(const scree__target *t, const scree__variant *var, co
   out->v[S_TPR] = tpr;
   out->v[S_ROWS] = rows;
   out->v[S_VEC] = vec;
-  out->v[S_STOK] = scree__clampi(scree__pow2_ceil(maxlen), 256, 8192);
-  while (out->v[S_STOK] > 256 && t &&
+  out->v[S_SPLIT] = 1;
+  const size_t third = t ? (size_t)t->smem_optin / 3 : 0;
+  if (t && t->sm >= 90) {
+    /* The stage a launch would take for the longest sequence. */
+    const size_t per_token = (size_t)tpr * (size_t)vec * (size_t)(ey + eg);
+    const size_t whole = (size_t)(scree__cdiv(maxlen, rows) * rows) * per_token;
+    while (out->v[S_SPLIT] < 4 && whole / (size_t)out->v[S_SPLIT] > third)
+      out->v[S_SPLIT] *= 2;
+  }
+  out->v[S_STOK] = scree__clampi(
+      scree__pow2_ceil(scree__cdiv(maxlen, out->v[S_SPLIT])), rows > 256 ? rows : 256, 8192);
+  while (out->v[S_STOK] > 256 && out->v[S_STOK] > rows && t &&
          smem_bytes(out, var) + red_bytes(out) > (size_t)t->smem_optin)
     out->v[S_STOK] /= 2;
 }
@@ -157,30 +184,34 @@ static void adapt(scree__config *c, const scree__variant *var, const void *args)
 }
 
 /* Skips configs that would mostly idle on this shape: a strip over twice
- * the (pow2) row, token groups past the longest sequence, or a stage of
- * which half would hold the longest sequence (a launch sizes the stage to
- * the call, so such a config runs as the one with half the stok). */
+ * the (pow2) row, token groups (or a cluster's CTAs) past the longest
+ * sequence, or a stage of which half would hold a CTA's part of the
+ * longest sequence (a launch sizes the stage to the call, so such a config
+ * runs as the one with half the stok). */
 static int worth_timing(const scree__config *c, const scree__variant *var, const void *args) {
   (void)var;
   const scree_ragged_softmax_backward_args *a = args;
-  const int rows = c->v[S_ROWS], stok = c->v[S_STOK];
+  const int rows = c->v[S_ROWS], stok = c->v[S_STOK], split = c->v[S_SPLIT];
   const int64_t longest = scree__pow2_ceil(a->max_seqlen > 0 ? a->max_seqlen : 1);
+  const int64_t per_cta = scree__pow2_ceil(scree__cdiv(longest, split));
   if ((int64_t)c->v[S_TPR] * c->v[S_VEC] > 2 * (int64_t)scree__pow2_ceil(a->cols)) return 0;
-  if ((int64_t)rows > longest) return 0;
-  if (stok / 2 >= longest && stok / 2 >= rows) return 0;
+  if ((int64_t)rows * split > longest) return 0;
+  if (stok / 2 >= per_cta && stok / 2 >= rows) return 0;
   return 1;
 }
 
-/* Grid (column blocks of tpr * vec; the batch over y and z), block
- * tpr * rows, a stage of the longest sequence rounded up to the groups, at
- * most stok. */
+/* Grid (column blocks of tpr * vec, times split; the batch over y and z),
+ * block tpr * rows, clusters of split CTAs along x (cuLaunchKernelEx) when
+ * split > 1, a stage of a CTA's part of the longest sequence rounded up to
+ * the groups, at most stok. */
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                            const scree__variant *var, const void *args, CUstream stream) {
   const scree_ragged_softmax_backward_args *a = args;
   if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
-  const int tpr = c->v[S_TPR], rows = c->v[S_ROWS], stok = c->v[S_STOK];
+  const int tpr = c->v[S_TPR], rows = c->v[S_ROWS], stok = c->v[S_STOK], split = c->v[S_SPLIT];
   const int span = tpr * c->v[S_VEC];
-  const int64_t want = a->max_seqlen > 0 ? scree__cdiv(a->max_seqlen, rows) * rows : stok;
+  const int64_t want =
+      a->max_seqlen > 0 ? scree__cdiv(scree__cdiv(a->max_seqlen, split), rows) * rows : stok;
   int stage = want < stok ? (int)want : stok;
   const unsigned smem = (unsigned)((size_t)stage * token_bytes(c, var));
   uint64_t y = a->y, dy = a->dy, dx = a->dx, cu = a->cu_seqlens;
@@ -191,14 +222,31 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   float s = a->scale != 0.f ? a->scale : 1.f;
   void *params[] = {&y, &dy, &dx, &cu, &cols, &ys, &gs, &xs, &s, &stage, &batch};
   /* Column blocks fastest: the CTAs that run together read whole rows. */
-  const unsigned gx = (unsigned)scree__cdiv(a->cols, span);
+  const unsigned gx = (unsigned)(scree__cdiv(a->cols, span) * split);
   const unsigned gy = (unsigned)(a->batch < 65535 ? a->batch : 65535);
   const unsigned gz = (unsigned)scree__cdiv(a->batch, gy);
-  const CUresult r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, gz, (unsigned)(tpr * rows), 1, 1,
-                                           smem, stream, params, NULL);
-  return r ? scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH,
-                            "cuLaunchKernel(ragged_softmax_backward)")
-           : SCREE_OK;
+  const unsigned block = (unsigned)(tpr * rows);
+  CUresult r;
+  if (split == 1) {
+    r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, gz, block, 1, 1, smem, stream, params, NULL);
+  } else {
+    /* Clusters need cuLaunchKernelEx, optional in the driver table. */
+    if (!ctx->cu->LaunchKernelEx)
+      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                         "ragged_softmax_backward split=%d needs cuLaunchKernelEx (thread block "
+                         "clusters), which this driver does not export", split);
+    scree__cu_launch_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.cluster_dim.x = (unsigned)split;
+    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+    scree__cu_launch_config lc = {gx, gy, gz, block, 1, 1, smem, stream, &attr, 1};
+    r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
+  }
+  if (!r) return SCREE_OK;
+  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH,
+                        split == 1 ? "cuLaunchKernel(ragged_softmax_backward)"
+                                   : "cuLaunchKernelEx(ragged_softmax_backward)");
 }
 
 /* ---- tuning hooks ------------------------------------------------------ */

@@ -357,14 +357,15 @@ static int check_config(dt2 d, int64_t cols, const scree__config *cfg) {
   return 1;
 }
 
-/* One config on batches around its stage and groups: lengths 0, 1,
- * stok - 1, stok, stok + 1 (one token streamed), one of three stages and
- * more (most of it streamed), 2; a tail column (cols % vec != 0) and
- * several column blocks; padded strides; in place. */
+/* One config on batches around its stage (stok tokens a CTA, split CTAs a
+ * sequence) and groups: lengths 0, 1, tile - 1, tile, tile + 1 (one token
+ * streamed), three tiles and more (most of it streamed), 2; a tail column
+ * (cols % vec != 0) and several column blocks; padded strides; in place. */
 static int run_config_shapes(const scree__config *c, dt2 d) {
-  const int64_t span = (int64_t)c->v[0] * c->v[2], rows = c->v[1], stok = c->v[3];
+  const int64_t span = (int64_t)c->v[0] * c->v[2], rows = c->v[1];
+  const int64_t tile = (int64_t)c->v[3] * c->v[4];
   const int64_t cols = 2 * span + 3, is = (cols + 7) / 8 * 8;
-  const int64_t lens[] = {0, 1, stok - 1, stok, stok + 1, 3 * stok + 2 * rows + 1, 2};
+  const int64_t lens[] = {0, 1, tile - 1, tile, tile + 1, 3 * tile + 2 * rows * c->v[4] + 1, 2};
   int ran = run_case(lens, 7, cols, is, is + 8, d, 0, 0.f, 0, c);
   ran += run_case(lens, 7, cols, is, is, d, 1, 0.7f, 0, c);
   return ran;
@@ -372,17 +373,20 @@ static int run_config_shapes(const scree__config *c, dt2 d) {
 
 /* A fixed spread of the space (every value of every field; 32 to 1024
  * threads; 2-byte accesses without async copies; 32-byte accesses as two
- * copies), run whatever the safelist says. Fields: tpr, rows, vec, stok.
- * Those past the device's shared memory for a variant are skipped (and
- * said). */
+ * copies; clusters of 2, 4 and 8 where the device has them), run whatever
+ * the safelist says. Fields: tpr, rows, vec, stok, split. Those past the
+ * device's shared memory for a variant are skipped (and said). */
 static const char *const fixed[] = {
-    "tpr=2,rows=16,vec=8,stok=256",   "tpr=2,rows=64,vec=8,stok=2048",
-    "tpr=4,rows=64,vec=4,stok=512",   "tpr=8,rows=128,vec=1,stok=256",
-    "tpr=2,rows=512,vec=2,stok=1024", "tpr=4,rows=32,vec=4,stok=2048",
-    "tpr=2,rows=16,vec=1,stok=8192",  "tpr=8,rows=64,vec=8,stok=512",
-    "tpr=8,rows=32,vec=4,stok=256",   "tpr=4,rows=128,vec=8,stok=1024",
-    "tpr=2,rows=256,vec=2,stok=256",  "tpr=8,rows=16,vec=2,stok=4096",
-    "tpr=4,rows=256,vec=1,stok=512",  "tpr=2,rows=128,vec=4,stok=4096",
+    "tpr=2,rows=16,vec=8,stok=256,split=1",   "tpr=2,rows=64,vec=8,stok=2048,split=1",
+    "tpr=4,rows=64,vec=4,stok=512,split=1",   "tpr=8,rows=128,vec=1,stok=256,split=1",
+    "tpr=2,rows=512,vec=2,stok=1024,split=1", "tpr=4,rows=32,vec=4,stok=2048,split=1",
+    "tpr=2,rows=16,vec=1,stok=8192,split=1",  "tpr=8,rows=64,vec=8,stok=512,split=1",
+    "tpr=8,rows=32,vec=4,stok=256,split=1",   "tpr=4,rows=128,vec=8,stok=1024,split=1",
+    "tpr=2,rows=256,vec=2,stok=256,split=1",  "tpr=8,rows=16,vec=2,stok=4096,split=1",
+    "tpr=4,rows=256,vec=1,stok=512,split=1",  "tpr=2,rows=128,vec=4,stok=4096,split=1",
+    "tpr=2,rows=64,vec=8,stok=1024,split=2",  "tpr=4,rows=32,vec=4,stok=256,split=4",
+    "tpr=8,rows=16,vec=8,stok=512,split=8",   "tpr=2,rows=128,vec=2,stok=2048,split=2",
+    "tpr=2,rows=16,vec=1,stok=256,split=8",
 };
 #define NFIXED (sizeof fixed / sizeof fixed[0])
 
@@ -391,12 +395,14 @@ START_TEST(fixed_configs) {
   const scree__variant var = variant_of(d);
   scree__target t;
   scree__target_of(ctx, &t);
-  int ran = 0, configs = 0;
+  int ran = 0, configs = 0, wanted = 0;
   for (size_t i = 0; i < NFIXED; i++) {
     scree__config c;
     char why[256] = "";
     ck_assert_msg(scree__config_parse(op, fixed[i], &c, why, sizeof why) == 0, "%s: %s",
                   fixed[i], why);
+    if (c.v[4] > 1 && t.sm < 90) continue; /* no clusters before sm_90 */
+    wanted++;
     if (!scree__config_check(op, &c, &var, &t, why, sizeof why)) {
       printf("fixed %s %s/%s: %s\n", fixed[i], scree_dtype_name(d.y), scree_dtype_name(d.dy),
              why);
@@ -408,14 +414,15 @@ START_TEST(fixed_configs) {
   }
   printf("fixed_configs %s/%s: %d configs, %d runs\n", scree_dtype_name(d.y),
          scree_dtype_name(d.dy), configs, ran);
-  ck_assert_int_ge(configs, (int)NFIXED / 2); /* fp32 y and dy: 6 past the shared memory */
+  ck_assert_int_ge(configs, wanted / 2); /* fp32 y and dy: 6 past the shared memory */
   ck_assert_int_ge(ran, configs);
 }
 END_TEST
 
 /* Every config of the space that passes the check, at two variants (16-bit
  * y and dy; bf16 y with fp32 dy), on a short batch around the groups and a
- * stage (lengths 0, 1, rows + 1, stok + 1), a tail column and in place. */
+ * cluster's stages (lengths 0, 1, rows + 1, stok * split + 1), a tail
+ * column and in place. */
 static const dt2 space_sets[] = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16},
                                  {SCREE_DTYPE_BF16, SCREE_DTYPE_FP32}};
 
@@ -427,9 +434,9 @@ START_TEST(whole_space) {
   int ran = 0;
   for (size_t i = 0; i < n; i++) {
     const int64_t span = (int64_t)cfgs[i].v[0] * cfgs[i].v[2], rows = cfgs[i].v[1];
-    const int64_t stok = cfgs[i].v[3];
+    const int64_t tile = (int64_t)cfgs[i].v[3] * cfgs[i].v[4];
     const int64_t cols = span + 3, is = (cols + 7) / 8 * 8;
-    const int64_t lens[] = {0, 1, rows + 1, stok + 1, 3};
+    const int64_t lens[] = {0, 1, rows + 1, tile + 1, 3};
     ran += run_case(lens, 5, cols, is, is, d, (int)(i & 1), i & 2 ? -0.5f : 0.f, 0, &cfgs[i]);
   }
   free(cfgs);
