@@ -503,7 +503,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--op", default="all",
                     help="rmsnorm (the RMSNorm table), attention, attention-backward, "
-                         "misc-backward (SwiGLU, softmax, RoPE backward), paged, "
+                         "misc-backward (SwiGLU, softmax, ragged softmax, RoPE backward), paged, "
                          "norm-backward (the norm backwards against eager autograd and Liger), "
                          "cross-entropy-backward (the fused loss and gradient), "
                          "rowwise (every row-wise op against eager and torch.compile), one "
@@ -627,7 +627,7 @@ def main():
         out["cross_entropy_backward"] = ce_backward_torch.run(
             args, lib, ctx, l2, time_batched, torch, out["copy_gbps"])
         dump()
-    if args.op == "misc-backward":  # SwiGLU, softmax and RoPE backward
+    if args.op == "misc-backward":  # SwiGLU, softmax, ragged softmax and RoPE backward
         out["copy_gbps"] = out.get("copy_gbps") or copy_bandwidth()
         out["misc_backward"] = misc_backward_torch.run(args, lib, ctx, l2, time_batched,
                                                        out["copy_gbps"], torch)

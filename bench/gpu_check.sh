@@ -31,7 +31,7 @@ if [ "$what" = sweep ] || [ "$what" = sweep-backward ]; then
   ops="layernorm add_rmsnorm softmax ragged_softmax rope swiglu cross_entropy"
   if [ "$what" = sweep-backward ]; then
     cases=bench/rowwise_backward_sweep.txt
-    ops="rmsnorm_backward add_rmsnorm_backward layernorm_backward softmax_backward swiglu_backward rope_backward"
+    ops="rmsnorm_backward add_rmsnorm_backward layernorm_backward softmax_backward ragged_softmax_backward swiglu_backward rope_backward"
   fi
   for op in ${SCREE_SWEEP_OPS:-$ops}; do
     SCREE_CACHE_DIR=$(mktemp -d) "$build/bench/bench_ops" --file $cases --op "$op" --sweep --reps 5 \

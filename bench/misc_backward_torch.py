@@ -1,4 +1,5 @@
-"""Row-wise backward ops: scree's SwiGLU, softmax and RoPE backward against
+"""Row-wise backward ops: scree's SwiGLU, softmax, ragged softmax and RoPE
+backward against
 PyTorch eager autograd and Liger-Kernel, side by side
 (bench/compare_torch.py --op misc-backward).
 
@@ -13,13 +14,16 @@ first; compare_torch's time_batched):
   - PyTorch eager: the backward alone (torch.autograd.grad on a graph built
     once per input set) and forward + backward;
   - Liger-Kernel where it has the op (LigerSiLUMulFunction, LigerRopeFunction,
-    LigerSoftmaxFunction if the installed version has it): "n/a" when
-    liger_kernel is not importable;
+    LigerSoftmaxFunction if the installed version has it; none for the
+    ragged softmax): "n/a" when liger_kernel is not importable;
   - a device copy of the backward's bytes (half read, half written), timed
     alike: %copy is its time over scree's backward time.
 Bytes: the backward's reads and writes once each (SwiGLU: gate, up, dy read,
-dgate, dup written; softmax: y, dy read, dx written; RoPE: dq, dk read and
-written in place).
+dgate, dup written; softmax and ragged softmax: y, dy read, dx written;
+RoPE: dq, dk read and written in place). The ragged softmax's eager
+forward is torch.softmax over dim 0 of each sequence's slice, concatenated
+(what eager PyTorch offers for a packed batch); its batches are the
+forward's benchmark batches (ops/ragged_softmax.c).
 """
 import ctypes
 import sys
@@ -48,6 +52,15 @@ SoftmaxArgs = struct("SoftmaxArgs", [("x", U64), ("y", U64)] +
 SoftmaxBwdArgs = struct("SoftmaxBwdArgs", [(n, U64) for n in ("y", "dy", "dx")] +
                         [(n, I64) for n in ("rows", "cols", "y_stride", "dy_stride", "dx_stride")] +
                         [("y_dtype", INT), ("dy_dtype", INT), ("scale", F32)])
+RaggedSoftmaxArgs = struct("RaggedSoftmaxArgs", [(n, U64) for n in ("x", "y", "cu_seqlens")] +
+                           [(n, I64) for n in ("batch", "total", "max_seqlen", "cols", "x_stride",
+                                               "y_stride")] +
+                           [("x_dtype", INT), ("y_dtype", INT), ("scale", F32)])
+RaggedSoftmaxBwdArgs = struct("RaggedSoftmaxBwdArgs",
+                              [(n, U64) for n in ("y", "dy", "dx", "cu_seqlens")] +
+                              [(n, I64) for n in ("batch", "total", "max_seqlen", "cols",
+                                                  "y_stride", "dy_stride", "dx_stride")] +
+                              [("y_dtype", INT), ("dy_dtype", INT), ("scale", F32)])
 RopeArgs = struct("RopeArgs", [(n, U64) for n in ("q", "k", "positions", "cu_seqlens", "cos_sin")] +
                   [(n, I64) for n in ("total", "batch", "max_position", "heads_q", "heads_kv",
                                       "head_dim", "rotary_dim", "q_token_stride", "q_head_stride",
@@ -61,12 +74,30 @@ CASES = [
     ("softmax_backward", dict(rows=16384, cols=4096), "bf16"),
     ("softmax_backward", dict(rows=4096, cols=32768), "fp16"),
     ("softmax_backward", dict(rows=64, cols=131072), "fp32"),
+    ("ragged_softmax_backward", dict(total=16384, cols=4096, seqs=16), "fp16"),
+    ("ragged_softmax_backward", dict(total=16384, cols=4096, seqs=16), "bf16"),
+    ("ragged_softmax_backward", dict(total=65536, cols=1024, seqs=64), "fp16"),
+    ("ragged_softmax_backward", dict(total=16384, cols=128, seqs=16), "fp16"),
     ("rope_backward", dict(total=16384, hq=32, hkv=8, d=128), "bf16"),
     ("rope_backward", dict(total=65536, hq=32, hkv=8, d=128), "fp16"),
 ]
 
+# The ragged batches' lengths, by (total, sequences): the forward's
+# benchmark entries (src/runtime/ops/ragged_softmax.c).
+RAGGED_LENS = {
+    (16384, 16): [440, 1821, 1541, 560, 903, 824, 1233, 1620, 406, 356, 1778, 796, 1536, 337,
+                  817, 1416],
+    (65536, 64): [457, 840, 594, 946, 988, 324, 292, 1506, 476, 453, 2064, 725, 1503, 734, 1015,
+                  384, 1006, 1601, 805, 1243, 1082, 323, 1286, 922, 518, 302, 1593, 728, 1189,
+                  1635, 1178, 1778, 623, 1399, 688, 1830, 1635, 344, 372, 437, 1943, 676, 989,
+                  517, 779, 612, 571, 910, 909, 1719, 1104, 1806, 1563, 2044, 1081, 392, 1576,
+                  1939, 1721, 882, 1176, 432, 1488, 889],
+}
+
 
 def liger_fn(name):
+    if name == "ragged_softmax_backward":
+        return None  # Liger-Kernel has no softmax along a ragged dimension
     try:
         if name == "swiglu_backward":
             from liger_kernel.ops.swiglu import LigerSiLUMulFunction as f
@@ -112,6 +143,12 @@ def make_case(name, s, tdt):
         x = torch.randn(s["rows"], s["cols"], device="cuda", dtype=tdt) * 3
         dy = torch.randn(s["rows"], s["cols"], device="cuda", dtype=tdt)
         return dict(x=x, dy=dy), lambda x: torch.softmax(x, -1), ("x",), ("dy",)
+    if name == "ragged_softmax_backward":
+        lens = RAGGED_LENS[(s["total"], s["seqs"])]
+        x = torch.randn(s["total"], s["cols"], device="cuda", dtype=tdt) * 3
+        dy = torch.randn(s["total"], s["cols"], device="cuda", dtype=tdt)
+        fwd = lambda x: torch.cat([torch.softmax(seg, 0) for seg in x.split(lens)])
+        return dict(x=x, dy=dy), fwd, ("x",), ("dy",)
     T, hq, hkv, d = s["total"], s["hq"], s["hkv"], s["d"]
     cos, sin = rope_cos_sin(T, d)
     q = torch.randn(T, hq, d, device="cuda", dtype=tdt)
@@ -129,6 +166,8 @@ def run(args, lib, ctx, l2, time_batched, copy_gbps, torch_module):
     calls = {n: entry(lib, n, t) for n, t in (("swiglu", SwigluArgs), ("swiglu_backward", SwigluBwdArgs),
                                              ("softmax", SoftmaxArgs),
                                              ("softmax_backward", SoftmaxBwdArgs),
+                                             ("ragged_softmax", RaggedSoftmaxArgs),
+                                             ("ragged_softmax_backward", RaggedSoftmaxBwdArgs),
                                              ("rope", RopeArgs), ("rope_backward", RopeArgs))}
     codes = dict(fp32=FP32, fp16=FP16, bf16=BF16)
     tdts = dict(fp32=torch.float32, fp16=torch.float16, bf16=torch.bfloat16)
@@ -146,6 +185,12 @@ def run(args, lib, ctx, l2, time_batched, copy_gbps, torch_module):
             nbytes = s["rows"] * s["cols"] * 5 * es
         elif name == "softmax_backward":
             nbytes = s["rows"] * s["cols"] * 3 * es
+        elif name == "ragged_softmax_backward":
+            nbytes = s["total"] * s["cols"] * 3 * es
+            lens = RAGGED_LENS[(s["total"], s["seqs"])]
+            cu = torch.tensor([0] + lens, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+            ragged = dict(cu_seqlens=cu.data_ptr(), batch=len(lens), total=s["total"],
+                          max_seqlen=max(lens), cols=s["cols"])
         else:
             nbytes = s["total"] * (s["hq"] + s["hkv"]) * s["d"] * 2 * es
         nsets = max(2, min(args.max_sets, -(-3 * l2 // max(1, nbytes))))
@@ -154,7 +199,7 @@ def run(args, lib, ctx, l2, time_batched, copy_gbps, torch_module):
             lv = [st[n].detach().clone().requires_grad_(True) for n in leaves]
             out = fwd(*lv)
             st["leaves"], st["out"] = lv, out if isinstance(out, tuple) else (out,)
-            if name == "softmax_backward":
+            if name in ("softmax_backward", "ragged_softmax_backward"):
                 st["y"] = st["out"][0].detach()
             st["grads"] = [torch.full_like(st[n], float("nan")) for n in leaves]
 
@@ -170,6 +215,11 @@ def run(args, lib, ctx, l2, time_batched, copy_gbps, torch_module):
                 a = SoftmaxBwdArgs(y=st["y"].data_ptr(), dy=st["dy"].data_ptr(),
                                    dx=st["grads"][0].data_ptr(), rows=s["rows"], cols=s["cols"],
                                    y_dtype=code, dy_dtype=code)
+                return calls[name](ctx, ctypes.byref(a), None)
+            if name == "ragged_softmax_backward":
+                a = RaggedSoftmaxBwdArgs(y=st["y"].data_ptr(), dy=st["dy"].data_ptr(),
+                                         dx=st["grads"][0].data_ptr(), y_dtype=code,
+                                         dy_dtype=code, **ragged)
                 return calls[name](ctx, ctypes.byref(a), None)
             g = st["grads"]
             return calls[name](ctx, ctypes.byref(rope_args(st, g[0], g[1])), None)
@@ -190,6 +240,10 @@ def run(args, lib, ctx, l2, time_batched, copy_gbps, torch_module):
                 a = SoftmaxArgs(x=st["x"].data_ptr(), y=st["y"].data_ptr(), rows=s["rows"],
                                 cols=s["cols"], x_dtype=code, y_dtype=code)
                 return calls["softmax"](ctx, ctypes.byref(a), None)
+            if name == "ragged_softmax_backward":
+                a = RaggedSoftmaxArgs(x=st["x"].data_ptr(), y=st["y"].data_ptr(), x_dtype=code,
+                                      y_dtype=code, **ragged)
+                return calls["ragged_softmax"](ctx, ctypes.byref(a), None)
             return calls["rope"](ctx, ctypes.byref(rope_args(st, st["q"], st["k"])), None)
 
         # The check: scree's gradients against float64 autograd on set 0.
@@ -204,6 +258,8 @@ def run(args, lib, ctx, l2, time_batched, copy_gbps, torch_module):
             out64 = (rope_torch(lv64[0], c64, s64), rope_torch(lv64[1], c64, s64))
         elif name == "softmax_backward":
             out64 = (torch.softmax(lv64[0], -1),)
+        elif name == "ragged_softmax_backward":
+            out64 = (fwd(lv64[0]),)
         else:
             out64 = (fwd(lv64[0]),)
         ref = torch.autograd.grad(out64, lv64, [sets[0][n].double() for n in ups])

@@ -449,6 +449,36 @@ SCREE_EXTERN scree_status scree_ragged_softmax(scree_context *ctx,
                                                const scree_ragged_softmax_args *args,
                                                void *stream);
 
+/* Backward of scree_ragged_softmax: given its output y and dy, the
+ * gradient of y, the gradient of x, per sequence and per column:
+ *
+ *   dx[t, c] = s * y[t, c] * (dy[t, c] - sum_{u in seq(t)} y[u, c] * dy[u, c])
+ *
+ * where seq(t) is the sequence holding token t (tokens [cu_seqlens[b],
+ * cu_seqlens[b + 1])) and s the forward's scale (0 means 1). The sum is
+ * accumulated in fp32 in a fixed order (deterministic). Sequences of length
+ * 0 and 1 are allowed.
+ *
+ *   y, dy, dx: [total, cols] with strides y_stride, dy_stride, dx_stride (0
+ *     means cols). dx is of dy_dtype; it may alias dy exactly (in place) but
+ *     must not otherwise overlap y or dy.
+ *   cu_seqlens: int32 on the device, batch + 1 entries from 0,
+ *     non-decreasing, ending at total; max_seqlen bounds the lengths. Read
+ *     on the host only when validation is on (scree_options.validate).
+ *   scale: the forward's scale, finite; 0 means 1.
+ *
+ * cols in [1, 65536]; y_dtype and dy_dtype each fp32, fp16 or bf16. */
+typedef struct scree_ragged_softmax_backward_args {
+  scree_devptr y, dy, dx, cu_seqlens;
+  int64_t batch, total, max_seqlen, cols;
+  int64_t y_stride, dy_stride, dx_stride;
+  scree_dtype y_dtype, dy_dtype;
+  float scale;
+} scree_ragged_softmax_backward_args;
+
+SCREE_EXTERN scree_status scree_ragged_softmax_backward(
+    scree_context *ctx, const scree_ragged_softmax_backward_args *args, void *stream);
+
 /* Rotary position embedding, in place on q and k in one launch.
  *
  * For a token at position p and pair i < rotary_dim / 2 of a head, with

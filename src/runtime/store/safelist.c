@@ -206,7 +206,7 @@ static scree_status parse_entry(parser *p, char *opname, char *rest) {
   e.line = p->line;
   e.op = scree__op_find(opname);
   if (!e.op) {
-    char names[256];
+    char names[512]; /* every registered op: past 256 bytes at 19 ops */
     op_names(names, sizeof names);
     return perr(p, "unknown op \"%s\" (expected one of: %s)", opname, names);
   }

@@ -49,6 +49,10 @@ static const call valid[] = {
     {"ragged_softmax",
      "x=0x10000000,y=0x20000000,cu_seqlens=0x30000000,batch=3,total=300,max_seqlen=200,cols=64,"
      "x_dtype=fp16,y_dtype=fp16"},
+    /* Its backward: the same batch; y, dy, dx and cu_seqlens 256 MiB apart. */
+    {"ragged_softmax_backward",
+     "y=0x10000000,dy=0x20000000,dx=0x30000000,cu_seqlens=0x40000000,batch=3,total=300,"
+     "max_seqlen=200,cols=64,y_dtype=fp16,dy_dtype=fp16"},
     /* 8 tokens in 2 sequences, 4 q and 2 k heads of 64; then positions
      * (int64) and a cos/sin table instead of cu_seqlens. */
     {"rope",
@@ -385,6 +389,29 @@ static const expect cases[] = {
     {"softmax_backward", "dy_stride=63", INVALID, "dy_stride=63"},
     {"softmax_backward", "scale=inf", INVALID, "scale"},
     {"softmax_backward", "y=0x1000002,y_stride=67", PASSES},
+    /* Ragged softmax backward: the forward's limits and counts; dx over dy
+     * exactly, not over y, not partially; a length-1 max_seqlen passes
+     * without validation. */
+    {"ragged_softmax_backward", "cols=65537", UNSUPPORTED, "cols=65537"},
+    {"ragged_softmax_backward", "cols=65536,dy=0x50000000,dx=0x90000000", PASSES},
+    {"ragged_softmax_backward", "total=2147483648", INVALID, "total=2147483648 must be in [0, 2^31)"},
+    {"ragged_softmax_backward", "total=2147483647,y_stride=1099511627776", INVALID,
+     "past the address space"},
+    {"ragged_softmax_backward", "cu_seqlens=0xfffffffffffffff0,batch=100", INVALID, "cu_seqlens="},
+    {"ragged_softmax_backward", "max_seqlen=0", INVALID, "max_seqlen is 0"},
+    {"ragged_softmax_backward", "batch=0", INVALID, "batch is 0"},
+    {"ragged_softmax_backward", "max_seqlen=1", PASSES},
+    {"ragged_softmax_backward", "total=0,y=0,dy=0,dx=0,cu_seqlens=0,cols=0", INVALID, "cols=0"},
+    {"ragged_softmax_backward", "total=0", SCREE_OK, ""}, /* no token: nothing to do */
+    {"ragged_softmax_backward", "dx=dy", PASSES},
+    {"ragged_softmax_backward", "dx=dy,dy_stride=72,dx_stride=72", PASSES},
+    {"ragged_softmax_backward", "dx=dy,dx_stride=72", INVALID, "dx"},
+    {"ragged_softmax_backward", "dx=dy,dy_dtype=fp32", PASSES}, /* dx is of dy's dtype */
+    {"ragged_softmax_backward", "dx=y", INVALID, "dx"},
+    {"ragged_softmax_backward", "dx=dy+2", INVALID, "dx"},
+    {"ragged_softmax_backward", "dy_stride=63", INVALID, "dy_stride=63"},
+    {"ragged_softmax_backward", "scale=inf", INVALID, "scale"},
+    {"ragged_softmax_backward", "y_dtype=fp32,scale=-0.5", PASSES},
     /* SwiGLU backward: strides of either form, in place exactly over gate
      * and up, the fused output over a fused input, no other overlap. */
     {"swiglu_backward", "gate_stride=10", INVALID, "gate_stride=10"},
