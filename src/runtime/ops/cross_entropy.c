@@ -7,8 +7,9 @@
  * implementations: "generic" (kernels/cross_entropy.cu, both variants; with
  * the gradient it reads each row twice) and "keep" (kernels/
  * cross_entropy_keep.cu, grad=1 only: the row held in registers, across a
- * thread block cluster on sm_90, so the logits are read once), the default
- * for grad=1 wherever the row fits (keep_default). */
+ * thread block cluster on sm_90, so the logits are read once), which the
+ * tuner times beside generic (on an H200 its defaults ran at 40-58% of a
+ * copy where generic's two reads ran at 54-71%: generic is the default). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,21 +110,16 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
  * bytes in flight each), up to 256 threads per row (a 128k-vocab row then
  * takes 16 batches, enough to hide the merge at its end), at least 128
  * threads per CTA. */
-/* With the gradient (grad=1): impl=keep where the row fits (keep_default,
- * below); elsewhere up to 1024 threads a row (one row per CTA
+/* With the gradient (grad=1): up to 1024 threads a row (one row per CTA
  * and, at the kernel's registers, one CTA per SM on a large vocabulary),
  * so that the rows between their two reads fit in L2 (docs/kernels/
  * rowwise.md). */
-/* impl=keep (keep_default) for grad=1 wherever the row fits. */
-static int keep_default(const scree__target *t, const scree__variant *var,
-                        const scree_cross_entropy_args *a, scree__config *out);
 static void generic_default(const scree__variant *var, const scree_cross_entropy_args *a,
                             scree__config *out);
 static void default_config(const scree__target *t, const scree__variant *var, const void *args,
                            scree__config *out) {
-  const scree_cross_entropy_args *a = args;
-  if (var->v[V_GRAD] == 1 && keep_default(t, var, a, out)) return;
-  generic_default(var, a, out);
+  (void)t;
+  generic_default(var, args, out);
 }
 
 /* impl=generic's default (above). */
@@ -446,47 +442,6 @@ static int keep_worth_timing(const scree__config *c, const scree__variant *var, 
   const int64_t nvec = vocab / c->v[SCREE__RW_VEC], cap = keep_capacity(c);
   if (nvec > cap) return 0;
   return cap == 8 || nvec * 2 > cap;
-}
-
-/* The default of impl=keep where the row fits, on sm_90 or sm_80 (NULL:
- * it does not; sm_80 without clusters): 16-byte vectors (or the widest the
- * call allows), 64 bytes kept per thread; the smallest cluster of 512
- * threads a CTA (two CTAs an SM: one loads while the other writes), else
- * of 1024 threads (one CTA an SM). Rows of up to 2048 vectors: one CTA of
- * fewer threads, several rows a CTA when short (at least 128 threads). */
-static int keep_default(const scree__target *t, const scree__variant *var,
-                        const scree_cross_entropy_args *a, scree__config *out) {
-  const int es = (int)scree_dtype_size((scree_dtype)var->v[V_DTYPE]);
-  int vec = 16 / es;
-  if (a) {
-    const int widest = 1 << scree__vec_log2(&scree__op_cross_entropy, var, a);
-    if (vec > widest) vec = widest;
-  }
-  const int cache = scree__clampi(64 / (vec * es), 1, 16);
-  const int64_t vocab = a ? a->vocab : 32000;
-  const int64_t nvec = vocab / vec;
-  const int maxcs = t && t->sm >= 90 ? 8 : 1;
-  memset(out, 0, sizeof *out);
-  out->impl = 1;
-  out->v[SCREE__RW_VEC] = vec;
-  out->v[K_CSIZE] = 1;
-  if (nvec <= 512 * cache) {
-    const int tpr = scree__clampi(scree__pow2_ceil(scree__cdiv(nvec, cache)), 8, 512);
-    out->v[SCREE__RW_TPR] = tpr;
-    out->v[SCREE__RW_ROWS] = scree__clampi(128 / tpr, 1, 16);
-    out->v[SCREE__RW_CACHE] = scree__clampi(scree__pow2_ceil(scree__cdiv(nvec, tpr)), 1, cache);
-    return 1;
-  }
-  out->v[SCREE__RW_ROWS] = 1;
-  out->v[SCREE__RW_CACHE] = cache;
-  for (int tpr = 512; tpr <= 1024; tpr *= 2)
-    for (int cs = 1; cs <= maxcs; cs *= 2)
-      if (nvec <= (int64_t)cs * tpr * cache) {
-        out->v[SCREE__RW_TPR] = tpr;
-        out->v[K_CSIZE] = cs;
-        return 1;
-      }
-  return 0;
 }
 
 /* A cluster launch: fn on gx CTAs of `block` threads in clusters of csize

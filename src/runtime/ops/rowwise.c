@@ -248,6 +248,13 @@ void scree__nb_default(int64_t cols, int ex, int ey, int nacc, scree__config *ou
     out->v[SCREE__RW_TPR] = 512;
     out->v[SCREE__RW_ROWS] = 1;
   }
+  /* 8-byte accesses, twice the cache: the same elements a thread, measured
+   * 0-27% faster than 16-byte ones on the shapes of the H200 sweep
+   * (bench/results/h200-rowwise-sweep-*_backward.csv). */
+  if (out->v[SCREE__RW_VEC] == 8 && out->v[SCREE__RW_CACHE] < 16) {
+    out->v[SCREE__RW_VEC] = 4;
+    out->v[SCREE__RW_CACHE] *= 2;
+  }
   /* Registers a cached element costs: x and dy, and the fp32 sums. */
   const int per_elem4 = ex + ey + 4 * nacc; /* in bytes; /4 registers */
   const int threads = scree__nb_threads(out);

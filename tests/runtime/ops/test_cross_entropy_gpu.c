@@ -20,10 +20,9 @@
  * Validation on: an out-of-range target is refused by name, nothing
  * written.
  *
- * The gradient (grad=1) runs impl=keep by default wherever the row fits
+ * The gradient (grad=1) runs impl=generic by default; impl=keep
  * (kernels/cross_entropy_keep.cu: the row held on chip, clusters of up to
- * 8 CTAs on sm_90), so the public-path cases cover it at every edge shape,
- * and impl=generic beyond. keep_configs_exact runs a spread of keep configs
+ * 8 CTAs on sm_90) is a tuning candidate: keep_configs_exact runs a spread of keep configs
  * on rows that fill them, in place and not, masked, all rows ignored;
  * keep_every_config (slow) every keep config the host check passes on this
  * GPU; keep_refuses_long_rows a row too long for the config. */
@@ -450,9 +449,8 @@ static const gcase gcases[] = {
     /* Masked logits (-inf): a finite loss without smoothing, zero gradients there. */
     {40, 32000, 32000, 32000, -100, 0, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 1},
     {40, 4099, 4099, -1, -100, 0, 0, SCREE_REDUCTION_SUM, 0, 1, 1, 0, 1},
-    /* The defaults of impl=keep: many rows over clusters of 2 to 8 CTAs, one
-     * row, a large odd vocabulary in place (scalar accesses: the widest
-     * cluster of the widest CTAs). */
+    /* Many rows, one row, a large odd vocabulary in place (scalar
+     * accesses), a power-of-two vocabulary. */
     {300, 32000, 32000, 32000, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
     {1, 128256, 128256, 128256, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
     {3, 128257, 128257, -1, -100, 0.1f, 1e-4f, SCREE_REDUCTION_MEAN, 0, 1, 1, 0, 0},
