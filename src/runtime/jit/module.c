@@ -52,10 +52,13 @@ static scree_status load_cubin(scree_context *ctx, const scree__op *op,
       return scree__cu_fail(ctx, r, SCREE_ERROR_LOAD, what);
     }
   }
-  /* Above 48 KiB a kernel must opt in to its dynamic shared memory: once
-   * per module, so launches need not. */
+  /* Past 48 KiB of static and dynamic shared memory together a kernel
+   * must opt in to its dynamic part: once per module, so launches need
+   * not. Every kernel with dynamic shared memory opts in (its static part
+   * is not known here: 48 KiB of dynamic memory plus any static fails to
+   * launch without it). */
   const size_t smem = im->smem ? im->smem(cfg, var) : 0;
-  if (smem > 48 * 1024) {
+  if (smem > 0) {
     r = ctx->cu->FuncSetAttribute(k->fn[0], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                   (int)smem);
     if (r != CUDA_SUCCESS) {

@@ -55,7 +55,7 @@ static void default_config(const scree__target *t, const scree__variant *var, co
   (void)t;
   const scree_add_rmsnorm_backward_args *a = args;
   scree__nb_default(a ? a->cols : 4096, (int)scree_dtype_size((scree_dtype)var->v[V_X]),
-                    (int)scree_dtype_size((scree_dtype)var->v[V_Y]), 1, out);
+                    (int)scree_dtype_size((scree_dtype)var->v[V_Y]), 1, 0, out);
 }
 
 static void adapt(scree__config *c, const scree__variant *var, const void *args) {

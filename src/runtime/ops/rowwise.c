@@ -239,7 +239,8 @@ int scree__nb_threads(const scree__config *c) {
   return c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS];
 }
 
-void scree__nb_default(int64_t cols, int ex, int ey, int nacc, scree__config *out) {
+void scree__nb_default(int64_t cols, int ex, int ey, int nacc, int narrow,
+                       scree__config *out) {
   const int wide = ex > ey ? ex : ey;
   scree__rowwise_default(cols, wide, out);
   /* LayerNorm's kernel (two column sums, the mean) spills at 1024 threads
@@ -249,9 +250,11 @@ void scree__nb_default(int64_t cols, int ex, int ey, int nacc, scree__config *ou
     out->v[SCREE__RW_ROWS] = 1;
   }
   /* 8-byte accesses, twice the cache: the same elements a thread, measured
-   * 0-27% faster than 16-byte ones on the shapes of the H200 sweep
-   * (bench/results/h200-rowwise-sweep-*_backward.csv). */
-  if (out->v[SCREE__RW_VEC] == 8 && out->v[SCREE__RW_CACHE] < 16) {
+   * 0-27% faster than 16-byte ones for RMSNorm's and LayerNorm's backwards
+   * on the shapes of the H200 sweep (bench/results/h200-rowwise-sweep-
+   * *_backward.csv); add+RMSNorm's took 15-20% longer so (bench/results/
+   * h200-norm-backward.txt), and keeps 16-byte ones (narrow 0). */
+  if (narrow && out->v[SCREE__RW_VEC] == 8 && out->v[SCREE__RW_CACHE] < 16) {
     out->v[SCREE__RW_VEC] = 4;
     out->v[SCREE__RW_CACHE] *= 2;
   }

@@ -126,10 +126,11 @@ typedef struct scree__nb_call {
 
 /* The default launch shape of the backward kernels: the forward's
  * (scree__rowwise_default on the widest of x's and dy's element sizes),
- * then the register cache shrunk until x, dy and the fp32 column sums it
- * keeps (nacc of them per element) fit the registers ptxas may use at that
- * many threads a CTA. */
-void scree__nb_default(int64_t cols, int ex, int ey, int nacc, scree__config *out);
+ * 16-bit rows narrowed to 8-byte accesses with twice the cache when
+ * narrow is set, then the register cache shrunk until x, dy and the fp32
+ * column sums it keeps (nacc of them per element) fit the registers ptxas
+ * may use at that many threads a CTA. */
+void scree__nb_default(int64_t cols, int ex, int ey, int nacc, int narrow, scree__config *out);
 /* Threads a CTA (the loader's occupancy, for the persistent grid). */
 int scree__nb_threads(const scree__config *c);
 /* The persistent grid, the workspace for the column sums, and the two
