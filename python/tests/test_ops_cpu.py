@@ -458,6 +458,42 @@ def test_transformers_registration(cpu_kernels):
     assert "scree" in AttentionMaskInterface._global_mapping
 
 
+_ORDER_CHECK = """
+import sys
+{first}
+{second}
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
+fn = AttentionInterface._global_mapping.get("scree")
+assert fn is not None, "not registered"
+assert "scree" in AttentionMaskInterface._global_mapping
+import scree
+assert scree._hook not in sys.meta_path
+assert fn is sys.modules["scree.hf"].scree_attention_forward
+print("registered")
+"""
+
+
+@pytest.mark.parametrize("first,second", [
+    ("import scree", "import transformers"),
+    ("import transformers", "import scree"),
+    ("import scree", "from transformers import AutoConfig"),
+])
+def test_transformers_registration_any_import_order(first, second):
+    """`import scree` registers the attention implementation whichever of
+    scree and transformers is imported first, without an import of
+    scree.hf (a fresh interpreter each: the registration is per process);
+    the import hook leaves sys.meta_path once it has run."""
+    pytest.importorskip("transformers")
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", _ORDER_CHECK.format(first=first, second=second)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "registered" in r.stdout, r.stderr[-2000:]
+
+
 def test_transformers_llama_padding_free_matches_sdpa(cpu_kernels, gen):
     _hf_compare(gen, torch.float32, "cpu", 1e-4)
 

@@ -8,8 +8,9 @@ batches, on torch tensors.
 Every function runs on its tensors' CUDA device, on PyTorch's current
 stream, and allocates its outputs with PyTorch's allocator. Each op is also
 a torch.library custom op (torch.ops.scree.*) with a fake implementation,
-so torch.compile(fullgraph=True) keeps it in the graph. The ops are forward
-only (inference). scree.call(op, **fields) calls any op entry of the
+so torch.compile(fullgraph=True) keeps it in the graph. varlen_attn and
+flash_attn_varlen_func are differentiable (scree's attention backward);
+the other ops are forward only. scree.call(op, **fields) calls any op entry of the
 library with its args struct's fields by name (a new op's, before it has a
 function here). docs/python.md has the details.
 
@@ -17,6 +18,7 @@ Environment: SCREE_LIBRARY names the libscree.so to load (default: the one
 in this package); the C library's own variables (SCREE_MISS_POLICY,
 SCREE_CACHE_DIR, SCREE_CACHE_PATH, ...) apply as in C.
 """
+import importlib.abc as _importlib_abc
 import sys as _sys
 
 from ._lib import (ScreeArgumentError, ScreeError, device_info, runtime_info,
@@ -40,11 +42,62 @@ def register_transformers():
     """Registers "scree" as an attention implementation of HuggingFace
     transformers (AttentionInterface and AttentionMaskInterface), so that
     from_pretrained(..., attn_implementation="scree") runs attention through
-    scree.varlen_attn. Done on import of scree when transformers is already
-    imported, and by importing scree.hf."""
+    scree.varlen_attn. Done by `import scree` in either import order: at
+    once when transformers is already imported, else as soon as
+    transformers.modeling_utils (where models and AttentionInterface live)
+    has been imported; also by importing scree.hf."""
     from . import hf
     hf.register()
 
 
+class _AfterImport(_importlib_abc.MetaPathFinder):
+    """A finder that runs register_transformers() right after the module
+    NAME has executed (the module is found by the finders after this one;
+    this one only wraps its loader's exec_module), then leaves sys.meta_path.
+    A failure to register is a warning, never the user's import error."""
+
+    NAME = "transformers.modeling_utils"
+
+    def find_spec(self, name, path, target=None):
+        if name != self.NAME:
+            return None
+        spec = None
+        for finder in list(_sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _remove_hook()
+            try:
+                register_transformers()
+            except Exception as e:  # noqa: BLE001 - never break the user's import
+                import warnings
+                warnings.warn(f"scree: registering the \"scree\" attention implementation "
+                              f"with transformers failed: {e!r}", RuntimeWarning, stacklevel=2)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+_hook = None
+
+
+def _remove_hook():
+    if _hook in _sys.meta_path:
+        _sys.meta_path.remove(_hook)
+
+
 if "transformers" in _sys.modules:
     register_transformers()
+else:
+    _hook = _AfterImport()
+    _sys.meta_path.insert(0, _hook)

@@ -1,6 +1,6 @@
 """scree as an attention implementation of HuggingFace transformers.
 
-    import scree.hf   # registers "scree" (also done by `import scree` after transformers)
+    import scree      # registers "scree", before or after transformers is imported
     model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="scree",
                                                  dtype=torch.bfloat16)
 
@@ -66,8 +66,7 @@ def scree_attention_forward(module, query, key, value, attention_mask, dropout=0
     """transformers' attention-function protocol: query [B, H_q, L_q, D], key
     and value [B, H_kv, L_k, D]; returns ([B, L_q, H_q, D], None)."""
     if dropout and module.training:
-        raise ValueError("scree attention: dropout is not supported (scree's attention is "
-                         "forward only)")
+        raise ValueError("scree attention: dropout is not supported")
     if s_aux is not None:
         raise ValueError("scree attention: attention sinks (s_aux) are not supported")
     if kwargs.get("output_attentions"):
