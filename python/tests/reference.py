@@ -24,6 +24,40 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return F.layer_norm(input.double(), list(normalized_shape), w, b, eps).to(input.dtype)
 
 
+def _norm_grads(grad_out, input, normalized_shape, weight, eps, center):
+    """dx, dw, db of RMSNorm (center False) or LayerNorm in float64 by their
+    formulas (a kernel of a custom op runs below autograd): with xhat the
+    normalized row, r its rstd and g = dy * w, dx = r (g - mean(g) [LN] -
+    xhat mean(g xhat)), dw = sum over rows of dy xhat, db = sum of dy. dx
+    in input's dtype, dw and db in the weight's (input's without one)."""
+    n = len(normalized_shape)
+    dims = tuple(range(input.dim() - n, input.dim()))
+    x, dy = input.double(), grad_out.double()
+    w = weight.double() if weight is not None else torch.ones(normalized_shape,
+                                                              dtype=torch.float64)
+    if center:
+        x = x - x.mean(dims, keepdim=True)
+    r = torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + eps)
+    xh = x * r
+    g = dy * w
+    dx = g - xh * (g * xh).mean(dims, keepdim=True)
+    if center:
+        dx = dx - g.mean(dims, keepdim=True)
+    rows = tuple(range(input.dim() - n))
+    wd = weight.dtype if weight is not None else input.dtype
+    return ((r * dx).to(input.dtype), (dy * xh).sum(rows).to(wd), dy.sum(rows).to(wd))
+
+
+def rms_norm_backward(grad_out, input, normalized_shape, weight, eps):
+    eps = torch.finfo(torch.float32).eps if eps is None else eps
+    dx, dw, _ = _norm_grads(grad_out, input, list(normalized_shape), weight, eps, False)
+    return dx, dw
+
+
+def layer_norm_backward(grad_out, input, normalized_shape, weight, bias, eps):
+    return _norm_grads(grad_out, input, list(normalized_shape), weight, eps, True)
+
+
 def add_rms_norm(input, residual, weight, eps=1e-6):
     h = (input.double() + residual.double()).to(input.dtype)  # rounded, as written
     return rms_norm(h, [h.shape[-1]], weight, eps), h
@@ -275,6 +309,8 @@ def register_cpu_kernels():
     lib.register_kernel("scree::layer_norm", "cpu")(
         lambda input, normalized_shape, weight, bias, eps: layer_norm(
             input, normalized_shape, weight, bias, eps))
+    lib.register_kernel("scree::rms_norm_backward", "cpu")(rms_norm_backward)
+    lib.register_kernel("scree::layer_norm_backward", "cpu")(layer_norm_backward)
     lib.register_kernel("scree::add_rms_norm", "cpu")(
         lambda input, residual, weight, eps: add_rms_norm(input, residual, weight, eps))
     lib.register_kernel("scree::softmax", "cpu")(

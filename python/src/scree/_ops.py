@@ -409,6 +409,122 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     return torch.ops.scree.layer_norm(input, list(normalized_shape), weight, bias, eps)
 
 
+# -- the norms' backwards (autograd) -----------------------------------------
+#
+# scree::rms_norm and scree::layer_norm are differentiable in input, weight
+# (and bias): their backward ops run scree_rmsnorm_backward and
+# scree_layernorm_backward, which recompute each row's statistics from the
+# saved input (no extra forward output; the statistics are a row sum the
+# kernel takes while x is in registers anyway).
+
+_NB_NAMES = {"x": "input", "w": "weight", "dy": "grad_out", "dx": "input", "dw": "weight",
+             "db": "bias", "x_dtype": "input", "w_dtype": "weight", "y_dtype": "grad_out",
+             "cols": "normalized_shape", "rows": "input", "x_stride": "input",
+             "dy_stride": "grad_out", "dx_stride": "input", "eps": "eps"}
+
+
+def _norm_backward_impl(op, grad_out, input, normalized_shape, weight, bias, eps, check):
+    """dx, dw and db (LayerNorm; RMSNorm: None) of scree's RMSNorm (op
+    "rms_norm") or LayerNorm; dw and db shaped normalized_shape, there also
+    without a weight or bias (the gradients of a ones weight and a zero
+    bias; autograd drops them)."""
+    if not check:
+        _on_cuda(op, "input", input)
+    _same_device(op, "grad_out", grad_out, input)
+    cols = _norm_cols(op, input, normalized_shape, weight, bias)
+    ln = op == "layer_norm"
+    if weight is None:
+        w = _ones(input.device, bias.dtype if ln and bias is not None else input.dtype, cols,
+                  check)
+    else:
+        _same_device(op, "weight", weight, input)
+        w = weight.reshape(cols).contiguous()
+    xd, wd = _dtype_code(op, "input", input), _dtype_code(op, "weight", w)
+    g = grad_out if grad_out.dtype == input.dtype else grad_out.to(input.dtype)
+    x, xs = _rows(input, cols)
+    dy, dys = _rows(g, cols)
+    dx = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    dw = torch.empty(cols, dtype=w.dtype, device=input.device)
+    db = torch.empty(cols, dtype=w.dtype, device=input.device) if ln else None
+    if eps is None:  # rms_norm's default (F.rms_norm's: float32's epsilon)
+        eps = 1.1920928955078125e-07
+    ptr = _stand_in if check else _Tensor.data_ptr
+    if ln:
+        _run(op, "layernorm_backward",
+             (ptr(x), ptr(w), ptr(dy), 0, 0, ptr(dx), ptr(dw), ptr(db) if db is not None else 0,
+              x.shape[0], cols, xs, dys, 0, xd, wd, xd, eps), _NB_NAMES, input, check)
+    else:
+        _run(op, "rmsnorm_backward",
+             (ptr(x), ptr(w), ptr(dy), 0, ptr(dx), ptr(dw), x.shape[0], cols, xs, dys, 0, xd,
+              wd, xd, eps), _NB_NAMES, input, check)
+    shape = tuple(int(n) for n in normalized_shape)
+    return dx, dw.view(shape), db.view(shape) if db is not None else None
+
+
+@torch.library.custom_op("scree::rms_norm_backward", mutates_args=())
+def _rms_norm_backward_op(grad_out: torch.Tensor, input: torch.Tensor,
+                          normalized_shape: Sequence[int], weight: Optional[torch.Tensor],
+                          eps: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+    dx, dw, _ = _norm_backward_impl("rms_norm", grad_out, input, normalized_shape, weight, None,
+                                    eps, False)
+    return dx, dw
+
+
+@_rms_norm_backward_op.register_fake
+def _(grad_out, input, normalized_shape, weight, eps):
+    dx, dw, _ = _norm_backward_impl("rms_norm", grad_out, input, normalized_shape, weight, None,
+                                    eps, True)
+    return dx, dw
+
+
+@torch.library.custom_op("scree::layer_norm_backward", mutates_args=())
+def _layer_norm_backward_op(grad_out: torch.Tensor, input: torch.Tensor,
+                            normalized_shape: Sequence[int], weight: Optional[torch.Tensor],
+                            bias: Optional[torch.Tensor], eps: float
+                            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _norm_backward_impl("layer_norm", grad_out, input, normalized_shape, weight, bias,
+                               eps, False)
+
+
+@_layer_norm_backward_op.register_fake
+def _(grad_out, input, normalized_shape, weight, bias, eps):
+    return _norm_backward_impl("layer_norm", grad_out, input, normalized_shape, weight, bias,
+                               eps, True)
+
+
+def _rms_norm_setup(ctx, inputs, output):
+    input, normalized_shape, weight, eps = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.norm = (list(normalized_shape), eps)
+
+
+def _rms_norm_grad(ctx, grad_out):
+    input, weight = ctx.saved_tensors
+    normalized_shape, eps = ctx.norm
+    dx, dw = torch.ops.scree.rms_norm_backward(grad_out, input, normalized_shape, weight, eps)
+    return dx, None, dw if weight is not None else None, None
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    input, normalized_shape, weight, bias, eps = inputs
+    ctx.save_for_backward(input, weight, bias)
+    ctx.norm = (list(normalized_shape), eps)
+
+
+def _layer_norm_grad(ctx, grad_out):
+    input, weight, bias = ctx.saved_tensors
+    normalized_shape, eps = ctx.norm
+    dx, dw, db = torch.ops.scree.layer_norm_backward(grad_out, input, normalized_shape, weight,
+                                                     bias, eps)
+    return (dx, None, dw if weight is not None else None, db if bias is not None else None,
+            None)
+
+
+torch.library.register_autograd("scree::rms_norm", _rms_norm_grad, setup_context=_rms_norm_setup)
+torch.library.register_autograd("scree::layer_norm", _layer_norm_grad,
+                                setup_context=_layer_norm_setup)
+
+
 # -- fused residual add + RMSNorm -------------------------------------------
 
 _ADD_NAMES = {"x": "input", "residual": "residual", "w": "weight", "h": "residual_out",

@@ -1,0 +1,100 @@
+"""Autograd through scree.rms_norm and scree.layer_norm: the backward ops
+(torch.ops.scree.rms_norm_backward / layer_norm_backward, scree's
+rmsnorm_backward and layernorm_backward kernels on CUDA) against PyTorch's
+own autograd of F.rms_norm / F.layer_norm. On CPU the ops run the float64
+references of reference.py (the wiring: saved tensors, shapes, optional
+weight and bias, the fake implementations); on a GPU, scree's kernels."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import scree
+
+BF16 = torch.bfloat16
+
+
+def _grads(fn, x, w, b, g):
+    leaves = [t for t in (x, w, b) if t is not None]
+    for t in leaves:
+        t.requires_grad_()
+    y = fn(x, w, b)
+    assert y.requires_grad
+    got = torch.autograd.grad(y, leaves, g)
+    for t in leaves:
+        t.requires_grad_(False)
+    return got
+
+
+def _inputs(gen, shape, dtype, device, weight=True, bias=False):
+    n = shape[-1]
+    x = torch.randn(*shape, generator=gen).to(device, dtype)
+    w = (1 + 0.3 * torch.randn(n, generator=gen)).to(device, dtype) if weight else None
+    b = (0.2 * torch.randn(n, generator=gen)).to(device, dtype) if bias else None
+    g = torch.randn(*shape, generator=gen).to(device, dtype)
+    return x, w, b, g
+
+
+def _compare(gen, kind, shape, dtype, device, weight, bias, tol):
+    x, w, b, g = _inputs(gen, shape, dtype, device, weight, bias)
+    n = [shape[-1]]
+    if kind == "rms":
+        ours = _grads(lambda x, w, b: scree.rms_norm(x, n, w, eps=1e-6), x, w, None, g)
+        want = _grads(lambda x, w, b: F.rms_norm(x.double(), n, None if w is None else
+                                                 w.double(), eps=1e-6), x, w, None, g.double())
+    else:
+        ours = _grads(lambda x, w, b: scree.layer_norm(x, n, w, b, eps=1e-5), x, w, b, g)
+        want = _grads(lambda x, w, b: F.layer_norm(
+            x.double(), n, None if w is None else w.double(),
+            None if b is None else b.double(), 1e-5), x, w, b, g.double())
+    assert len(ours) == len(want)
+    for name, a, e in zip(("dx", "dw", "db"), ours, want):
+        assert a.shape == e.shape and a.dtype == dtype, name
+        assert not torch.isnan(a).any(), name
+        # dw and db sum over rows: their tolerance scales with the sums' size.
+        scale = e.abs().max().item() if name != "dx" else 1.0
+        torch.testing.assert_close(a.double(), e.double(), rtol=tol, atol=tol * max(scale, 1.0),
+                                   msg=name)
+
+
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize("weight,bias", [(True, False), (False, False), (True, True)])
+def test_norm_grads_cpu(cpu_kernels, gen, kind, weight, bias):
+    if kind == "rms" and bias:
+        pytest.skip("RMSNorm has no bias")
+    _compare(gen, kind, (3, 5, 64), torch.float32, "cpu", weight, bias, 1e-5)
+
+
+def test_norm_backward_ops_opcheck_cpu(cpu_kernels, gen):
+    x, w, b, g = _inputs(gen, (6, 32), torch.float32, "cpu", True, True)
+    torch.library.opcheck(torch.ops.scree.rms_norm_backward.default, (g, x, [32], w, 1e-6),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.scree.layer_norm_backward.default,
+                          (g, x, [32], w, b, 1e-5),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_norm_grad_under_compile_cpu(cpu_kernels, gen):
+    """A compiled forward and backward keeps the ops in one graph."""
+    x, w, _, g = _inputs(gen, (4, 16), torch.float32, "cpu")
+
+    def step(x, w):
+        return (scree.rms_norm(x, [16], w, eps=1e-6) * g).sum()
+
+    fn = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x.requires_grad_()
+    w.requires_grad_()
+    fn(x, w).backward()
+    want = _grads(lambda x, w, b: F.rms_norm(x.double(), [16], w.double(), eps=1e-6),
+                  x.detach().clone(), w.detach().clone(), None, g.double())
+    torch.testing.assert_close(x.grad.double(), want[0].double(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w.grad.double(), want[1].double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["rms", "ln"])
+@pytest.mark.parametrize("shape,dtype", [((7, 33, 4096), BF16), ((1000, 1), torch.float16),
+                                         ((5, 8192), torch.float32), ((2, 3, 777), BF16)])
+def test_norm_grads_gpu(gen, kind, shape, dtype):
+    tol = {torch.float32: 1e-4, torch.float16: 4e-3, BF16: 2e-2}[dtype]
+    for weight, bias in ((True, kind == "ln"), (False, False)):
+        _compare(gen, kind, shape, dtype, "cuda", weight, bias, tol)
