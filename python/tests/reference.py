@@ -58,6 +58,24 @@ def layer_norm_backward(grad_out, input, normalized_shape, weight, bias, eps):
     return _norm_grads(grad_out, input, list(normalized_shape), weight, eps, True)
 
 
+def swiglu_backward(grad_out, gate, up):
+    """(dgate, dup) of silu(gate) * up in float64; with up None, gate holds
+    both (gate first) and dgate is the fused gradient, dup empty."""
+    g, u = (gate.double().chunk(2, -1) if up is None else (gate.double(), up.double()))
+    dy = grad_out.double()
+    s = torch.sigmoid(g)
+    dup = dy * g * s
+    dgate = dy * u * s * (1 + g * (1 - s))
+    if up is None:
+        return torch.cat([dgate, dup], -1).to(gate.dtype), gate.new_empty(0)
+    return dgate.to(gate.dtype), dup.to(up.dtype)
+
+
+def softmax_backward(grad_out, output, input_dtype, scale):
+    y, dy = output.double(), grad_out.double()
+    return (scale * y * (dy - (y * dy).sum(-1, keepdim=True))).to(input_dtype)
+
+
 def add_rms_norm(input, residual, weight, eps=1e-6):
     h = (input.double() + residual.double()).to(input.dtype)  # rounded, as written
     return rms_norm(h, [h.shape[-1]], weight, eps), h
@@ -311,6 +329,8 @@ def register_cpu_kernels():
             input, normalized_shape, weight, bias, eps))
     lib.register_kernel("scree::rms_norm_backward", "cpu")(rms_norm_backward)
     lib.register_kernel("scree::layer_norm_backward", "cpu")(layer_norm_backward)
+    lib.register_kernel("scree::swiglu_backward", "cpu")(swiglu_backward)
+    lib.register_kernel("scree::softmax_backward", "cpu")(softmax_backward)
     lib.register_kernel("scree::add_rms_norm", "cpu")(
         lambda input, residual, weight, eps: add_rms_norm(input, residual, weight, eps))
     lib.register_kernel("scree::softmax", "cpu")(

@@ -635,6 +635,57 @@ def _(input, dim, dtype, scale):
     return _softmax_impl(input, dim, dtype, scale, check=True)
 
 
+_SM_BWD_NAMES = {"y": "output", "dy": "grad_out", "dx": "input", "y_dtype": "output",
+                 "dy_dtype": "grad_out", "cols": "input", "rows": "input",
+                 "y_stride": "output", "dy_stride": "grad_out", "scale": "scale"}
+
+
+def _softmax_backward_impl(grad_out, output, input_dtype, scale, check=False):
+    """The gradient of softmax's input (scree_softmax_backward) from its
+    output y and grad_out: scale * y * (dy - sum(y * dy)), in input_dtype."""
+    op = "softmax"
+    if not check:
+        _on_cuda(op, "output", output)
+    _same_device(op, "grad_out", grad_out, output)
+    cols = output.shape[-1]
+    yd = _dtype_code(op, "output", output)
+    g = grad_out if grad_out.dtype == output.dtype else grad_out.to(output.dtype)
+    y, ys = _rows(output, cols)
+    dy, dys = _rows(g, cols)
+    dx = torch.empty(output.shape, dtype=g.dtype, device=output.device)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    _run(op, "softmax_backward", (ptr(y), ptr(dy), ptr(dx), y.shape[0], cols, ys, dys, 0, yd, yd,
+                                  scale), _SM_BWD_NAMES, output, check)
+    return dx if dx.dtype == input_dtype else dx.to(input_dtype)
+
+
+@torch.library.custom_op("scree::softmax_backward", mutates_args=())
+def _softmax_backward_op(grad_out: torch.Tensor, output: torch.Tensor, input_dtype: torch.dtype,
+                         scale: float) -> torch.Tensor:
+    return _softmax_backward_impl(grad_out, output, input_dtype, scale)
+
+
+@_softmax_backward_op.register_fake
+def _(grad_out, output, input_dtype, scale):
+    return _softmax_backward_impl(grad_out, output, input_dtype, scale, check=True)
+
+
+def _softmax_setup(ctx, inputs, output):
+    input, dim, dtype, scale = inputs
+    ctx.save_for_backward(output)
+    ctx.sm = (input.dtype, scale)
+
+
+def _softmax_grad(ctx, grad_out):
+    (output,) = ctx.saved_tensors
+    input_dtype, scale = ctx.sm
+    return (torch.ops.scree.softmax_backward(grad_out, output, input_dtype, scale), None, None,
+            None)
+
+
+torch.library.register_autograd("scree::softmax", _softmax_grad, setup_context=_softmax_setup)
+
+
 def softmax(input, dim=-1, *, dtype=None, scale=1.0):
     """softmax(scale * input) along the last dimension, as
     torch.nn.functional.softmax(input, dim, dtype=dtype) for dim -1."""
@@ -878,6 +929,73 @@ def swiglu(gate, up=None):
     if _direct(gate, up):
         return _swiglu_impl(gate, up)
     return torch.ops.scree.swiglu(gate, up)
+
+
+# -- SwiGLU's backward (autograd) --------------------------------------------
+
+_SWIGLU_BWD_NAMES = dict(_SWIGLU_NAMES, dy="grad_out", dgate="gate", dup="up",
+                         dy_dtype="grad_out", dy_stride="grad_out", dgate_stride="gate",
+                         dup_stride="up")
+
+
+def _swiglu_backward_impl(grad_out, gate, up, check=False):
+    """(dgate, dup) of swiglu (scree_swiglu_backward): with up None, dgate
+    is the fused [..., 2F] gradient of the fused input and dup is empty."""
+    op = "swiglu"
+    if not check:
+        _on_cuda(op, "gate", gate)
+    shape = _swiglu_shape(op, gate, up)
+    _same_device(op, "grad_out", grad_out, gate)
+    if tuple(grad_out.shape) != shape:
+        raise ValueError(f"scree.{op}: argument 'grad_out' has shape {tuple(grad_out.shape)}, "
+                         f"not the output's {shape}")
+    dt = _dtype_code(op, "gate", gate)
+    dd = _dtype_code(op, "grad_out", grad_out)
+    cols = shape[-1]
+    ptr = _stand_in if check else _Tensor.data_ptr
+    dy, dys = _rows(grad_out, cols)
+    dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
+    if up is None:
+        g, gs = _rows(gate, 2 * cols)
+        up_p, us = 0, 0
+        dup = torch.empty(0, dtype=gate.dtype, device=gate.device)
+        dup_p = 0
+    else:
+        _same_device(op, "up", up, gate)
+        g, gs = _rows(gate, cols)
+        u, us = _rows(up, cols)
+        up_p = ptr(u)
+        dup = torch.empty(up.shape, dtype=up.dtype, device=up.device)
+        dup_p = ptr(dup)
+    _run(op, "swiglu_backward",
+         (ptr(g), up_p, ptr(dy), ptr(dgate), dup_p, g.shape[0], cols, gs, us, dys, 0, 0, dt,
+          dd), _SWIGLU_BWD_NAMES, gate, check)
+    return dgate, dup
+
+
+@torch.library.custom_op("scree::swiglu_backward", mutates_args=())
+def _swiglu_backward_op(grad_out: torch.Tensor, gate: torch.Tensor,
+                        up: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _swiglu_backward_impl(grad_out, gate, up)
+
+
+@_swiglu_backward_op.register_fake
+def _(grad_out, gate, up):
+    return _swiglu_backward_impl(grad_out, gate, up, check=True)
+
+
+def _swiglu_setup(ctx, inputs, output):
+    gate, up = inputs
+    ctx.save_for_backward(gate, up)
+
+
+def _swiglu_grad(ctx, grad_out):
+    gate, up = ctx.saved_tensors
+    dgate, dup = torch.ops.scree.swiglu_backward(grad_out, gate, up)
+    return dgate, dup if up is not None else None
+
+
+torch.library.register_autograd("scree::swiglu", _swiglu_grad, setup_context=_swiglu_setup)
 
 
 # -- cross-entropy -----------------------------------------------------------

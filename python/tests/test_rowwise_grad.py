@@ -1,9 +1,10 @@
-"""Autograd through scree.rms_norm and scree.layer_norm: the backward ops
-(torch.ops.scree.rms_norm_backward / layer_norm_backward, scree's
-rmsnorm_backward and layernorm_backward kernels on CUDA) against PyTorch's
-own autograd of F.rms_norm / F.layer_norm. On CPU the ops run the float64
-references of reference.py (the wiring: saved tensors, shapes, optional
-weight and bias, the fake implementations); on a GPU, scree's kernels."""
+"""Autograd through scree.rms_norm, layer_norm, swiglu and softmax: their
+backward ops (torch.ops.scree.rms_norm_backward, layer_norm_backward,
+swiglu_backward, softmax_backward: scree's backward kernels on CUDA)
+against PyTorch's own autograd of the same functions. On CPU the ops run
+the float64 references of reference.py (the wiring: saved tensors, shapes,
+optional weight, bias and up, the fake implementations); on a GPU,
+scree's kernels."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -98,3 +99,66 @@ def test_norm_grads_gpu(gen, kind, shape, dtype):
     tol = {torch.float32: 1e-4, torch.float16: 4e-3, BF16: 2e-2}[dtype]
     for weight, bias in ((True, kind == "ln"), (False, False)):
         _compare(gen, kind, shape, dtype, "cuda", weight, bias, tol)
+
+
+def _act_compare(gen, kind, shape, dtype, device, fused, tol):
+    n = shape[-1]
+    if kind == "swiglu":
+        gate = torch.randn(*shape[:-1], 2 * n if fused else n, generator=gen).to(device, dtype)
+        up = None if fused else torch.randn(*shape, generator=gen).to(device, dtype)
+        g = torch.randn(*shape, generator=gen).to(device, dtype)
+
+        def ours(a, b, _):
+            return scree.swiglu(a, b)
+
+        def want(a, b, _):
+            a = a.double()
+            if b is None:
+                a, b = a.chunk(2, -1)
+            return F.silu(a) * b.double()
+        x, w = gate, up
+    else:
+        x = torch.randn(*shape, generator=gen).to(device, dtype)
+        w = None
+        g = torch.randn(*shape, generator=gen).to(device, dtype)
+
+        def ours(a, b, _):
+            return scree.softmax(a, -1, scale=0.5)
+
+        def want(a, b, _):
+            return torch.softmax(a.double() * 0.5, -1)
+    got = _grads(ours, x, w, None, g)
+    exp = _grads(want, x, w, None, g.double())
+    assert len(got) == len(exp)
+    for a, e in zip(got, exp):
+        assert a.shape == e.shape and a.dtype == dtype
+        assert not torch.isnan(a).any()
+        torch.testing.assert_close(a.double(), e.double(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("kind,fused", [("swiglu", False), ("swiglu", True),
+                                        ("softmax", False)])
+def test_activation_grads_cpu(cpu_kernels, gen, kind, fused):
+    _act_compare(gen, kind, (3, 4, 40), torch.float32, "cpu", fused, 1e-5)
+
+
+def test_activation_backward_ops_opcheck_cpu(cpu_kernels, gen):
+    gate = torch.randn(6, 32, generator=gen)
+    g = torch.randn(6, 16, generator=gen)
+    torch.library.opcheck(torch.ops.scree.swiglu_backward.default, (g, gate, None),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.scree.swiglu_backward.default, (g, gate[:, :16], gate[:, 16:]),
+                          test_utils=("test_schema", "test_faketensor"))
+    y = torch.softmax(torch.randn(6, 16, generator=gen), -1)
+    torch.library.opcheck(torch.ops.scree.softmax_backward.default, (g, y, torch.float32, 1.0),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind,fused", [("swiglu", False), ("swiglu", True),
+                                        ("softmax", False)])
+@pytest.mark.parametrize("shape,dtype", [((7, 33, 4096), BF16), ((1000, 1), torch.float16),
+                                         ((5, 8192), torch.float32), ((2, 3, 777), BF16)])
+def test_activation_grads_gpu(gen, kind, fused, shape, dtype):
+    tol = {torch.float32: 1e-4, torch.float16: 4e-3, BF16: 2e-2}[dtype]
+    _act_compare(gen, kind, shape, dtype, "cuda", fused, tol)
