@@ -58,6 +58,13 @@ def layer_norm_backward(grad_out, input, normalized_shape, weight, bias, eps):
     return _norm_grads(grad_out, input, list(normalized_shape), weight, eps, True)
 
 
+def add_rms_norm_backward(grad_out, grad_h, h, weight, eps):
+    dh, dw, _ = _norm_grads(grad_out, h, [h.shape[-1]], weight, eps, False)
+    if grad_h is not None:
+        dh = (dh.double() + grad_h.double()).to(h.dtype)
+    return dh, dw
+
+
 def swiglu_backward(grad_out, gate, up):
     """(dgate, dup) of silu(gate) * up in float64; with up None, gate holds
     both (gate first) and dgate is the fused gradient, dup empty."""
@@ -330,6 +337,7 @@ def register_cpu_kernels():
     lib.register_kernel("scree::rms_norm_backward", "cpu")(rms_norm_backward)
     lib.register_kernel("scree::layer_norm_backward", "cpu")(layer_norm_backward)
     lib.register_kernel("scree::swiglu_backward", "cpu")(swiglu_backward)
+    lib.register_kernel("scree::add_rms_norm_backward", "cpu")(add_rms_norm_backward)
     lib.register_kernel("scree::softmax_backward", "cpu")(softmax_backward)
     lib.register_kernel("scree::add_rms_norm", "cpu")(
         lambda input, residual, weight, eps: add_rms_norm(input, residual, weight, eps))

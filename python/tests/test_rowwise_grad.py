@@ -1,6 +1,7 @@
-"""Autograd through scree.rms_norm, layer_norm, swiglu and softmax: their
-backward ops (torch.ops.scree.rms_norm_backward, layer_norm_backward,
-swiglu_backward, softmax_backward: scree's backward kernels on CUDA)
+"""Autograd through scree.rms_norm, layer_norm, add_rms_norm, swiglu and
+softmax: their backward ops (torch.ops.scree.rms_norm_backward,
+layer_norm_backward, add_rms_norm_backward, swiglu_backward,
+softmax_backward: scree's backward kernels on CUDA)
 against PyTorch's own autograd of the same functions. On CPU the ops run
 the float64 references of reference.py (the wiring: saved tensors, shapes,
 optional weight, bias and up, the fake implementations); on a GPU,
@@ -162,3 +163,55 @@ def test_activation_backward_ops_opcheck_cpu(cpu_kernels, gen):
 def test_activation_grads_gpu(gen, kind, fused, shape, dtype):
     tol = {torch.float32: 1e-4, torch.float16: 4e-3, BF16: 2e-2}[dtype]
     _act_compare(gen, kind, shape, dtype, "cuda", fused, tol)
+
+
+def _add_compare(gen, shape, dtype, device, use, tol):
+    """add_rms_norm's gradients with the loss reading y, h or both."""
+    n = shape[-1]
+    x = torch.randn(*shape, generator=gen).to(device, dtype)
+    r = torch.randn(*shape, generator=gen).to(device, dtype)
+    w = (1 + 0.3 * torch.randn(n, generator=gen)).to(device, dtype)
+    gy = torch.randn(*shape, generator=gen).to(device, dtype)
+    gh = torch.randn(*shape, generator=gen).to(device, dtype)
+
+    def loss(y, h, gy, gh):
+        return (("y" in use) * (y * gy).sum() + ("h" in use) * (h * gh).sum())
+
+    def ours(x, r, w):
+        y, h = scree.add_rms_norm(x, r, w, eps=1e-6)
+        return loss(y, h, gy, gh)
+
+    def want(x, r, w):
+        h = x.double() + r.double()
+        y = F.rms_norm(h, [n], w.double(), eps=1e-6)
+        return loss(y, h, gy.double(), gh.double())
+    got = _grads(lambda a, b, c: ours(a, b, c), x, r, w, None)
+    exp = _grads(lambda a, b, c: want(a, b, c), x, r, w, None)
+    for name, a, e in zip(("dinput", "dresidual", "dweight"), got, exp):
+        assert a.shape == e.shape and a.dtype == dtype, name
+        scale = e.abs().max().item() if name == "dweight" else 1.0
+        torch.testing.assert_close(a.double(), e.double(), rtol=tol, atol=tol * max(scale, 1.0),
+                                   msg=name)
+
+
+@pytest.mark.parametrize("use", ["y", "yh", "h"])
+def test_add_rms_norm_grads_cpu(cpu_kernels, gen, use):
+    _add_compare(gen, (3, 5, 64), torch.float32, "cpu", use, 1e-5)
+
+
+def test_add_rms_norm_backward_op_opcheck_cpu(cpu_kernels, gen):
+    h = torch.randn(6, 32, generator=gen)
+    w = torch.randn(32, generator=gen)
+    g = torch.randn(6, 32, generator=gen)
+    for gh in (g.clone(), None):
+        torch.library.opcheck(torch.ops.scree.add_rms_norm_backward.default, (g, gh, h, w, 1e-6),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("use", ["y", "yh"])
+@pytest.mark.parametrize("shape,dtype", [((7, 33, 4096), BF16), ((1000, 1), torch.float16),
+                                         ((5, 8192), torch.float32)])
+def test_add_rms_norm_grads_gpu(gen, use, shape, dtype):
+    tol = {torch.float32: 1e-4, torch.float16: 4e-3, BF16: 2e-2}[dtype]
+    _add_compare(gen, shape, dtype, "cuda", use, tol)

@@ -9,9 +9,9 @@ Every function runs on its tensors' CUDA device, on PyTorch's current
 stream, and allocates its outputs with PyTorch's allocator. Each op is also
 a torch.library custom op (torch.ops.scree.*) with a fake implementation,
 so torch.compile(fullgraph=True) keeps it in the graph. varlen_attn,
-flash_attn_varlen_func, rms_norm, layer_norm, swiglu and softmax are
-differentiable (scree's backward kernels); the other ops are forward
-only. scree.call(op, **fields) calls any op entry of the
+flash_attn_varlen_func, rms_norm, layer_norm, add_rms_norm, swiglu and
+softmax are differentiable (scree's backward kernels); the other ops are
+forward only. scree.call(op, **fields) calls any op entry of the
 library with its args struct's fields by name (a new op's, before it has a
 function here). docs/python.md has the details.
 

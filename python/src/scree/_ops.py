@@ -592,6 +592,77 @@ def add_rms_norm(input, residual, weight, eps=1e-6):
     return torch.ops.scree.add_rms_norm(input, residual, weight, eps)
 
 
+
+
+# The backward of the fused add + RMSNorm (autograd): the gradients of y
+# (dy) and of h, the residual stream (dh_next, None when h is unused),
+# give dh = rmsnorm_backward(dy at h) + dh_next, the gradient of both input
+# and residual (scree_add_rmsnorm_backward), and dw.
+
+_ADD_BWD_NAMES = {"h": "residual_out", "w": "weight", "dy": "grad_out",
+                  "dh_next": "grad_residual_out", "dh": "input", "dw": "weight",
+                  "x_dtype": "input", "w_dtype": "weight", "y_dtype": "grad_out",
+                  "cols": "weight", "rows": "input", "h_stride": "residual_out",
+                  "dy_stride": "grad_out", "dh_next_stride": "grad_residual_out",
+                  "eps": "eps"}
+
+
+def _add_rms_norm_backward_impl(grad_out, grad_h, h, weight, eps, check=False):
+    op = "add_rms_norm"
+    if not check:
+        _on_cuda(op, "residual_out", h)
+    for name, t in (("grad_out", grad_out), ("weight", weight)):
+        _same_device(op, name, t, h)
+    cols = h.shape[-1]
+    xd, wd = _dtype_code(op, "input", h), _dtype_code(op, "weight", weight)
+    g = grad_out if grad_out.dtype == h.dtype else grad_out.to(h.dtype)
+    hr, hs = _rows(h, cols)
+    dy, dys = _rows(g, cols)
+    ptr = _stand_in if check else _Tensor.data_ptr
+    dn, dns = 0, 0
+    if grad_h is not None:
+        _same_device(op, "grad_residual_out", grad_h, h)
+        gh = grad_h if grad_h.dtype == h.dtype else grad_h.to(h.dtype)
+        dnr, dns = _rows(gh, cols)
+        dn = ptr(dnr)
+    dh = torch.empty(h.shape, dtype=h.dtype, device=h.device)
+    dw = torch.empty(cols, dtype=weight.dtype, device=h.device)
+    _run(op, "add_rmsnorm_backward",
+         (ptr(hr), ptr(weight.contiguous()), ptr(dy), dn, 0, ptr(dh), ptr(dw), hr.shape[0], cols,
+          hs, dys, dns, 0, xd, wd, xd, eps), _ADD_BWD_NAMES, h, check)
+    return dh, dw.view(weight.shape)
+
+
+@torch.library.custom_op("scree::add_rms_norm_backward", mutates_args=())
+def _add_rms_norm_backward_op(grad_out: torch.Tensor, grad_h: Optional[torch.Tensor],
+                              h: torch.Tensor, weight: torch.Tensor,
+                              eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _add_rms_norm_backward_impl(grad_out, grad_h, h, weight, eps)
+
+
+@_add_rms_norm_backward_op.register_fake
+def _(grad_out, grad_h, h, weight, eps):
+    return _add_rms_norm_backward_impl(grad_out, grad_h, h, weight, eps, check=True)
+
+
+def _add_rms_norm_setup(ctx, inputs, output):
+    input, residual, weight, eps = inputs
+    _, h = output
+    ctx.save_for_backward(h, weight)
+    ctx.eps = eps
+
+
+def _add_rms_norm_grad(ctx, grad_out, grad_h):
+    h, weight = ctx.saved_tensors
+    if grad_out is None:  # only h was used: its gradient passes to both inputs
+        return grad_h, grad_h, None, None
+    dh, dw = torch.ops.scree.add_rms_norm_backward(grad_out, grad_h, h, weight, ctx.eps)
+    return dh, dh, dw, None
+
+
+torch.library.register_autograd("scree::add_rms_norm", _add_rms_norm_grad,
+                                setup_context=_add_rms_norm_setup)
+
 # -- softmax over the last dimension ----------------------------------------
 
 _SM_NAMES = {"x": "input", "y": "output", "x_dtype": "input", "y_dtype": "dtype",
