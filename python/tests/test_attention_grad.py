@@ -159,3 +159,27 @@ def test_backward_deterministic_gpu(gen):
     (out.float() * g.float()).sum().backward()
     for a, b in zip(runs[0], (qq.grad, kk.grad, vv.grad)):
         assert torch.equal(a, b)
+
+
+def test_varlen_attn_later_keywords_cpu(cpu_kernels, gen):
+    """The keywords of later torch varlen_attn releases: routed where scree
+    supports them, refused by name (ScreeArgumentError, never TypeError)
+    where it does not."""
+    lens = [3, 5]
+    q, k, v, _, cq, _ = _batch(gen, lens, lens, 4, 2, 16, torch.float32, "cpu")
+    want = scree.varlen_attn(q, k, v, cq, cq, 5, 5, causal=True)
+    got = scree.varlen_attn(q, k, v, cq, cq, 5, 5, causal=True, enable_gqa=True, num_splits=0)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    dst = torch.full_like(want, float("nan"))
+    out = scree.varlen_attn(q, k, v, cq, cq, 5, 5, causal=True, varlen_attn_out=dst)
+    assert out is dst
+    torch.testing.assert_close(dst, want, rtol=0, atol=0)
+    cases = [({"enable_gqa": False}, "enable_gqa"), ({"num_splits": 2}, "num_splits"),
+             ({"varlen_attn_out": torch.empty(3, 4, 16)}, "varlen_attn_out"),
+             ({"is_causal": True}, "is_causal"), ({"dropout_p": 0.1}, "dropout_p")]
+    for kw, name in cases:
+        with pytest.raises(scree.ScreeArgumentError, match=f"'{name}'"):
+            scree.varlen_attn(q, k, v, cq, cq, 5, 5, **kw)
+    qg = q.clone().requires_grad_()
+    with pytest.raises(scree.ScreeArgumentError, match="'varlen_attn_out'"):
+        scree.varlen_attn(qg, k, v, cq, cq, 5, 5, varlen_attn_out=torch.empty_like(want))

@@ -1359,7 +1359,8 @@ _VARLEN_NAMES = ("query", "key", "value", "cu_seq_q", "cu_seq_k", "max_q", "max_
 
 def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
                 scale=None, window_size=(-1, -1), causal=False, softcap=0.0, block_table=None,
-                seqused_k=None, deterministic=False):
+                seqused_k=None, deterministic=False, enable_gqa=None, num_splits=None,
+                varlen_attn_out=None, **unsupported):
     """Attention over a packed batch of sequences, with the signature of
     torch.nn.attention.varlen.varlen_attn.
 
@@ -1388,7 +1389,51 @@ def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_a
     [num_pages, page_size, H_kv, D] of paged_attention, and sequence b's keys
     are its first seqused_k[b] (int32 [batch]; vLLM's FlashAttention names)
     or, without seqused_k, cu_seq_k[b + 1] - cu_seq_k[b]; the call is
-    scree.paged_attention's, max_k bounding the key lengths."""
+    scree.paged_attention's, max_k bounding the key lengths.
+
+    Keywords of later varlen_attn releases: enable_gqa (None or True allow
+    H_q a multiple of H_kv; False refuses H_q != H_kv, as
+    scaled_dot_product_attention does); num_splits None or 0 (scree's tuned
+    config picks the split of long key ranges; a fixed count is refused:
+    pin a cache for fixed configs); varlen_attn_out, a tensor of out's
+    shape, dtype and device that receives the output (copied into it: one
+    more pass over the output; refused when a gradient would flow) and is
+    returned. Any other keyword is refused with ScreeArgumentError naming
+    it."""
+    op = "varlen_attn"
+    if unsupported:
+        name = sorted(unsupported)[0]
+        raise _args._refuse(op, name, " is not supported by scree's varlen_attn (it takes "
+                            "return_aux, scale, window_size, causal, softcap, block_table, "
+                            "seqused_k, deterministic, enable_gqa, num_splits and "
+                            "varlen_attn_out)")
+    if enable_gqa is not None and not _args.boolean(op, "enable_gqa", enable_gqa) and \
+            isinstance(query, torch.Tensor) and isinstance(key, torch.Tensor) and \
+            query.dim() == 3 and key.dim() >= 3 and query.shape[-2] != key.shape[-2]:
+        raise _args._refuse(op, "enable_gqa", f"=False, but query has {query.shape[-2]} heads "
+                            f"and key {key.shape[-2]}: grouped-query attention needs "
+                            "enable_gqa=True (or None)")
+    if num_splits is not None and _args.integer(op, "num_splits", num_splits) != 0:
+        raise _args._refuse(op, "num_splits", f"={num_splits} is not supported: scree's tuned "
+                            "config picks the split of long key ranges (0 or None); for fixed "
+                            "configs run with a pinned cache")
+    if varlen_attn_out is not None:
+        out = varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k,
+                          return_aux=return_aux, scale=scale, window_size=window_size,
+                          causal=causal, softcap=softcap, block_table=block_table,
+                          seqused_k=seqused_k, deterministic=deterministic)
+        res, lse = out if isinstance(out, tuple) else (out, None)
+        dst = _args.tensor(op, "varlen_attn_out", varlen_attn_out)
+        if tuple(dst.shape) != tuple(res.shape) or dst.dtype != res.dtype or \
+                dst.device != res.device:
+            raise _args._refuse(op, "varlen_attn_out", f" is {tuple(dst.shape)} {dst.dtype} on "
+                                f"{dst.device}; the output is {tuple(res.shape)} {res.dtype} "
+                                f"on {res.device}")
+        if res.requires_grad:
+            raise _args._refuse(op, "varlen_attn_out", " takes no gradient (an out= argument "
+                                "is not differentiable); call without it under autograd")
+        dst.copy_(res)
+        return (dst, lse) if lse is not None else dst
     want_lse = bool(return_aux is not None and getattr(return_aux, "lse", False))
     if block_table is not None:
         return _paged_varlen("varlen_attn", _VARLEN_PAGED_NAMES, _VARLEN_PAGED_CU_NAMES, query,
