@@ -20,12 +20,17 @@ The mask function registered beside it is FlashAttention-2's: None when no
 token is padding, else the 2-D mask. Sliding windows (config.sliding_window)
 map to window_size (sliding_window - 1, 0), and logit softcapping
 (Gemma 2's attn_logit_softcapping) to softcap; dropout and attention sinks
-are not supported (training with dropout is not either: the ops are
-forward only).
+are not supported (training with attention dropout is not either).
+
+apply(model, ...) patches a loaded LLaMA-style model's modules to run on
+scree (RMSNorm, the SwiGLU MLP, attention); from_pretrained(name, ...)
+loads and patches in one call.
 """
+import types
+
 import torch
 
-from ._ops import varlen_attn
+from ._ops import rms_norm as _rms_norm, swiglu as _swiglu, varlen_attn
 
 NAME = "scree"
 
@@ -153,3 +158,116 @@ def register():
 
 
 register()
+
+
+# -- patching a model ---------------------------------------------------------
+
+# model_type -> (RMSNorm adds 1 to its weight (Gemma), MLP is SwiGLU)
+_SUPPORTED = {
+    "llama": (False, True), "mistral": (False, True), "qwen2": (False, True),
+    "qwen3": (False, True), "gemma": (True, False), "gemma2": (True, False),
+}
+
+
+def _rms_forward(self, hidden_states):
+    """LlamaRMSNorm's forward on scree.rms_norm (fp32 statistics, one
+    rounding to the input's dtype; differentiable)."""
+    n = hidden_states.shape[-1]
+    return _rms_norm(hidden_states, [n], self.weight.to(hidden_states.dtype),
+                    eps=float(self._scree_eps))
+
+
+def _rms_forward_plus_one(self, hidden_states):
+    """GemmaRMSNorm's forward (weight + 1) on scree.rms_norm."""
+    n = hidden_states.shape[-1]
+    return _rms_norm(hidden_states, [n], (1.0 + self.weight.float()).to(hidden_states.dtype),
+                    eps=float(self._scree_eps))
+
+
+def _mlp_forward(self, x):
+    """LlamaMLP's forward with the SwiGLU on scree.swiglu (differentiable)."""
+    return self.down_proj(_swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+def _norms(model):
+    for name, mod in model.named_modules():
+        if type(mod).__name__.endswith("RMSNorm"):
+            yield name, mod
+
+
+def _mlps(model):
+    for name, mod in model.named_modules():
+        if type(mod).__name__.endswith("MLP") and all(
+                hasattr(mod, a) for a in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+            yield name, mod
+
+
+def apply(model, *, rms_norm=True, swiglu=True, attention=True, rope=False,
+          cross_entropy=False):
+    """Patches a loaded transformers model (LLaMA, Mistral, Qwen2, Qwen3;
+    Gemma and Gemma 2 for the norms and attention) in place to run its
+    RMSNorms on scree.rms_norm, its SwiGLU MLPs on scree.swiglu and its
+    attention on scree (attn_implementation "scree"), as Liger-Kernel's
+    apply_liger_kernel_to_llama does; all of them differentiable, so
+    training runs scree's backward kernels. Returns the model.
+
+    Everything is checked before anything is patched: an unsupported
+    architecture or setting raises ValueError naming it and leaves the
+    model as it was. rope=True and cross_entropy=True are refused for now
+    (scree.rope and scree.cross_entropy are not differentiable yet; they
+    would leave training half on scree). Patching twice is harmless."""
+    cfg = getattr(model, "config", None)
+    mtype = getattr(cfg, "model_type", None)
+    if mtype not in _SUPPORTED:
+        raise ValueError(f"scree.hf.apply: model_type {mtype!r} is not supported; scree patches "
+                         f"{', '.join(sorted(_SUPPORTED))}")
+    plus_one, swiglu_mlp = _SUPPORTED[mtype]
+    if rope:
+        raise ValueError("scree.hf.apply: rope=True is not supported yet (scree.rope has no "
+                         "backward registered); leave it False")
+    if cross_entropy:
+        raise ValueError("scree.hf.apply: cross_entropy=True is not supported yet "
+                         "(scree.cross_entropy has no backward registered); leave it False")
+    act = getattr(cfg, "hidden_act", None) or getattr(cfg, "hidden_activation", None)
+    if swiglu and (not swiglu_mlp or act not in ("silu", "swish")):
+        raise ValueError(f"scree.hf.apply: swiglu=True needs a SwiGLU MLP (hidden_act 'silu'); "
+                         f"{mtype} has hidden_act {act!r}: pass swiglu=False")
+    norms = list(_norms(model)) if rms_norm else []
+    for name, mod in norms:
+        eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
+        if eps is None or not isinstance(getattr(mod, "weight", None), torch.Tensor):
+            raise ValueError(f"scree.hf.apply: the RMSNorm {name!r} ({type(mod).__name__}) has "
+                             "no weight or epsilon scree knows; pass rms_norm=False")
+    mlps = list(_mlps(model)) if swiglu else []
+    if rms_norm and not norms:
+        raise ValueError(f"scree.hf.apply: no RMSNorm module found in {type(model).__name__}; "
+                         "pass rms_norm=False")
+    if swiglu and not mlps:
+        raise ValueError(f"scree.hf.apply: no SwiGLU MLP module found in "
+                         f"{type(model).__name__}; pass swiglu=False")
+    if attention:
+        register()
+    # Nothing refused: patch.
+    for _, mod in norms:
+        mod._scree_eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
+        mod.forward = types.MethodType(_rms_forward_plus_one if plus_one else _rms_forward, mod)
+    for _, mod in mlps:
+        mod.forward = types.MethodType(_mlp_forward, mod)
+    if attention:
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation(NAME)
+        else:
+            cfg._attn_implementation = NAME
+    return model
+
+
+def from_pretrained(name, *, rms_norm=True, swiglu=True, attention=True, rope=False,
+                    cross_entropy=False, **kwargs):
+    """AutoModelForCausalLM.from_pretrained(name, **kwargs) with attention
+    on scree, then apply(model, ...)."""
+    from transformers import AutoModelForCausalLM
+    if attention:
+        kwargs.setdefault("attn_implementation", NAME)
+    model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    return apply(model, rms_norm=rms_norm, swiglu=swiglu, attention=attention, rope=rope,
+                 cross_entropy=cross_entropy)
