@@ -107,3 +107,46 @@ def test_apply_refuses_models_and_mlps_it_cannot_patch_cpu():
 @pytest.mark.parametrize("kind", ["llama", "gemma"])
 def test_apply_matches_unpatched_gpu(gen, kind):
     _compare(gen, kind, "cuda", torch.bfloat16, 6e-2)
+
+
+def test_compiled_training_step_keeps_scree_ops_cpu(cpu_kernels, gen):
+    """torch.compile(fullgraph=True) of a patched model's forward and loss:
+    no graph break, scree's forward ops in the forward graph and their
+    backward ops in the backward graph, gradients as in eager."""
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = {"fw": [], "bw": []}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(str(gm.graph))
+            return gm.forward
+        return compiler
+
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+    m, cfg = _tiny()
+    scree.hf.apply(m)
+    m.to(torch.bfloat16)
+    lengths = [7, 1, 12, 4]
+    ids = torch.randint(0, cfg.vocab_size, (1, sum(lengths)), generator=gen)
+    pos = torch.cat([torch.arange(n) for n in lengths])[None]
+    cu = torch.tensor([0, 7, 8, 20, 24], dtype=torch.int32)
+
+    def step(ids, pos):
+        out = m(input_ids=ids, position_ids=pos, use_cache=False, cu_seq_lens_q=cu,
+                cu_seq_lens_k=cu, max_length_q=12, max_length_k=12)
+        return out.logits.float().pow(2).mean()
+
+    torch._dynamo.reset()
+    loss = torch.compile(step, fullgraph=True, backend=backend)(ids, pos)
+    loss.backward()
+    compiled = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad()
+    step(ids, pos).backward()
+    for n, p in m.named_parameters():
+        torch.testing.assert_close(compiled[n].float(), p.grad.float(), atol=2e-2, rtol=0, msg=n)
+    fw, bw = "\n".join(graphs["fw"]), "\n".join(graphs["bw"])
+    for op in ("scree.varlen_attn", "scree.rms_norm", "scree.swiglu"):
+        assert op + ".default" in fw, op
+    for op in ("scree.varlen_attn_backward", "scree.rms_norm_backward",
+               "scree.swiglu_backward"):
+        assert op + ".default" in bw, op
