@@ -1217,6 +1217,76 @@ END_TEST
 /* What an outside probe found accepted, each a usage error (exit 2) that
  * names the value: shapes and variants go through the op's checks, numbers
  * parse whole, lists are not cut, shapes files are strict JSON. */
+/* verify --agree: the caches of a job's ranks compared key by key, every
+ * file read-only; exit 5 when they disagree. */
+START_TEST(verify_agree_compares_caches) {
+  char a[400], b[400], c3[400], saved[400];
+  snprintf(saved, sizeof saved, "%s", db);
+  snprintf(a, sizeof a, "%s/a.db", dir);
+  snprintf(b, sizeof b, "%s/b.db", dir);
+  snprintf(c3, sizeof c3, "%s/c.db", dir);
+  const char *paths[] = {a, b, c3};
+  for (int i = 0; i < 3; i++) {
+    snprintf(db, sizeof db, "%s", paths[i]);
+    put("sm_90", "rows<=16384,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 70.5 + i, F16);
+    put("sm_90", "rows<=1024,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 10.25, F16);
+  }
+  snprintf(db, sizeof db, "%s", saved);
+  /* Same configs (times may differ): they agree. */
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' '%s'", a, b, c3), 0);
+  ck_assert_msg(strstr(out, "2 key(s) in 3 file(s): 2 agree, 0 differ, 0 missing"), "%s", out);
+  struct stat before, after;
+  ck_assert_int_eq(stat(b, &before), 0);
+  /* One rank picked another config; another lacks a bucket. */
+  snprintf(db, sizeof db, "%s", b);
+  put("sm_90", "rows<=16384,cols=4096", "tpr=64,rows=2,vec=8,cache=8", 60.0, F16);
+  snprintf(db, sizeof db, "%s", a);
+  put("sm_90", "rows<=2,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 4.5, F16);
+  /* The same bucket for another arch is another key: only in a.db. */
+  put("sm_80", "rows<=1024,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 10.25, F16);
+  snprintf(db, sizeof db, "%s", saved);
+  ck_assert_int_eq(stat(b, &before), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' '%s'", a, b, c3), 5);
+  ck_assert_msg(strstr(out, "differ  rmsnorm sm_90 rows<=16384,cols=4096 x=fp16,w=fp16,y=fp16 "
+                            "causal=0 src="), "%s", out);
+  ck_assert_msg(strstr(out, "b.db tpr=64,rows=2,vec=8,cache=8"), "%s", out);
+  ck_assert_msg(strstr(out, "a.db tpr=128,rows=1,vec=8,cache=4"), "%s", out);
+  ck_assert_msg(strstr(out, "missing rmsnorm sm_90 rows<=2,cols=4096"), "%s", out);
+  ck_assert_msg(strstr(out, "b.db (missing)"), "%s", out);
+  ck_assert_msg(strstr(out, "missing rmsnorm sm_80 rows<=1024,cols=4096"), "%s", out);
+  ck_assert_msg(strstr(out, "4 key(s) in 3 file(s): 1 agree, 1 differ, 2 missing from some"),
+                "%s", out);
+  ck_assert_int_eq(stat(b, &after), 0);
+  ck_assert(before.st_mtime == after.st_mtime && before.st_size == after.st_size);
+  /* The filters narrow the keys compared. */
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --arch sm_90 --op rmsnorm "
+                                         "--json", a, c3), 5);
+  ck_assert_msg(json_ok(out), "%s", out);
+  ck_assert_msg(strstr(out, "\"kind\": \"missing\", \"configs\": [\"tpr=256,rows=1,vec=8,cache=2\","
+                            " null]"), "%s", out);
+  ck_assert_msg(strstr(out, "\"keys\": 3, \"agree\": 2, \"differ\": 0, \"missing\": 1"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --arch sm_80 -q", b, c3), 0);
+  ck_assert_msg(!strstr(out, "key(s)"), "%s", out);
+  /* Bad input: each error names the file, nothing compared. */
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s'", a), 2);
+  ck_assert_msg(strstr(out, "give at least two"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' ''", a), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s/none.db'", a, dir), 4);
+  ck_assert_msg(strstr(out, "none.db: cannot read it as a scree cache: missing"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "echo 'not sqlite' > '%s/text.db'", dir), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s/text.db'", a, dir), 4);
+  ck_assert_msg(strstr(out, "text.db: cannot read it as a scree cache"), "%s", out);
+  sql(c3, "PRAGMA user_version = 99");
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s'", a, c3), 4);
+  ck_assert_msg(strstr(out, "c.db: cannot read it as a scree cache") && strstr(out, "99"), "%s",
+                out);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --retime", a, b), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --cache '%s'", a, b, db), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --json", a, dir), 4);
+  ck_assert_msg(strstr(out, "\"error\""), "%s", out);
+}
+END_TEST
+
 START_TEST(probed_inputs_are_usage_errors) {
 #define PROBE_ATTN(f) "prewarm --dry-run --op attention --shape batch=16,total_q=12081," \
   "total_k=12081,max_seqlen_q=2048,max_seqlen_k=2048,heads_q=16,heads_kv=16," f
@@ -1312,6 +1382,7 @@ int main(void) {
   tcase_add_test(tc, merge_takes_any_number_of_sources);
   tcase_add_test(tc, nul_bytes_in_inputs_are_refused);
   tcase_add_test(tc, probed_inputs_are_usage_errors);
+  tcase_add_test(tc, verify_agree_compares_caches);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
