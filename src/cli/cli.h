@@ -101,6 +101,9 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long
  * that cannot be reached is CLI_CACHE, a --cache path too long for the
  * system CLI_USAGE. */
 #define CLI_CACHE_NEEDED 2
+/* 1, after saying so on stderr, when path is the file that SCREE_PIN names
+ * (the same file, however reached): a pinned cache is never written. */
+int cli_refuse_pinned(const char *cmd, const char *path);
 int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const char *cmd,
                         int readonly);
 

@@ -861,6 +861,14 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     return CLI_USAGE;
   }
   if (p.dry_run) return dry_run_list(c, tsp, p.from_misses, &shard);
+  /* A pinned process never tunes: neither does a prewarm under SCREE_PIN. */
+  const char *pin = getenv("SCREE_PIN");
+  if (pin && *pin) {
+    fprintf(stderr, "scree-tune prewarm: SCREE_PIN=%s pins this process to a read-only cache, "
+                    "in which nothing is tuned; unset SCREE_PIN to prewarm (into --cache or the "
+                    "user cache), then merge and pin the result (docs/cache.md)\n", cli_esc(pin));
+    return CLI_CACHE;
+  }
   return run_prewarm(c, tsp, p.devices_spec, (int)p.device, p.from_misses, &shard, p.explore,
                      p.force, (int)p.reps);
 }

@@ -1287,6 +1287,51 @@ START_TEST(verify_agree_compares_caches) {
 }
 END_TEST
 
+/* A pinned cache is never written: commands that write a cache refuse it
+ * (however its path is spelled), and prewarm does not tune under a pin. */
+START_TEST(writers_refuse_the_pinned_cache) {
+  struct stat before, after;
+  ck_assert_int_eq(stat(db, &before), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s' -q", db), 0);
+  char other[400], alias[400];
+  snprintf(other, sizeof other, "%s/other.db", dir);
+  snprintf(alias, sizeof alias, "%s/./tune.db", dir);
+  ck_assert_int_eq(shell(out, sizeof out, "cp '%s' '%s'", db, other), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "clear --all --cache '%s'", db), 0); /* not pinned: fine */
+  ck_assert_int_eq(shell(out, sizeof out, "cp '%s' '%s'", other, db), 0);
+  ck_assert_int_eq(stat(db, &before), 0);
+  const char *writers[] = {"clear --all", "merge '%s'", "prewarm --from-shipped --arch sm_90"};
+  for (int i = 0; i < 3; i++) {
+    char args[600];
+    snprintf(args, sizeof args, writers[i], other);
+    ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' %s --cache '%s' 2>&1", db,
+                           SCREE_TUNE_BIN, args, alias),
+                     4);
+    ck_assert_msg(strstr(out, "refusing to write") && strstr(out, "it is the pinned cache"),
+                  "%s: %s", args, out);
+  }
+  ck_assert_int_eq(stat(db, &after), 0);
+  ck_assert(before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
+            before.st_mtim.tv_nsec == after.st_mtim.tv_nsec && before.st_size == after.st_size);
+  /* Reading commands may read it; writing another file is fine. */
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' list --cache '%s' -q 2>&1", db,
+                         SCREE_TUNE_BIN, db),
+                   0);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' clear --all --cache '%s' 2>&1",
+                         db, SCREE_TUNE_BIN, other),
+                   0);
+  /* prewarm tunes nothing under a pin (a dry run only lists). */
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' prewarm --op rmsnorm --cols 4096 "
+                                          "--rows 1024 --cache '%s' 2>&1", db, SCREE_TUNE_BIN,
+                         other),
+                   4);
+  ck_assert_msg(strstr(out, "pins this process to a read-only cache"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' prewarm --dry-run --op rmsnorm "
+                                          "--cols 4096 --rows 1024 2>&1", db, SCREE_TUNE_BIN),
+                   0);
+}
+END_TEST
+
 START_TEST(probed_inputs_are_usage_errors) {
 #define PROBE_ATTN(f) "prewarm --dry-run --op attention --shape batch=16,total_q=12081," \
   "total_k=12081,max_seqlen_q=2048,max_seqlen_k=2048,heads_q=16,heads_kv=16," f
@@ -1383,6 +1428,7 @@ int main(void) {
   tcase_add_test(tc, nul_bytes_in_inputs_are_refused);
   tcase_add_test(tc, probed_inputs_are_usage_errors);
   tcase_add_test(tc, verify_agree_compares_caches);
+  tcase_add_test(tc, writers_refuse_the_pinned_cache);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }
