@@ -1338,6 +1338,22 @@ START_TEST(writers_refuse_the_pinned_cache) {
                          other),
                    4);
   ck_assert_msg(strstr(out, "pins this process to a read-only cache"), "%s", out);
+  /* doctor shows the pin: every context runs from it alone. */
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' doctor 2>&1", db, SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "pinned cache (SCREE_PIN; the only source") && strstr(out, db),
+                "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s/none.db' '%s' doctor 2>&1", dir,
+                         SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "none.db (SCREE_PIN): contexts fail to create"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' doctor --json", db,
+                         SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(json_ok(out) && strstr(out, "\"pinned_cache\": {\"path\": "), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "env -u SCREE_PIN '%s' doctor --json", SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "\"pinned_cache\": null"), "%s", out);
   ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' prewarm --dry-run --op rmsnorm "
                                           "--cols 4096 --rows 1024 2>&1", db, SCREE_TUNE_BIN),
                    0);
