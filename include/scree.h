@@ -83,7 +83,7 @@ extern "C" {
   X(ERROR_INVALID_CONFIG, 12, "kernel config violates the op's constraints")   \
   X(ERROR_CACHE, 13, "tuning cache error")                                     \
   X(ERROR_NOT_FOUND, 14, "not found")                                          \
-  X(ERROR_CACHE_MISS, 15, "no tuned config cached and the miss policy is error") \
+  X(ERROR_CACHE_MISS, 15, "no tuned config cached (miss policy error, or a pinned cache)") \
   X(ERROR_WRONG_ANSWER, 16, "kernel output disagrees with the CPU reference")  \
   X(ERROR_TIMEOUT, 17, "kernel ran past its time limit")                       \
   X(ERROR_IO, 18, "file input/output error")                                   \
@@ -216,6 +216,18 @@ typedef struct scree_options {
    * at the cost of a synchronisation per call. 0 (default): they are not
    * read on the host. */
   int validate;
+  /* A pinned cache (docs/cache.md#a-pinned-cache): the path of a cache file
+   * that is then the only source of tuned configs, in place of the user
+   * cache, the shipped caches and the shipped tuned configs. It is opened
+   * read-only and never written; nothing is tuned and no miss recorded: a
+   * call whose bucket it lacks fails with SCREE_ERROR_CACHE_MISS, naming
+   * the op, the bucket and the file. NULL selects $SCREE_PIN (unset or ""
+   * means no pin); "" means no pin, whatever $SCREE_PIN says. A pin
+   * applies even when the cache is disabled (disable_cache,
+   * $SCREE_NO_CACHE). A file that is missing, empty or not
+   * a scree cache makes scree_create fail (SCREE_ERROR_NOT_FOUND or
+   * SCREE_ERROR_CACHE) with its name in `why`. The string is copied. */
+  const char *pin_path;
 } scree_options;
 
 /* Fills `opts` with defaults (reading no environment; that happens in

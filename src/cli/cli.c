@@ -401,6 +401,17 @@ double cli_now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+int cli_refuse_pinned(const char *cmd, const char *path) {
+  const char *pin = getenv("SCREE_PIN");
+  struct stat a, b;
+  if (!pin || !*pin || stat(pin, &a) || stat(path, &b)) return 0;
+  if (a.st_dev != b.st_dev || a.st_ino != b.st_ino) return 0;
+  fprintf(stderr, "scree-tune %s: refusing to write %s: it is the pinned cache (SCREE_PIN=%s), "
+                  "which is read-only; write another file, check it (verify --agree) and pin "
+                  "that\n", cmd, cli_esc(path), cli_esc(pin));
+  return 1;
+}
+
 int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const char *cmd,
                         int readonly) {
   char path[4096];
@@ -424,6 +435,7 @@ int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const cha
                       " path), or pass --cache\n", cmd);
     return CLI_CACHE;
   }
+  if (!readonly && cli_refuse_pinned(cmd, path)) return CLI_CACHE;
   char why[1024] = "";
   int recovered = 0;
   /* Reading commands never create, convert or move a cache: a shipped file

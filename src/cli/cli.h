@@ -16,7 +16,8 @@ enum {
   CLI_FAIL = 1,      /* the command ran and something failed (a wrong answer, a tune with no winner) */
   CLI_USAGE = 2,     /* bad command line */
   CLI_NO_GPU = 3,    /* the command needs a GPU (or NVRTC) and there is none */
-  CLI_CACHE = 4      /* a cache file could not be opened, read or written */
+  CLI_CACHE = 4,     /* a cache file could not be opened, read or written */
+  CLI_DISAGREE = 5   /* verify --agree: the caches hold different winners for a key */
 };
 
 /* ---- command lines ------------------------------------------------------------
@@ -32,7 +33,7 @@ enum {
   OPT_TEXT, OPT_NO_STRICT, OPT_ALL, OPT_RETIME, OPT_SHIPPED, OPT_DEVICE, OPT_DEVICES,
   OPT_ROWS, OPT_COLS, OPT_ROWS_MAX, OPT_SHAPE, OPT_SHAPES, OPT_VARIANT, OPT_MODEL,
   OPT_PRESETS, OPT_FROM_MISSES, OPT_FROM_SHIPPED, OPT_SHARD, OPT_SHARD_COUNT, OPT_DRY_RUN,
-  OPT_EXPLORE, OPT_FORCE, OPT_REPS
+  OPT_EXPLORE, OPT_FORCE, OPT_REPS, OPT_AGREE
 };
 
 /* The options many commands take. */
@@ -100,6 +101,9 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long lo, long
  * that cannot be reached is CLI_CACHE, a --cache path too long for the
  * system CLI_USAGE. */
 #define CLI_CACHE_NEEDED 2
+/* 1, after saying so on stderr, when path is the file that SCREE_PIN names
+ * (the same file, however reached): a pinned cache is never written. */
+int cli_refuse_pinned(const char *cmd, const char *path);
 int cli_open_user_cache(const cli_common *c, scree__admin_cache **out, const char *cmd,
                         int readonly);
 
@@ -206,6 +210,9 @@ int cli_export_text(const cli_common *c, const char *out);
 int cli_verify_shipped(const cli_common *c);
 int cli_shipped_summary(const cli_common *c);
 int cli_prewarm_from_shipped(const cli_common *c, int force);
+/* verify --agree FILE... (cli_agree.c): every file read-only; CLI_OK when
+ * all hold the same winner for every key, CLI_DISAGREE when not. */
+int cli_verify_agree(const cli_common *c, char **files, int nfiles);
 
 int cmd_prewarm(int argc, char **argv);
 int cmd_verify(int argc, char **argv);

@@ -275,6 +275,23 @@ int cmd_doctor(int argc, char **argv) {
   }
   if (json) printf("]");
 
+  /* A pinned cache replaces all of those in every context (docs/cache.md). */
+  const char *pin = getenv("SCREE_PIN");
+  if (pin && *pin) {
+    gather(pin, &ff);
+    if (!ff.exists) note_missing(&miss, "the pinned cache %s (SCREE_PIN): contexts fail to create", pin);
+    if (json) {
+      printf(", \"pinned_cache\": ");
+      print_file_json(&ff);
+    } else {
+      printf("pinned cache (SCREE_PIN; the only source of tuned configs, the caches above "
+             "are not used):\n");
+      print_file_text(&ff, 0);
+    }
+  } else if (json) {
+    printf(", \"pinned_cache\": null");
+  }
+
   /* The shipped tuned configs (text). */
   scree__admin_shipped_summary s;
   if (scree__admin_shipped(NULL, NULL, NULL, &s) == SCREE_OK) {

@@ -259,5 +259,20 @@ int cli_prewarm_from_shipped(const cli_common *c, int force) {
   scree__admin_close(user);
   if (st == SCREE_ERROR_CACHE) return CLI_CACHE;
   if (st) return CLI_FAIL;
+  /* Nothing to do is said, never a silent success: no shipped config of
+   * this kernel source for --arch (and --op) is a failure (a wrong --arch,
+   * or configs that went stale), all of them cached already is not. */
+  if (n.total == 0 && n.cached == 0) {
+    fprintf(stderr, "scree-tune prewarm: nothing to compile: the shipped tuned configs hold no "
+                    "config for %s%s%s of this build's kernel sources (%d stale, %d for other "
+                    "archs, %d for other ops; scree-tune verify --shipped lists them)\n",
+            n.arch[0] ? cli_esc(n.arch) : "any arch", c->op ? " and op " : "",
+            c->op ? cli_esc(c->op) : "", n.stale, n.other_arch, n.other_op);
+    return CLI_FAIL;
+  }
+  if (n.total == 0 && !c->quiet && !c->json)
+    fprintf(stderr, "scree-tune prewarm: nothing left to compile: the %d shipped config(s) for %s "
+                    "are cached already (--force compiles them again)\n",
+            n.cached, n.arch[0] ? cli_esc(n.arch) : "every arch");
   return n.failed ? CLI_FAIL : CLI_OK;
 }

@@ -67,7 +67,9 @@ const char *const usage_prewarm =
 const char *const usage_verify =
     "usage: scree-tune verify [--retime] [--cache PATH] [--arch A] [--op OP] [--device N]\n"
     "                         [--quiet] [--json]\n"
-    "       scree-tune verify --shipped [--arch A] [--op OP] [--quiet] [--json]\n\n"
+    "       scree-tune verify --shipped [--arch A] [--op OP] [--quiet] [--json]\n"
+    "       scree-tune verify --agree A.db B.db [C.db ...] [--arch A] [--op OP] [--quiet]\n"
+    "                         [--json]\n\n"
     "Re-checks every cached winner for this GPU's architecture: loads its\n"
     "cubin (hash-checked) and compares its output with the CPU reference on\n"
     "random inputs. With --retime it also times each one and flags entries\n"
@@ -76,9 +78,13 @@ const char *const usage_verify =
     "built by another NVRTC or tuned under another driver are checked and\n"
     "marked. --shipped checks the shipped tuned configs (caches/,\n"
     "SCREE_TUNED_CONFIGS) instead, without a GPU: each line, and whether its\n"
-    "kernel source is this build's (stale ones are ignored at run time).\n\n"
-    "exit codes: 0 all correct, 1 some entry wrong or not loadable,\n"
-    "2 usage, 3 no GPU, 4 cache error\n";
+    "kernel source is this build's (stale ones are ignored at run time).\n"
+    "--agree reads the cache files given (read-only, no GPU) and reports\n"
+    "every key whose winning config differs between them or that some file\n"
+    "lacks: the ranks of a job must run the same config per bucket.\n\n"
+    "exit codes: 0 all correct (--agree: all agree), 1 some entry wrong or\n"
+    "not loadable, 2 usage, 3 no GPU, 4 cache error, 5 (--agree) the caches\n"
+    "disagree\n";
 
 /* ---- the buckets to tune -------------------------------------------------------- */
 
@@ -855,6 +861,14 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     return CLI_USAGE;
   }
   if (p.dry_run) return dry_run_list(c, tsp, p.from_misses, &shard);
+  /* A pinned process never tunes: neither does a prewarm under SCREE_PIN. */
+  const char *pin = getenv("SCREE_PIN");
+  if (pin && *pin) {
+    fprintf(stderr, "scree-tune prewarm: SCREE_PIN=%s pins this process to a read-only cache, "
+                    "in which nothing is tuned; unset SCREE_PIN to prewarm (into --cache or the "
+                    "user cache), then merge and pin the result (docs/cache.md)\n", cli_esc(pin));
+    return CLI_CACHE;
+  }
   return run_prewarm(c, tsp, p.devices_spec, (int)p.device, p.from_misses, &shard, p.explore,
                      p.force, (int)p.reps);
 }
@@ -918,11 +932,12 @@ static int on_verdict(void *user, const scree__admin_row *e, const scree__admin_
 int cmd_verify(int argc, char **argv) {
   static const struct option opts[] = {{"retime", no_argument, NULL, OPT_RETIME},
                                        {"shipped", no_argument, NULL, OPT_SHIPPED},
+                                       {"agree", no_argument, NULL, OPT_AGREE},
                                        {"device", required_argument, NULL, OPT_DEVICE},
                                        CLI_OPT_ARCH, CLI_OPT_OP, CLI_OPT_CACHE, CLI_OPT_QUIET,
                                        CLI_OPT_JSON, CLI_OPT_END};
   cli_common c = {0};
-  int retime = 0, shipped = 0, have_device = 0, ch, npos;
+  int retime = 0, shipped = 0, agree = 0, have_device = 0, ch, npos;
   long device = 0;
   const char *v;
   cli_args a;
@@ -932,12 +947,22 @@ int cmd_verify(int argc, char **argv) {
     if (cli_common_opt(&c, ch, v)) continue;
     if (ch == OPT_RETIME) retime = 1;
     if (ch == OPT_SHIPPED) shipped = 1;
+    if (ch == OPT_AGREE) agree = 1;
     if (ch == OPT_DEVICE) {
       if (cli_parse_int("verify", "device", v, 0, 1024, &device)) return CLI_USAGE;
       have_device = 1;
     }
   }
   char **pos = cli_positional(&a, &npos);
+  /* Caches compared with each other: no GPU, no user cache. */
+  if (agree) {
+    if (retime || have_device || c.cache || shipped) {
+      fprintf(stderr, "scree-tune verify: --agree compares the cache files it is given, without "
+                      "a GPU: not with --retime, --device, --cache or --shipped\n");
+      return CLI_USAGE;
+    }
+    return cli_verify_agree(&c, pos, npos);
+  }
   if (npos) return cli_unexpected("verify", pos[0]);
   /* The shipped tuned configs need no GPU and no cache: stale ones are listed. */
   if (shipped) {

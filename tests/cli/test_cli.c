@@ -1217,6 +1217,149 @@ END_TEST
 /* What an outside probe found accepted, each a usage error (exit 2) that
  * names the value: shapes and variants go through the op's checks, numbers
  * parse whole, lists are not cut, shapes files are strict JSON. */
+/* verify --agree: the caches of a job's ranks compared key by key, every
+ * file read-only; exit 5 when they disagree. */
+START_TEST(verify_agree_compares_caches) {
+  char a[400], b[400], c3[400], saved[400];
+  snprintf(saved, sizeof saved, "%s", db);
+  snprintf(a, sizeof a, "%s/a.db", dir);
+  snprintf(b, sizeof b, "%s/b.db", dir);
+  snprintf(c3, sizeof c3, "%s/c.db", dir);
+  const char *paths[] = {a, b, c3};
+  for (int i = 0; i < 3; i++) {
+    snprintf(db, sizeof db, "%s", paths[i]);
+    put("sm_90", "rows<=16384,cols=4096", "tpr=128,rows=1,vec=8,cache=4", 70.5 + i, F16);
+    put("sm_90", "rows<=1024,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 10.25, F16);
+  }
+  snprintf(db, sizeof db, "%s", saved);
+  /* Same configs (times may differ): they agree. */
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' '%s'", a, b, c3), 0);
+  ck_assert_msg(strstr(out, "2 key(s) in 3 file(s): 2 agree, 0 differ, 0 missing"), "%s", out);
+  struct stat before, after;
+  ck_assert_int_eq(stat(b, &before), 0);
+  /* One rank picked another config; another lacks a bucket. */
+  snprintf(db, sizeof db, "%s", b);
+  put("sm_90", "rows<=16384,cols=4096", "tpr=64,rows=2,vec=8,cache=8", 60.0, F16);
+  snprintf(db, sizeof db, "%s", a);
+  put("sm_90", "rows<=2,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 4.5, F16);
+  /* The same bucket for another arch is another key: only in a.db. */
+  put("sm_80", "rows<=1024,cols=4096", "tpr=256,rows=1,vec=8,cache=2", 10.25, F16);
+  snprintf(db, sizeof db, "%s", saved);
+  ck_assert_int_eq(stat(b, &before), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' '%s'", a, b, c3), 5);
+  ck_assert_msg(strstr(out, "differ  rmsnorm sm_90 rows<=16384,cols=4096 x=fp16,w=fp16,y=fp16 "
+                            "causal=0 src="), "%s", out);
+  ck_assert_msg(strstr(out, "b.db tpr=64,rows=2,vec=8,cache=8"), "%s", out);
+  ck_assert_msg(strstr(out, "a.db tpr=128,rows=1,vec=8,cache=4"), "%s", out);
+  ck_assert_msg(strstr(out, "missing rmsnorm sm_90 rows<=2,cols=4096"), "%s", out);
+  ck_assert_msg(strstr(out, "b.db (missing)"), "%s", out);
+  ck_assert_msg(strstr(out, "missing rmsnorm sm_80 rows<=1024,cols=4096"), "%s", out);
+  ck_assert_msg(strstr(out, "4 key(s) in 3 file(s): 1 agree, 1 differ, 2 missing from some"),
+                "%s", out);
+  ck_assert_int_eq(stat(b, &after), 0);
+  ck_assert(before.st_mtime == after.st_mtime && before.st_size == after.st_size);
+  /* The filters narrow the keys compared. */
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --arch sm_90 --op rmsnorm "
+                                         "--json", a, c3), 5);
+  ck_assert_msg(json_ok(out), "%s", out);
+  ck_assert_msg(strstr(out, "\"kind\": \"missing\", \"configs\": [\"tpr=256,rows=1,vec=8,cache=2\","
+                            " null]"), "%s", out);
+  ck_assert_msg(strstr(out, "\"keys\": 3, \"agree\": 2, \"differ\": 0, \"missing\": 1"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --arch sm_80 -q", b, c3), 0);
+  ck_assert_msg(!strstr(out, "key(s)"), "%s", out);
+  /* A row that fails its checks in both is skipped in both: they agree on
+   * the rest, but exit 1 says that not everything could be compared. */
+  char b2[400], c2[400];
+  snprintf(b2, sizeof b2, "%s/b2.db", dir);
+  snprintf(c2, sizeof c2, "%s/c2.db", dir);
+  ck_assert_int_eq(shell(out, sizeof out, "cp '%s' '%s' && cp '%s' '%s'", c3, b2, c3, c2), 0);
+  copy_row(b2, "rows<=1024,cols=4096", NULL, NULL, "7", NULL);
+  copy_row(c2, "rows<=1024,cols=4096", NULL, NULL, "7", NULL);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s'", b2, c2), 1);
+  ck_assert_msg(strstr(out, "skipped 1 row(s) of") && strstr(out, "b2.db") &&
+                    strstr(out, "2 key(s) in 2 file(s): 2 agree, 0 differ, 0 missing"),
+                "%s", out);
+  /* Bad input: each error names the file, nothing compared. */
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s'", a), 2);
+  ck_assert_msg(strstr(out, "give at least two"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' ''", a), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s/none.db'", a, dir), 4);
+  ck_assert_msg(strstr(out, "none.db: cannot read it as a scree cache: missing"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "echo 'not sqlite' > '%s/text.db'", dir), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s/text.db'", a, dir), 4);
+  ck_assert_msg(strstr(out, "text.db: cannot read it as a scree cache"), "%s", out);
+  sql(c3, "PRAGMA user_version = 99");
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s'", a, c3), 4);
+  ck_assert_msg(strstr(out, "c.db: cannot read it as a scree cache") && strstr(out, "99"), "%s",
+                out);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --retime", a, b), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --cache '%s'", a, b, db), 2);
+  ck_assert_int_eq(tune(out, sizeof out, "verify --agree '%s' '%s' --json", a, dir), 4);
+  ck_assert_msg(strstr(out, "\"error\""), "%s", out);
+}
+END_TEST
+
+/* A pinned cache is never written: commands that write a cache refuse it
+ * (however its path is spelled), and prewarm does not tune under a pin. */
+START_TEST(writers_refuse_the_pinned_cache) {
+  struct stat before, after;
+  ck_assert_int_eq(stat(db, &before), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "list --cache '%s' -q", db), 0);
+  char other[400], alias[400];
+  snprintf(other, sizeof other, "%s/other.db", dir);
+  snprintf(alias, sizeof alias, "%s/./tune.db", dir);
+  ck_assert_int_eq(shell(out, sizeof out, "cp '%s' '%s'", db, other), 0);
+  ck_assert_int_eq(tune(out, sizeof out, "clear --all --cache '%s'", db), 0); /* not pinned: fine */
+  ck_assert_int_eq(shell(out, sizeof out, "cp '%s' '%s'", other, db), 0);
+  ck_assert_int_eq(stat(db, &before), 0);
+  const char *writers[] = {"clear --all", "merge '%s'", "prewarm --from-shipped --arch sm_90"};
+  for (int i = 0; i < 3; i++) {
+    char args[600];
+    snprintf(args, sizeof args, writers[i], other);
+    ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' %s --cache '%s' 2>&1", db,
+                           SCREE_TUNE_BIN, args, alias),
+                     4);
+    ck_assert_msg(strstr(out, "refusing to write") && strstr(out, "it is the pinned cache"),
+                  "%s: %s", args, out);
+  }
+  ck_assert_int_eq(stat(db, &after), 0);
+  ck_assert(before.st_mtim.tv_sec == after.st_mtim.tv_sec &&
+            before.st_mtim.tv_nsec == after.st_mtim.tv_nsec && before.st_size == after.st_size);
+  /* Reading commands may read it; writing another file is fine. */
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' list --cache '%s' -q 2>&1", db,
+                         SCREE_TUNE_BIN, db),
+                   0);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' clear --all --cache '%s' 2>&1",
+                         db, SCREE_TUNE_BIN, other),
+                   0);
+  /* prewarm tunes nothing under a pin (a dry run only lists). */
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' prewarm --op rmsnorm --cols 4096 "
+                                          "--rows 1024 --cache '%s' 2>&1", db, SCREE_TUNE_BIN,
+                         other),
+                   4);
+  ck_assert_msg(strstr(out, "pins this process to a read-only cache"), "%s", out);
+  /* doctor shows the pin: every context runs from it alone. */
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' doctor 2>&1", db, SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "pinned cache (SCREE_PIN; the only source") && strstr(out, db),
+                "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s/none.db' '%s' doctor 2>&1", dir,
+                         SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "none.db (SCREE_PIN): contexts fail to create"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' doctor --json", db,
+                         SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(json_ok(out) && strstr(out, "\"pinned_cache\": {\"path\": "), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "env -u SCREE_PIN '%s' doctor --json", SCREE_TUNE_BIN),
+                   0);
+  ck_assert_msg(strstr(out, "\"pinned_cache\": null"), "%s", out);
+  ck_assert_int_eq(shell(out, sizeof out, "SCREE_PIN='%s' '%s' prewarm --dry-run --op rmsnorm "
+                                          "--cols 4096 --rows 1024 2>&1", db, SCREE_TUNE_BIN),
+                   0);
+}
+END_TEST
+
 START_TEST(probed_inputs_are_usage_errors) {
 #define PROBE_ATTN(f) "prewarm --dry-run --op attention --shape batch=16,total_q=12081," \
   "total_k=12081,max_seqlen_q=2048,max_seqlen_k=2048,heads_q=16,heads_kv=16," f
@@ -1312,6 +1455,8 @@ int main(void) {
   tcase_add_test(tc, merge_takes_any_number_of_sources);
   tcase_add_test(tc, nul_bytes_in_inputs_are_refused);
   tcase_add_test(tc, probed_inputs_are_usage_errors);
+  tcase_add_test(tc, verify_agree_compares_caches);
+  tcase_add_test(tc, writers_refuse_the_pinned_cache);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);
 }

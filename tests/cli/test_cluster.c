@@ -254,10 +254,15 @@ START_TEST(shipped_text_round_trip) {
   ck_assert_msg(rc == 0, "%s", out);
   ck_assert_msg(strstr(out, "1 shipped config(s) compiled (1 compile(s)"), "%s", out);
   ck_assert_msg(strstr(out, "1 stale, 1 for other archs, 0 for other ops, 0 failed"), "%s", out);
-  /* Entries --op leaves out are of other ops, not of other archs. */
+  /* Entries --op leaves out are of other ops, not of other archs; with
+   * nothing to compile it says so and fails. */
   ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=shipped.txt $T prewarm --from-shipped --arch sm_90 "
                       "--op layernorm --cache new.db"),
-                   0);
+                   1);
+  ck_assert_msg(strstr(out, "nothing to compile: the shipped tuned configs hold no config for "
+                            "sm_90 and op layernorm") &&
+                    strstr(out, "(0 stale, 1 for other archs, 2 for other ops;"),
+                "%s", out);
   ck_assert_msg(strstr(out, "0 stale, 1 for other archs, 2 for other ops, 0 failed"), "%s", out);
   ck_assert_int_eq(sh("$T list --cache new.db"), 0);
   ck_assert_msg(strstr(out, "tpr=128,rows=1,vec=8,cache=4") && strstr(out, "73.81") &&
@@ -327,6 +332,31 @@ START_TEST(from_shipped_shows_progress) {
                       "rmsnorm --cache p.db --json"),
                    0);
   ck_assert_msg(strstr(out, "\"stored\": 0, \"compiles\": 0, \"cached\": 2"), "%s", out);
+  ck_assert_int_eq(sh("SCREE_TUNED_CONFIGS=s.txt $T prewarm --from-shipped --arch sm_90 --op "
+                      "rmsnorm --cache p.db"),
+                   0);
+  ck_assert_msg(strstr(out, "nothing left to compile: the 2 shipped config(s) for sm_90 are "
+                            "cached already"), "%s", out);
+}
+END_TEST
+
+/* prewarm --from-shipped with nothing for the arch says what it looked for
+ * and exits 1, never a silent 0; quiet or not. */
+START_TEST(from_shipped_with_nothing_to_compile) {
+  const char *h = scree__source_hash(scree__op_find("rmsnorm"));
+  ck_assert_int_eq(sh("printf 'rmsnorm rows<=16,cols=4096 x=bf16,w=bf16,y=bf16 0 sm_90 "
+                      "NVIDIA_H100_80GB_HBM3 tpr=128,rows=1,vec=8,cache=4 5.0 %s\\n' > s.txt", h),
+                   0);
+  int rc = sh("SCREE_TUNED_CONFIGS=s.txt $T prewarm --from-shipped --arch sm_80 --cache p.db -q");
+  if (rc == 3) return; /* no NVRTC here */
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(out, "nothing to compile: the shipped tuned configs hold no config for "
+                            "sm_80 of this build's kernel sources (0 stale, 1 for other archs, "
+                            "0 for other ops;"),
+                "%s", out);
+  rc = sh("SCREE_TUNED_CONFIGS=s.txt $T prewarm --from-shipped --arch sm_80 --cache p.db --json");
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(out, "\"stored\": 0, \"compiles\": 0, \"cached\": 0"), "%s", out);
 }
 END_TEST
 
@@ -370,6 +400,7 @@ int main(void) {
   tcase_add_test(tc, shipped_text_round_trip);
   tcase_add_test(tc, devices_without_a_gpu);
   tcase_add_test(tc, from_shipped_shows_progress);
+  tcase_add_test(tc, from_shipped_with_nothing_to_compile);
   tcase_add_test(tc, sbatch_takes_blank_separated_dtypes);
   suite_add_tcase(s, tc);
   return scree_test_run(s, 0);

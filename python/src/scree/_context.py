@@ -17,7 +17,7 @@ _retired = []   # contexts replaced by options(): kept, never destroyed (see opt
 _settings = {}  # what options() was given, as scree_options fields
 
 _OPTION_NAMES = ("miss_policy", "cache_path", "cache_search_path", "disable_cache", "log_level",
-                 "validate", "nvrtc_optional")
+                 "validate", "nvrtc_optional", "pin_path")
 
 
 def options(**changes):
@@ -34,6 +34,9 @@ def options(**changes):
     log_level: "off", "error", "warn", "info" or "debug".
     validate: True to check cu_seqlens on the host before each launch.
     nvrtc_optional: True to run from cached cubins only, without NVRTC.
+    pin_path: a pinned cache file, the only source of tuned configs, read
+        only; a call whose bucket it lacks raises (default $SCREE_PIN;
+        docs/cache.md, "A pinned cache").
     None for a value goes back to the default.
 
     As in the C API, the environment variables, when set, take precedence
@@ -83,6 +86,8 @@ def _make_options(device):
         o.cache_path = str(s["cache_path"]).encode()
     if "cache_search_path" in s:
         o.cache_search_path = str(s["cache_search_path"]).encode()
+    if "pin_path" in s:
+        o.pin_path = str(s["pin_path"]).encode()
     for flag in ("disable_cache", "validate", "nvrtc_optional"):
         if flag in s:
             setattr(o, flag, 1 if s[flag] else 0)

@@ -108,7 +108,8 @@ class Options(ctypes.Structure):
                 ("log_fn", ctypes.c_void_p),
                 ("log_user", ctypes.c_void_p),
                 ("nvrtc_optional", ctypes.c_int),
-                ("validate", ctypes.c_int)]
+                ("validate", ctypes.c_int),
+                ("pin_path", ctypes.c_char_p)]
 
 
 class DeviceInfo(ctypes.Structure):

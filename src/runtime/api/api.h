@@ -29,6 +29,11 @@ void scree__plans_free(scree_context *ctx);
  * or caching is off. */
 scree__cache *scree__user_cache(scree_context *ctx);
 
+/* The pinned cache a context of opts runs from (docs/cache.md#a-pinned-cache):
+ * opts->pin_path when it is set ("" means none), else $SCREE_PIN when it is
+ * set and not empty, else NULL. */
+const char *scree__options_pin(const scree_options *opts);
+
 /* A cache winner as a row of the administration interface (admin.c);
  * with_cubin: e's cubin was read, and its cubin_ok holds. */
 struct scree__admin_row;

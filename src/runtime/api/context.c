@@ -121,6 +121,12 @@ void scree_options_init(scree_options *opts) {
   opts->log_level = SCREE_LOG_WARN;
 }
 
+const char *scree__options_pin(const scree_options *opts) {
+  if (opts && opts->pin_path) return opts->pin_path[0] ? opts->pin_path : NULL;
+  const char *e = getenv("SCREE_PIN");
+  return e && *e ? e : NULL;
+}
+
 static scree_miss_policy env_miss_policy(scree_miss_policy dflt) {
   const char *e = getenv("SCREE_MISS_POLICY");
   if (!e || !*e) return dflt;
@@ -154,18 +160,43 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
   else
     scree_options_init(&opts);
 
+  /* A pinned cache is the only source of tuned configs; one that cannot be
+   * opened fails the create, naming the file, before anything else. */
+  const char *pin = scree__options_pin(&opts);
+  scree__cache_stack *pinned = NULL;
+  if (pin) {
+    pinned = calloc(1, sizeof *pinned);
+    if (!pinned) {
+      set_why(why, why_size, "cannot allocate the pinned cache");
+      return SCREE_ERROR_OUT_OF_MEMORY;
+    }
+    char pwhy[2560];
+    const scree_status pst = scree__cache_stack_open_pinned(pinned, pin, pwhy, sizeof pwhy);
+    if (pst != SCREE_OK) {
+      set_why(why, why_size, "%s%s", opts.pin_path ? "" : "SCREE_PIN: ", pwhy);
+      free(pinned);
+      return pst;
+    }
+  }
+
   const scree__cu_api *cu = NULL;
   scree_status st = driver_up(&cu, why, why_size);
-  if (st != SCREE_OK) return st;
-
-  scree_context *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) {
+  scree_context *ctx = st == SCREE_OK ? calloc(1, sizeof *ctx) : NULL;
+  if (st == SCREE_OK && !ctx) {
     set_why(why, why_size, "cannot allocate the context");
-    return SCREE_ERROR_OUT_OF_MEMORY;
+    st = SCREE_ERROR_OUT_OF_MEMORY;
   }
+  if (st != SCREE_OK) {
+    scree__cache_stack_close(pinned);
+    free(pinned);
+    return st;
+  }
+  ctx->caches = pinned; /* NULL unless pinned */
   ctx->cu = cu;
   st = fill_device_info(cu, opts.device, &ctx->dev, &ctx->info, why, why_size);
   if (st != SCREE_OK) {
+    scree__cache_stack_close(ctx->caches);
+    free(ctx->caches);
     free(ctx);
     return st;
   }
@@ -180,6 +211,8 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
       opts.nvrtc_optional || (nvopt && *nvopt && strcmp(nvopt, "0"));
   if (!ctx->nvrtc && !nvrtc_optional) {
     set_why(why, why_size, "%s", nvwhy);
+    scree__cache_stack_close(ctx->caches);
+    free(ctx->caches);
     free(ctx);
     return SCREE_ERROR_NO_NVRTC;
   }
@@ -189,6 +222,8 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
   if (r != CUDA_SUCCESS) {
     set_why(why, why_size, "cuDevicePrimaryCtxRetain(device %d): %s",
             opts.device, scree__cu_error_name(cu, r));
+    scree__cache_stack_close(ctx->caches);
+    free(ctx->caches);
     free(ctx);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? SCREE_ERROR_OUT_OF_MEMORY
                                          : SCREE_ERROR_NO_DEVICE;
@@ -206,10 +241,12 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
     return SCREE_ERROR_OUT_OF_MEMORY;
   }
 
+  if (pinned)
+    scree__log(ctx, SCREE_LOG_INFO, "pinned cache %s: the only source of tuned configs", pin);
   /* The tuning cache and the safelist are optional: without them scree
    * runs default configs and says so once. */
   const char *nocache = getenv("SCREE_NO_CACHE");
-  if (!opts.disable_cache && !(nocache && *nocache && strcmp(nocache, "0"))) {
+  if (!pin && !opts.disable_cache && !(nocache && *nocache && strcmp(nocache, "0"))) {
     ctx->caches = calloc(1, sizeof *ctx->caches);
     char warn[2048] = "";
     if (ctx->caches &&

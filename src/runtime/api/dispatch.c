@@ -114,9 +114,14 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op, const sc
   scree__ckey key;
   scree__make_key(ctx, op, var, b, &key);
   *temporary = 0;
+  char pinned[1024];
   if (from_cache(ctx, op, var, args, &key, &cfg)) {
     /* the cache stack answers; a config it holds no usable cubin for is
      * compiled below */
+  } else if (scree__cache_stack_pinned_miss(ctx->caches, &key, pinned, sizeof pinned)) {
+    /* pinned: whatever the miss policy, nothing is tuned, recorded or
+     * defaulted */
+    return scree__fail(ctx, SCREE_ERROR_CACHE_MISS, "%s", pinned);
   } else if (ctx->miss_policy == SCREE_MISS_ERROR) {
     return scree__fail(ctx, SCREE_ERROR_CACHE_MISS,
                        "no tuned config for %s %s %s on %s (miss policy: error); "

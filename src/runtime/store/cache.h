@@ -370,6 +370,9 @@ typedef struct scree__cache_stack {
   /* The GPU's name: the shipped tuned configs of its model answer before
    * those of another model of the arch. "" (as opened): any model. */
   char device[128];
+  /* 1: a pinned stack (scree__cache_stack_open_pinned): shipped[0] is the
+   * pinned file, the only level; a miss is an error, nothing is tuned. */
+  int pinned;
 } scree__cache_stack;
 
 /* The default user cache path: $SCREE_CACHE_DIR/tune.db, else
@@ -398,6 +401,22 @@ scree_status scree__cache_stack_open(scree__cache_stack *s,
                                      const char *user_path,
                                      const char *search_path, char *warn,
                                      size_t warn_size);
+/* Opens a pinned stack (docs/cache.md#a-pinned-cache): the cache file at
+ * path, read-only (scree__cache_open_trusted, strict unless
+ * SCREE_CACHE_STRICT_MODES=0), as its only level: no user cache, no
+ * shipped caches, no shipped tuned configs; s->pinned = 1. The file is
+ * never written or created. A missing or empty file is
+ * SCREE_ERROR_NOT_FOUND, one that cannot be opened as a scree cache (or is
+ * refused by the trust check) SCREE_ERROR_CACHE, both with why naming the
+ * file; s is then zeroed. */
+scree_status scree__cache_stack_open_pinned(scree__cache_stack *s, const char *path, char *why,
+                                            size_t why_size);
+/* After a lookup found nothing usable for k: 1 if that is an error because
+ * the stack is pinned, with the message (the op, bucket, variant, causal
+ * flag and arch of k, and the pinned file) in why; 0 if not pinned (the
+ * miss policy applies). */
+int scree__cache_stack_pinned_miss(const scree__cache_stack *s, const scree__ckey *k, char *why,
+                                   size_t why_size);
 /* Closes every cache of the stack and zeroes it. NULL-safe. */
 void scree__cache_stack_close(scree__cache_stack *s);
 /* Lookup in the stack's one order: the user cache, each shipped cache in

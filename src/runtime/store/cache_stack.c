@@ -136,6 +136,48 @@ scree_status scree__cache_stack_open(scree__cache_stack *s,
   return SCREE_OK;
 }
 
+scree_status scree__cache_stack_open_pinned(scree__cache_stack *s, const char *path, char *why,
+                                            size_t why_size) {
+  if (why && why_size) why[0] = 0;
+  if (!s) return SCREE_ERROR_INVALID_ARGUMENT;
+  memset(s, 0, sizeof *s);
+  if (!path || !*path) {
+    put_why(why, why_size, "the pinned cache path is empty");
+    return SCREE_ERROR_INVALID_ARGUMENT;
+  }
+  s->shipped = calloc(1, sizeof *s->shipped);
+  if (!s->shipped) return SCREE_ERROR_OUT_OF_MEMORY;
+  char w[2048] = "";
+  scree__cache *c = NULL;
+  /* Read-only: never created, converted, moved aside or written. */
+  const scree_status st =
+      scree__cache_open_trusted(path, 1, scree__cache_strict_modes(), &c, NULL, w, sizeof w);
+  if (st != SCREE_OK) {
+    free(s->shipped);
+    s->shipped = NULL;
+    put_why(why, why_size, "pinned cache %s: %s", path,
+            st == SCREE_ERROR_NOT_FOUND ? "missing or empty: nothing to run from" : w);
+    return st;
+  }
+  s->shipped[0] = c;
+  s->nshipped = 1;
+  s->pinned = 1;
+  return SCREE_OK;
+}
+
+int scree__cache_stack_pinned_miss(const scree__cache_stack *s, const scree__ckey *k, char *why,
+                                   size_t why_size) {
+  if (why && why_size) why[0] = 0;
+  if (!s || !s->pinned || !k) return 0;
+  put_why(why, why_size,
+          "no usable entry for %s %s %s causal=%d on %s in the pinned cache %s: a pinned cache is"
+          " never tuned or added to (merge a cache that holds this bucket, check the ranks' "
+          "caches with scree-tune verify --agree, and pin that file)",
+          k->op, k->bucket, k->dtype, k->causal, k->arch,
+          s->nshipped ? scree__cache_path(s->shipped[0]) : "?");
+  return 1;
+}
+
 void scree__cache_stack_close(scree__cache_stack *s) {
   if (!s) return;
   scree__cache_close(s->user);

@@ -82,6 +82,52 @@ START_TEST(options_defaults) {
 }
 END_TEST
 
+/* The pinned cache: options.pin_path, else $SCREE_PIN; "" is no pin. */
+START_TEST(pin_from_options_or_env) {
+  scree_options o;
+  scree_options_init(&o);
+  ck_assert_ptr_null(o.pin_path);
+  unsetenv("SCREE_PIN");
+  ck_assert_ptr_null(scree__options_pin(&o));
+  ck_assert_ptr_null(scree__options_pin(NULL));
+  setenv("SCREE_PIN", "", 1);
+  ck_assert_ptr_null(scree__options_pin(&o));
+  setenv("SCREE_PIN", "/srv/pinned.db", 1);
+  ck_assert_str_eq(scree__options_pin(&o), "/srv/pinned.db");
+  ck_assert_str_eq(scree__options_pin(NULL), "/srv/pinned.db");
+  o.pin_path = "/opt/mine.db"; /* the field, when set, wins */
+  ck_assert_str_eq(scree__options_pin(&o), "/opt/mine.db");
+  o.pin_path = "";
+  ck_assert_ptr_null(scree__options_pin(&o));
+  unsetenv("SCREE_PIN");
+}
+END_TEST
+
+/* A pin that cannot be opened fails scree_create before anything else
+ * (with or without a GPU), naming the file and where it came from. */
+START_TEST(bad_pin_fails_create) {
+  scree_context *ctx = (scree_context *)0x1;
+  char why[1024];
+  setenv("SCREE_PIN", "/nonexistent/pinned.db", 1);
+  ck_assert_int_eq(scree_create(NULL, &ctx, why, sizeof why), SCREE_ERROR_NOT_FOUND);
+  ck_assert_ptr_null(ctx);
+  ck_assert_msg(strstr(why, "SCREE_PIN: pinned cache /nonexistent/pinned.db: missing"), "%s",
+                why);
+  char path[] = "/tmp/scree-pin-XXXXXX";
+  const int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, "not a cache, just text", 22), 22);
+  close(fd);
+  scree_options o;
+  scree_options_init(&o);
+  o.pin_path = path; /* the field wins over SCREE_PIN */
+  ck_assert_int_eq(scree_create(&o, &ctx, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, path) && !strstr(why, "SCREE_PIN"), "%s", why);
+  unlink(path);
+  unsetenv("SCREE_PIN");
+}
+END_TEST
+
 START_TEST(runtime_info_reports_nvrtc) {
   scree_runtime_info ri;
   ck_assert_int_eq(scree_get_runtime_info(&ri), SCREE_OK);
@@ -117,5 +163,6 @@ END_TEST
 SCREE_TEST_MAIN(.name = "context",
                 .tests = SCREE_TESTS(no_gpu_gives_no_device, missing_driver_library_gives_no_device,
                                      stub_driver_gives_no_device, bad_arguments, bad_ordinal,
-                                     options_defaults, runtime_info_reports_nvrtc,
+                                     options_defaults, pin_from_options_or_env, bad_pin_fails_create,
+                                     runtime_info_reports_nvrtc,
                                      missing_nvrtc_is_reported))

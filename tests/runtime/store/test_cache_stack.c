@@ -223,6 +223,113 @@ START_TEST(stack_without_user_cache) {
 }
 END_TEST
 
+/* A pinned stack (docs/cache.md#a-pinned-cache): one read-only file, the
+ * only level (no user cache, shipped caches or shipped tuned configs),
+ * never written; a miss is an error that names the bucket and the file. */
+START_TEST(pinned_stack_is_the_only_level_and_read_only) {
+  char *dir = tdir();
+  char *pin = pjoin(dir, "pinned.db"), *sp = pjoin(dir, "shipped.db"),
+       *txt = pjoin(dir, "tuned.txt"), *cdir = pjoin(dir, "user");
+  const scree__ckey k1 = keyi(1), k2 = keyi(2);
+  scree__cache *c = open_rw(pin);
+  put_ok(c, &k1, CFG[0], 9, 1, 1);
+  scree__cache_close(c);
+  db_exec(pin, "PRAGMA journal_mode=DELETE"); /* as export writes it */
+  c = open_rw(sp);
+  put_ok(c, &k2, CFG[1], 9, 2, 1);
+  scree__cache_close(c);
+  FILE *f = fopen(txt, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%s %s %s 0 sm_90 NVIDIA_H100_80GB_HBM3 %s 6.5 %s\n", k2.op, k2.bucket, k2.dtype,
+          CFG[2], g_src);
+  fclose(f);
+  /* k2 is in every other level a stack would have. */
+  setenv("SCREE_TUNED_CONFIGS", txt, 1);
+  setenv("SCREE_CACHE_PATH", sp, 1);
+  setenv("SCREE_CACHE_DIR", cdir, 1);
+  size_t n0 = 0, n1 = 0;
+  void *before = read_all(pin, &n0);
+  struct stat sb0, sb1;
+  ck_assert_int_eq(stat(pin, &sb0), 0);
+
+  scree__cache_stack s;
+  char why[2048];
+  ck_assert_int_eq(scree__cache_stack_open_pinned(&s, pin, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(s.pinned, 1);
+  ck_assert_ptr_null(s.user);
+  ck_assert_ptr_null(s.tuned);
+  ck_assert_int_eq(s.nshipped, 1);
+  ck_assert_int_eq(scree__cache_readonly(s.shipped[0]), 1);
+  scree__centry g;
+  scree__cache_level lv;
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k1, &g, &lv), SCREE_OK);
+  ck_assert_str_eq(g.config, CFG[0]);
+  ck_assert_int_eq(g.cubin_ok, 1);
+  scree__centry_free(&g);
+  /* The other levels are not asked: a miss, and an error because pinned. */
+  ck_assert_int_eq(scree__cache_stack_get(&s, &k2, &g, &lv), SCREE_ERROR_NOT_FOUND);
+  ck_assert_int_eq(lv, SCREE__LEVEL_NONE);
+  ck_assert_int_eq(scree__cache_stack_pinned_miss(&s, &k2, why, sizeof why), 1);
+  ck_assert_msg(strstr(why, "rmsnorm") && strstr(why, k2.bucket) && strstr(why, k2.dtype) &&
+                    strstr(why, "sm_90") && strstr(why, pin) && strstr(why, "pinned"),
+                "%s", why);
+  /* Writes through the handle fail: it is read-only. */
+  scree__centry e = entry(&k2, CFG[1], 5, 3, 600);
+  ck_assert_int_ne(scree__cache_put(s.shipped[0], &e, NULL), SCREE_OK);
+  scree__centry_free(&e);
+  ck_assert_int_ne(scree__cache_record_miss(s.shipped[0], &k2, "rows=5,cols=4096"), SCREE_OK);
+  scree__cache_stack_close(&s);
+  /* Nothing written: the same bytes, the same mtime, no journal, no user
+   * cache created. */
+  void *after = read_all(pin, &n1);
+  ck_assert_uint_eq(n0, n1);
+  ck_assert_int_eq(memcmp(before, after, n0), 0);
+  free(before);
+  free(after);
+  ck_assert_int_eq(stat(pin, &sb1), 0);
+  ck_assert(sb0.st_mtim.tv_sec == sb1.st_mtim.tv_sec &&
+            sb0.st_mtim.tv_nsec == sb1.st_mtim.tv_nsec);
+  char side[600];
+  snprintf(side, sizeof side, "%s-journal", pin);
+  ck_assert(!exists(side));
+  snprintf(side, sizeof side, "%s-wal", pin);
+  ck_assert(!exists(side));
+  ck_assert(!exists(cdir));
+
+  /* An unpinned stack: a miss is the miss policy's, not an error here. */
+  ck_assert_int_eq(scree__cache_stack_open(&s, NULL, NULL, why, sizeof why), SCREE_OK);
+  ck_assert_int_eq(s.pinned, 0);
+  ck_assert_int_eq(scree__cache_stack_pinned_miss(&s, &k2, why, sizeof why), 0);
+  ck_assert_int_eq(scree__cache_stack_pinned_miss(NULL, &k2, why, sizeof why), 0);
+  scree__cache_stack_close(&s);
+  unsetenv("SCREE_TUNED_CONFIGS");
+  unsetenv("SCREE_CACHE_PATH");
+  unsetenv("SCREE_CACHE_DIR");
+
+  /* Bad pins fail, naming the file, and create nothing. */
+  char *none = pjoin(dir, "none.db");
+  ck_assert_int_eq(scree__cache_stack_open_pinned(&s, none, why, sizeof why),
+                   SCREE_ERROR_NOT_FOUND);
+  ck_assert_msg(strstr(why, none) && strstr(why, "missing or empty"), "%s", why);
+  ck_assert_int_eq(s.pinned, 0);
+  ck_assert_int_eq(s.nshipped, 0);
+  ck_assert(!exists(none));
+  char *text = pjoin(dir, "text.db");
+  write_all(text, "not a cache at all", 18);
+  ck_assert_int_eq(scree__cache_stack_open_pinned(&s, text, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, text), "%s", why);
+  char *newer = pjoin(dir, "newer.db");
+  c = open_rw(newer);
+  put_ok(c, &k1, CFG[0], 9, 1, 1);
+  scree__cache_close(c);
+  db_exec(newer, "PRAGMA user_version = 99");
+  ck_assert_int_eq(scree__cache_stack_open_pinned(&s, newer, why, sizeof why), SCREE_ERROR_CACHE);
+  ck_assert_msg(strstr(why, newer) && strstr(why, "99"), "%s", why);
+  ck_assert_int_eq(scree__cache_stack_open_pinned(&s, "", why, sizeof why),
+                   SCREE_ERROR_INVALID_ARGUMENT);
+}
+END_TEST
+
 START_TEST(default_path_resolution) {
   char buf[1024];
   unsetenv("SCREE_CACHE_DIR");
@@ -311,4 +418,5 @@ END_TEST
 SCREE_TEST_MAIN(.name = "cache_stack", .setup_once = base_setup, .teardown_once = base_teardown,
                 .tests = SCREE_TESTS(stack_layering_order, stack_tuned_configs_are_the_lowest_level,
                                      stack_without_user_cache,
+                                     pinned_stack_is_the_only_level_and_read_only,
                                      default_path_resolution))
