@@ -153,12 +153,16 @@ static int add_model(tasks *ts, const char *model, const char *presets_file,
   return tasks_failed(ts);
 }
 
-/* The tasks of --hf-config in each dtype; CLI_OK, or CLI_USAGE with the
- * reason (a file that cannot be read or is refused, with nothing tuned). */
-static int add_hf_config(tasks *ts, const char *path, const scree_dtype *dts, int ndt) {
-  char why[1536];
-  const scree_status st =
-      scree__admin_hf_config_tasks(path, dts, ndt, scree__admin_tasks_add, ts, why, sizeof why);
+/* The tasks of --hf-config in each dtype, and what the config gave (on
+ * stderr); CLI_OK, or CLI_USAGE with the reason (a file that cannot be
+ * read or is refused, with nothing tuned). */
+static int add_hf_config(const cli_common *c, tasks *ts, const char *path,
+                         const scree_dtype *dts, int ndt) {
+  char why[1536], about[256];
+  const scree_status st = scree__admin_hf_config_tasks(path, dts, ndt, scree__admin_tasks_add, ts,
+                                                       about, sizeof about, why, sizeof why);
+  if (!st && !c->quiet && !c->json)
+    fprintf(stderr, "scree-tune prewarm: --hf-config %s: %s\n", cli_esc(path), cli_esc(about));
   if (st) {
     fprintf(stderr, "scree-tune prewarm: --hf-config: %s\n",
             st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory" : cli_esc(why));
@@ -857,7 +861,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     }
   }
   if (p.model && (rc = add_model(tsp, p.model, p.presets_file, p.dts, p.ndt))) return rc;
-  if (p.hf_config && (rc = add_hf_config(tsp, p.hf_config, p.dts, p.ndt))) return rc;
+  if (p.hf_config && (rc = add_hf_config(c, tsp, p.hf_config, p.dts, p.ndt))) return rc;
   if (p.presets_file && !p.model) {
     fprintf(stderr, "scree-tune prewarm: --presets adds model presets; name one with --model\n");
     return CLI_USAGE;

@@ -1169,7 +1169,12 @@ START_TEST(hf_config_architectures) {
   ck_assert_msg(strstr(got, "dtype=bf16,head_dim=256,causal=1,window=0 batch=16,total_q=16384,"
                             "total_k=16384,max_seqlen_q=1024,max_seqlen_k=1024,heads_q=16,"
                             "heads_kv=16,head_dim=256,"), "%s", got);
-  ck_assert_int_eq(count_of(got, "swiglu"), 0); /* GeGLU: no scree op */
+  ck_assert_int_eq(count_of(got, "swiglu"), 0); /* GeGLU: no scree op, and it says so */
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' prewarm --dry-run --hf-config '" HF_DIR
+                                          "gemma-7b.json' 2>&1 >/dev/null", SCREE_TUNE_BIN), 0);
+  ck_assert_msg(strstr(out, "gemma-7b.json: gemma (RMSNorm): hidden 3072, 16 query / 16 KV heads "
+                            "of 256, RoPE on 256, gated gelu MLP: no scree op, not tuned, "
+                            "vocabulary 256000\n"), "%s", out);
   ck_assert_int_eq(count_of(got, "\nrope "), 2 * 15);
 
   ck_assert_int_eq(dry_run(got, sizeof got, "--hf-config '" HF_DIR "phi-style.json'"), 0);
@@ -1233,6 +1238,9 @@ START_TEST(hf_config_bad_inputs) {
       {"{\"model_type\": \"phi\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
        "\"vocab_size\": 10, \"partial_rotary_factor\": 1.5}",
        "\"partial_rotary_factor\" is 1.5: give a fraction in (0, 1]"},
+      {"{\"model_type\": \"phi\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
+       "\"vocab_size\": 10, \"hidden_act\": \"gelu\\nrmsnorm rows=1,cols=8\"}",
+       "the MLP's activation is not a name"},
       {"{\"model_type\": \"phi\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
        "\"vocab_size\": 10, \"rotary_dim\": 7}",
        "rotary dimensions 7: RoPE needs an even number from 2 to head_dim 128"},

@@ -316,9 +316,11 @@ scree_status scree__admin_model_tasks(const char *model, const char *presets_fil
 scree_status scree__admin_hf_config_tasks(const char *path, const scree_dtype *dtypes,
                                           int ndtypes,
                                           int (*fn)(void *user, const scree__admin_task *t),
-                                          void *user, char *why, size_t why_size) {
+                                          void *user, char *about, size_t about_size, char *why,
+                                          size_t why_size) {
   scree__presets ps;
   scree_status st = scree__hf_config_preset(path, &ps, why, why_size);
+  if (!st && about) set_why(about, about_size, "%s", ps.p[0].about);
   if (!st) st = preset_tasks(&ps.p[0], 1, dtypes, ndtypes, fn, user, why, why_size);
   scree__presets_free(&ps);
   return st;

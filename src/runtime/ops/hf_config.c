@@ -221,11 +221,13 @@ typedef struct hf_model {
   char type[64], act[64];
   sqlite3_int64 hidden, heads, kv_heads, head_dim, inter, vocab, rotary_dim;
   int swiglu;
+  int text_config; /* read from "text_config" */
 } hf_model;
 
 static int read_model(hf *h, hf_model *m) {
   memset(m, 0, sizeof *m);
   if (pick_object(h)) return -1;
+  m->text_config = strcmp(h->obj, "$") != 0;
   const int r = get_string(h, "model_type", m->type, sizeof m->type);
   if (r < 0) return -1;
   if (r) {
@@ -285,6 +287,14 @@ static int read_model(hf *h, hf_model *m) {
   if ((g = get_string(h, "hidden_act", m->act, sizeof m->act)) < 0) return -1;
   if (g && (g = get_string(h, "hidden_activation", m->act, sizeof m->act)) < 0) return -1;
   if (g) snprintf(m->act, sizeof m->act, "%s", m->arch->gated ? "silu" : "gelu");
+  /* The name goes into the preset's description: a name, nothing else. */
+  for (const char *c = m->act; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '_' || *c == '-' || *c == '.')) {
+      scree__set_why(h->why, h->why_size,
+                     "%s: the MLP's activation is not a name (letters, digits, _ - .)", h->path);
+      return -1;
+    }
   m->swiglu = m->arch->gated && (!strcmp(m->act, "silu") || !strcmp(m->act, "swish"));
   if (m->swiglu && get_int(h, "intermediate_size", 1, &m->inter)) return -1;
   return 0;
@@ -296,13 +306,14 @@ static int preset_text(const hf_model *m, char *out, size_t n) {
   size_t k = 0;
 #define PUT(...) k += (size_t)snprintf(out + k, k < n ? n - k : 0, __VA_ARGS__)
   PUT("let T = 1..16384\nlet L = 1024,4096,8192\nlet B = 16384,65536\n");
-  PUT("model hf-config -- HuggingFace %s: hidden %lld, %lld query / %lld KV heads of %lld, ",
-      m->type, (long long)m->hidden, (long long)m->heads, (long long)m->kv_heads,
-      (long long)m->head_dim);
+  PUT("model hf-config -- %s%s (%s): hidden %lld, %lld query / %lld KV heads of %lld, RoPE on "
+      "%lld, ", m->type, m->text_config ? " in text_config" : "",
+      m->arch->rmsnorm ? "RMSNorm" : "LayerNorm", (long long)m->hidden, (long long)m->heads,
+      (long long)m->kv_heads, (long long)m->head_dim, (long long)m->rotary_dim);
   if (m->swiglu)
     PUT("SwiGLU %lld", (long long)m->inter);
   else
-    PUT("%s MLP (no scree op)", m->act);
+    PUT("%s %s MLP: no scree op, not tuned", m->arch->gated ? "gated" : "ungated", m->act);
   PUT(", vocabulary %lld\n", (long long)m->vocab);
   if (m->arch->rmsnorm) {
     PUT("rmsnorm rows={T},cols=%lld\n", (long long)m->hidden);
