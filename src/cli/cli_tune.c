@@ -785,8 +785,8 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   }
   if (p.from_shipped) {
     if (p.nshape || p.variant || p.ncols || p.nrows || p.rows_max || p.shapes || p.model ||
-        p.presets_file || p.hf_config || p.from_misses || p.shard_spec || p.dry_run || p.ndt || p.explore ||
-        p.have_reps || p.have_device || p.devices_spec) {
+        p.presets_file || p.hf_config || p.from_misses || p.shard_spec || p.dry_run || p.ndt ||
+        p.explore || p.have_reps || p.have_device || p.devices_spec) {
       fprintf(stderr, "scree-tune prewarm: --from-shipped compiles the shipped tuned configs "
                       "alone: it takes --arch, --op, --force, --cache, --quiet and --json\n");
       return CLI_USAGE;

@@ -1206,7 +1206,8 @@ START_TEST(hf_config_bad_inputs) {
       {"hello", "line 1, column 1: expected a value"},
       {"{\"model_type\": \"llama\",\n \"hidden_size\": 40", "line 2, column 19: the text ends "
                                                           "inside an object"},
-      {"{\"model_type\": \"llama\", \"hidden_size\": 4096,}", "line 1, column 44: a comma before }"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4096,}",
+       "line 1, column 44: a comma before }"},
       {"[1, 2]", "the file holds a list, not a config object"},
       {"{\"model_type\": \"llama\", \"hidden_size\": \"4096\", \"num_attention_heads\": 32, "
        "\"vocab_size\": 10}", "\"hidden_size\" is a string, not an integer"},
