@@ -35,6 +35,10 @@ const char *const usage_prewarm =
     "                        64k tokens\n"
     "  --presets FILE        more presets, in the same form (also SCREE_PRESETS=\n"
     "                        FILE[:FILE..]); a model of the same name replaces one\n"
+    "  --hf-config FILE      a HuggingFace config.json: the ops and buckets --model\n"
+    "                        gives a preset, from the config's sizes (model_type\n"
+    "                        llama, mistral, qwen2, qwen3, gemma, phi3, gpt_neox,\n"
+    "                        phi; a multimodal config's text_config)\n"
     "  --from-misses         every miss recorded in the user cache for this\n"
     "                        GPU's arch (each is removed once tuned)\n"
     "  --from-shipped        compile the shipped tuned configs (caches/, or\n"
@@ -52,7 +56,7 @@ const char *const usage_prewarm =
     "                        no GPU; --from-misses lists those of --arch (default\n"
     "                        every arch)\n\n"
     "options:\n"
-    "  --dtype fp16|bf16|fp32[,..]  dtypes for --op/--model (default bf16)\n"
+    "  --dtype fp16|bf16|fp32[,..]  dtypes for --op/--model/--hf-config (default bf16)\n"
     "  --explore             time the whole config space, not only the safelist\n"
     "  --force               retune buckets the user cache already holds\n"
     "  --reps N              timed launches per candidate (default 25)\n"
@@ -149,6 +153,24 @@ static int add_model(tasks *ts, const char *model, const char *presets_file,
   }
   if (st) {
     fprintf(stderr, "scree-tune prewarm: %s\n",
+            st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory" : cli_esc(why));
+    return st == SCREE_ERROR_OUT_OF_MEMORY ? CLI_FAIL : CLI_USAGE;
+  }
+  return tasks_failed(ts);
+}
+
+/* The tasks of --hf-config in each dtype, and what the config gave (on
+ * stderr); CLI_OK, or CLI_USAGE with the reason (a file that cannot be
+ * read or is refused, with nothing tuned). */
+static int add_hf_config(const cli_common *c, tasks *ts, const char *path,
+                         const scree_dtype *dts, int ndt) {
+  char why[1536], about[256];
+  const scree_status st = scree__admin_hf_config_tasks(path, dts, ndt, scree__admin_tasks_add, ts,
+                                                       about, sizeof about, why, sizeof why);
+  if (!st && !c->quiet && !c->json)
+    fprintf(stderr, "scree-tune prewarm: --hf-config %s: %s\n", cli_esc(path), cli_esc(about));
+  if (st) {
+    fprintf(stderr, "scree-tune prewarm: --hf-config: %s\n",
             st == SCREE_ERROR_OUT_OF_MEMORY ? "out of memory" : cli_esc(why));
     return st == SCREE_ERROR_OUT_OF_MEMORY ? CLI_FAIL : CLI_USAGE;
   }
@@ -666,7 +688,7 @@ typedef struct popts {
   int nrows, ncols, ndt, explore, force, from_misses, dry_run, from_shipped, have_device,
       have_reps;
   const char *shard_spec, *shard_count, *devices_spec, *shapes, *model, *variant,
-      *presets_file, *shape_list[64];
+      *presets_file, *hf_config, *shape_list[64];
   int nshape;
   scree_dtype dts[3];
 } popts;
@@ -683,6 +705,7 @@ static int prewarm_options(int argc, char **argv, popts *p) {
       {"shapes", required_argument, NULL, OPT_SHAPES},
       {"model", required_argument, NULL, OPT_MODEL},
       {"presets", required_argument, NULL, OPT_PRESETS},
+      {"hf-config", required_argument, NULL, OPT_HF_CONFIG},
       {"from-misses", no_argument, NULL, OPT_FROM_MISSES},
       {"from-shipped", no_argument, NULL, OPT_FROM_SHIPPED},
       {"devices", required_argument, NULL, OPT_DEVICES},
@@ -725,6 +748,7 @@ static int prewarm_options(int argc, char **argv, popts *p) {
       case OPT_SHAPES: p->shapes = v; break;
       case OPT_MODEL: p->model = v; break;
       case OPT_PRESETS: p->presets_file = v; break;
+      case OPT_HF_CONFIG: p->hf_config = v; break;
       case OPT_REPS:
         rc = cli_parse_int("prewarm", "reps", v, 1, 1000000, &p->reps);
         p->have_reps = 1;
@@ -767,8 +791,8 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   }
   if (p.from_shipped) {
     if (p.nshape || p.variant || p.ncols || p.nrows || p.rows_max || p.shapes || p.model ||
-        p.presets_file || p.from_misses || p.shard_spec || p.dry_run || p.ndt || p.explore ||
-        p.have_reps || p.have_device || p.devices_spec) {
+        p.presets_file || p.hf_config || p.from_misses || p.shard_spec || p.dry_run || p.ndt ||
+        p.explore || p.have_reps || p.have_device || p.devices_spec) {
       fprintf(stderr, "scree-tune prewarm: --from-shipped compiles the shipped tuned configs "
                       "alone: it takes --arch, --op, --force, --cache, --quiet and --json\n");
       return CLI_USAGE;
@@ -810,7 +834,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
                     "--rows or --rows-max)\n", c->op);
     return CLI_USAGE;
   }
-  if (p.ndt && p.variant && !p.model && !rmsnorm_flags) {
+  if (p.ndt && p.variant && !p.model && !p.hf_config && !rmsnorm_flags) {
     fprintf(stderr, "scree-tune prewarm: --dtype does not apply to --shape calls with "
                     "--variant (the variant names their dtypes)\n");
     return CLI_USAGE;
@@ -843,6 +867,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
     }
   }
   if (p.model && (rc = add_model(tsp, p.model, p.presets_file, p.dts, p.ndt))) return rc;
+  if (p.hf_config && (rc = add_hf_config(c, tsp, p.hf_config, p.dts, p.ndt))) return rc;
   if (p.presets_file && !p.model) {
     fprintf(stderr, "scree-tune prewarm: --presets adds model presets; name one with --model\n");
     return CLI_USAGE;
@@ -857,7 +882,7 @@ static int prewarm(int argc, char **argv, tasks *tsp) {
   }
   if (!p.from_misses && tsp->n == 0) {
     fprintf(stderr, "scree-tune prewarm: nothing to tune: give --op/--cols/--rows, "
-                    "--shapes, --model or --from-misses (see --help)\n");
+                    "--shapes, --model, --hf-config or --from-misses (see --help)\n");
     return CLI_USAGE;
   }
   if (p.dry_run) return dry_run_list(c, tsp, p.from_misses, &shard);

@@ -1116,6 +1116,154 @@ static const char *write_file(const char *name, const char *text, size_t len) {
   return path;
 }
 
+/* ---- prewarm --hf-config ---------------------------------------------------- */
+
+#define HF_DIR SCREE_SOURCE_DIR "/tests/cli/hf_configs/"
+
+/* The buckets of a dry run (stdout alone) into buf; the exit code. */
+static int dry_run(char *buf, size_t n, const char *what) {
+  return shell(buf, n, "'%s' prewarm --dry-run -q --dtype fp16,bf16 %s 2>/dev/null",
+               SCREE_TUNE_BIN, what);
+}
+
+/* A HuggingFace config gives the buckets of the preset of the same model:
+ * Llama 3 8B (and a multimodal config whose text_config is it), Mistral 7B
+ * (a sliding window does not change a shape) and Qwen2.5 7B (GQA, 28/4
+ * heads). */
+START_TEST(hf_config_equals_the_presets) {
+  static char want[1 << 16], got[1 << 16];
+  static const char *const pairs[][2] = {
+      {"llama-3-8b", "llama-3-8b.json"},
+      {"llama-3-8b", "llava-llama-3-8b.json"},
+      {"mistral-7b", "mistral-7b.json"},
+      {"qwen2.5-7b", "qwen2.5-7b.json"}};
+  for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+    char what[512];
+    snprintf(what, sizeof what, "--model %s", pairs[k][0]);
+    ck_assert_int_eq(dry_run(want, sizeof want, what), 0);
+    ck_assert_int_eq(count_of(want, "\n"), 2 * (5 * 15 + 6)); /* 15 token counts, 6 attentions */
+    snprintf(what, sizeof what, "--hf-config '" HF_DIR "%s'", pairs[k][1]);
+    ck_assert_int_eq(dry_run(got, sizeof got, what), 0);
+    ck_assert_msg(!strcmp(got, want), "%s:\n%s\nwant (--model %s):\n%s", pairs[k][1], got,
+                  pairs[k][0], want);
+  }
+}
+END_TEST
+
+/* The shapes of other architectures, from their sizes: explicit head_dim
+ * (Qwen3, Gemma's 256), no SwiGLU for a GELU MLP, LayerNorm and partial
+ * rotary dimensions (phi's partial_rotary_factor, GPT-NeoX's rotary_pct);
+ * a head size that attention does not serve is refused with the reason. */
+START_TEST(hf_config_architectures) {
+  static char got[1 << 16];
+  ck_assert_int_eq(dry_run(got, sizeof got, "--hf-config '" HF_DIR "qwen3-0.6b.json'"), 0);
+  ck_assert_msg(strstr(got, "\nrmsnorm rows<=16,cols=1024 "), "%s", got);
+  ck_assert_msg(strstr(got, " total=1,batch=1,max_position=0,heads_q=16,heads_kv=8,head_dim=128,"
+                            "rotary_dim=128\n"), "%s", got);
+  ck_assert_msg(strstr(got, " rows=1,cols=3072,gate_stride=0,up_stride=0\n"), "%s", got);
+  ck_assert_msg(strstr(got, " rows=1,vocab=151936\n"), "%s", got);
+  ck_assert_msg(strstr(got, "heads_q=16,heads_kv=8,head_dim=128,window_left=-1"), "%s", got);
+
+  ck_assert_int_eq(dry_run(got, sizeof got, "--hf-config '" HF_DIR "gemma-7b.json'"), 0);
+  ck_assert_msg(strstr(got, "\nadd_rmsnorm rows<=1,cols=3072 "), "%s", got);
+  ck_assert_msg(strstr(got, "dtype=bf16,head_dim=256,causal=1,window=0 batch=16,total_q=16384,"
+                            "total_k=16384,max_seqlen_q=1024,max_seqlen_k=1024,heads_q=16,"
+                            "heads_kv=16,head_dim=256,"), "%s", got);
+  ck_assert_int_eq(count_of(got, "swiglu"), 0); /* GeGLU: no scree op, and it says so */
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' prewarm --dry-run --hf-config '" HF_DIR
+                                          "gemma-7b.json' 2>&1 >/dev/null", SCREE_TUNE_BIN), 0);
+  ck_assert_msg(strstr(out, "gemma-7b.json: gemma (RMSNorm): hidden 3072, 16 query / 16 KV heads "
+                            "of 256, RoPE on 256, gated gelu MLP: no scree op, not tuned, "
+                            "vocabulary 256000\n"), "%s", out);
+  ck_assert_int_eq(count_of(got, "\nrope "), 2 * 15);
+
+  ck_assert_int_eq(dry_run(got, sizeof got, "--hf-config '" HF_DIR "phi-style.json'"), 0);
+  ck_assert_int_eq(count_of(got, "rmsnorm"), 0);
+  ck_assert_int_eq(count_of(got, "swiglu"), 0);
+  ck_assert_int_eq(count_of(got, "layernorm rows<="), 2 * 15);
+  ck_assert_msg(strstr(got, "heads_q=32,heads_kv=32,head_dim=64,rotary_dim=32\n"), "%s", got);
+  ck_assert_msg(strstr(got, " rows=16384,vocab=51200\n"), "%s", got);
+
+  ck_assert_int_eq(dry_run(got, sizeof got, "--hf-config '" HF_DIR "pythia-1b.json'"), 0);
+  ck_assert_msg(strstr(got, "heads_q=8,heads_kv=8,head_dim=256,rotary_dim=64\n"), "%s", got);
+  ck_assert_int_eq(count_of(got, "layernorm rows<="), 2 * 15);
+
+  /* Phi-2's heads of 80 are not a head size scree's attention serves. */
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --hf-config '" HF_DIR "phi-2.json'"),
+                   2);
+  ck_assert_msg(strstr(out, "phi-2.json: attention shape ") &&
+                    strstr(out, "head_dim=80 is not supported (32, 64, 96, 128 or 256)"),
+                "%s", out);
+  ck_assert_int_eq(count_of(out, "\n"), 1); /* nothing listed */
+}
+END_TEST
+
+/* A config that is not JSON, lacks a field, gives one of the wrong type or
+ * a size that does not fit is refused, naming the place or the field; no
+ * bucket is listed, and a prewarm without --dry-run stops before a GPU. */
+START_TEST(hf_config_bad_inputs) {
+  static const char *const cases[][2] = {
+      {"hello", "line 1, column 1: expected a value"},
+      {"{\"model_type\": \"llama\",\n \"hidden_size\": 40", "line 2, column 19: the text ends "
+                                                          "inside an object"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4096,}",
+       "line 1, column 44: a comma before }"},
+      {"[1, 2]", "the file holds a list, not a config object"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": \"4096\", \"num_attention_heads\": 32, "
+       "\"vocab_size\": 10}", "\"hidden_size\" is a string, not an integer"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4096.5, \"num_attention_heads\": 32, "
+       "\"vocab_size\": 10}", "\"hidden_size\" is a number with a fraction, not an integer"},
+      {"{\"model_type\": \"llama\", \"num_attention_heads\": 32, \"vocab_size\": 10}",
+       "\"hidden_size\" is missing (a required field)"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4096, \"num_attention_heads\": 0, "
+       "\"vocab_size\": 10}", "\"num_attention_heads\" is 0: give an integer from 1 to 2^31"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
+       "\"num_key_value_heads\": 5, \"vocab_size\": 10}",
+       "num_key_value_heads 5 does not divide num_attention_heads 32"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4000, \"num_attention_heads\": 48, "
+       "\"vocab_size\": 10}", "num_attention_heads 48 does not divide hidden_size 4000"},
+      {"{\"model_type\": \"mamba\", \"hidden_size\": 4096}",
+       "model_type \"mamba\" is not supported (llama, mistral, qwen2, qwen3, gemma, phi3, "
+       "gpt_neox, phi)"},
+      {"{\"hidden_size\": 4096}", "\"model_type\" is missing"},
+      {"{\"model_type\": [\"llama\"], \"hidden_size\": 4096}",
+       "\"model_type\" is a list, not a string"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
+       "\"vocab_size\": 10}", "\"intermediate_size\" is missing"},
+      {"{\"model_type\": \"llama\", \"hidden_size\": 4096, \"hidden_size\": 8192}",
+       "\"hidden_size\" is given 2 times"},
+      {"{\"model_type\": \"llava\", \"text_config\": 7}", "\"text_config\" is an integer, not an "
+                                                         "object"},
+      {"{\"model_type\": \"llava\", \"text_config\": {\"model_type\": \"llama\"}}",
+       "\"hidden_size\" is missing"},
+      {"{\"model_type\": \"phi\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
+       "\"vocab_size\": 10, \"partial_rotary_factor\": 1.5}",
+       "\"partial_rotary_factor\" is 1.5: give a fraction in (0, 1]"},
+      {"{\"model_type\": \"phi\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
+       "\"vocab_size\": 10, \"hidden_act\": \"gelu\\nrmsnorm rows=1,cols=8\"}",
+       "the MLP's activation is not a name"},
+      {"{\"model_type\": \"phi\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
+       "\"vocab_size\": 10, \"rotary_dim\": 7}",
+       "rotary dimensions 7: RoPE needs an even number from 2 to head_dim 128"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const char *path = write_file("config.json", cases[k][0], strlen(cases[k][0]));
+    for (int dry = 1; dry >= 0; dry--) {
+      ck_assert_int_eq(tune(out, sizeof out, "prewarm %s--cache '%s' --hf-config '%s'",
+                            dry ? "--dry-run " : "", db, path), 2);
+      ck_assert_msg(strstr(out, "scree-tune prewarm: --hf-config: ") && strstr(out, path) &&
+                        strstr(out, cases[k][1]), "case %zu: %s", k, out);
+      ck_assert_int_eq(count_of(out, "\n"), 1);
+    }
+  }
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --hf-config '%s/none.json'", dir), 2);
+  ck_assert_msg(strstr(out, "cannot read ") && strstr(out, "none.json"), "%s", out);
+  /* --hf-config is a model: not with --from-shipped. */
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --from-shipped --hf-config '" HF_DIR
+                                         "llama-3-8b.json'"), 2);
+}
+END_TEST
+
 /* A preset of 65536 distinct buckets is listed at once (each bucket was
  * looked for in a linear scan: quadratic, 124k buckets took a minute);
  * more than a prewarm takes, or a line of too many shapes, is an error. */
@@ -1450,6 +1598,9 @@ int main(void) {
   tcase_add_test(tc, show_says_what_a_shipped_row_lacks);
   tcase_add_test(tc, doctor_reports_what_a_bug_report_needs);
   tcase_add_test(tc, prewarm_presets_scale);
+  tcase_add_test(tc, hf_config_equals_the_presets);
+  tcase_add_test(tc, hf_config_architectures);
+  tcase_add_test(tc, hf_config_bad_inputs);
   tcase_add_test(tc, argument_text_is_escaped);
   tcase_add_test(tc, quiet_still_says_errors);
   tcase_add_test(tc, merge_takes_any_number_of_sources);

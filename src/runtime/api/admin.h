@@ -334,6 +334,16 @@ scree_status scree__admin_model_tasks(const char *model, const char *presets_fil
                                       const scree_dtype *dtypes, int ndtypes,
                                       int (*fn)(void *user, const scree__admin_task *t),
                                       void *user, char *why, size_t why_size);
+/* The tasks of the HuggingFace config.json at path (the preset of
+ * scree__hf_config_preset) in each dtype, as scree__admin_model_tasks;
+ * about (may be NULL) gets what was read, in words. SCREE_ERROR_IO when
+ * the file cannot be read, SCREE_ERROR_PARSE when it is refused or a call
+ * shape is ("PATH: ..." in why). */
+scree_status scree__admin_hf_config_tasks(const char *path, const scree_dtype *dtypes,
+                                          int ndtypes,
+                                          int (*fn)(void *user, const scree__admin_task *t),
+                                          void *user, char *about, size_t about_size, char *why,
+                                          size_t why_size);
 /* Each preset's name and description (for an unknown --model). */
 scree_status scree__admin_presets(const char *presets_file,
                                   void (*fn)(void *user, const char *name, const char *about),

@@ -258,6 +258,7 @@ typedef struct preset_ctx {
   char *why;
   size_t why_size;
   int failed;
+  int generated; /* p was made from a config file: its lines are not the user's */
 } preset_ctx;
 
 /* One call shape of a preset line: a shape the op refuses names its line. */
@@ -267,12 +268,28 @@ static int on_preset_shape(void *user, const scree__preset_line *l, const char *
   scree__admin_task t;
   char err[768];
   if (scree__admin_task_of_shape(l->op->name, shape, variant, pc->dt, &t, err, sizeof err)) {
-    set_why(pc->why, pc->why_size, "model %s: %s:%d: %s", pc->p->name, pc->p->source, l->line,
-            err);
+    if (pc->generated)
+      set_why(pc->why, pc->why_size, "%s: %s (a call shape of the config's sizes)",
+              pc->p->source, err);
+    else
+      set_why(pc->why, pc->why_size, "model %s: %s:%d: %s", pc->p->name, pc->p->source,
+              l->line, err);
     pc->failed = 1;
     return 1;
   }
   return pc->fn(pc->user, &t);
+}
+
+/* The tasks of preset p in each dtype: fn for each call shape. */
+static scree_status preset_tasks(const scree__preset *p, int generated, const scree_dtype *dtypes,
+                                 int ndtypes, int (*fn)(void *user, const scree__admin_task *t),
+                                 void *user, char *why, size_t why_size) {
+  for (int d = 0; d < ndtypes; d++) {
+    preset_ctx pc = {p, dtypes[d], fn, user, why, why_size, 0, generated};
+    if (scree__preset_expand(p, dtypes[d], on_preset_shape, &pc) && pc.failed)
+      return SCREE_ERROR_PARSE;
+  }
+  return SCREE_OK;
 }
 
 scree_status scree__admin_model_tasks(const char *model, const char *presets_file,
@@ -291,11 +308,20 @@ scree_status scree__admin_model_tasks(const char *model, const char *presets_fil
     set_why(why, why_size, "unknown model %s", model);
     st = SCREE_ERROR_NOT_FOUND;
   }
-  for (int d = 0; p && !st && d < ndtypes; d++) {
-    preset_ctx pc = {p, dtypes[d], fn, user, why, why_size, 0};
-    if (scree__preset_expand(p, dtypes[d], on_preset_shape, &pc) && pc.failed)
-      st = SCREE_ERROR_PARSE;
-  }
+  if (p) st = preset_tasks(p, 0, dtypes, ndtypes, fn, user, why, why_size);
+  scree__presets_free(&ps);
+  return st;
+}
+
+scree_status scree__admin_hf_config_tasks(const char *path, const scree_dtype *dtypes,
+                                          int ndtypes,
+                                          int (*fn)(void *user, const scree__admin_task *t),
+                                          void *user, char *about, size_t about_size, char *why,
+                                          size_t why_size) {
+  scree__presets ps;
+  scree_status st = scree__hf_config_preset(path, &ps, why, why_size);
+  if (!st && about) set_why(about, about_size, "%s", ps.p[0].about);
+  if (!st) st = preset_tasks(&ps.p[0], 1, dtypes, ndtypes, fn, user, why, why_size);
   scree__presets_free(&ps);
   return st;
 }

@@ -581,6 +581,9 @@ int scree__rows_meet(uint64_t a, uint64_t wa, uint64_t b, uint64_t wb, uint64_t 
  * why: "line L, column C: ..." for text that is not JSON. */
 int scree__parse_shapes(const char *json, long (*shapes)[2], int cap, scree_dtype *dtypes,
                         int dcap, int *ndtypes, char *why, size_t why_size);
+/* "line L, column C: reason" for a text that SQLite's json_valid refused
+ * (the HuggingFace configs of hf_config.c share it). */
+void scree__json_syntax_error(const char *text, char *why, size_t why_size);
 
 /* ---- references -------------------------------------------------------------
  * An op's CPU reference (double accumulation) is its `reference` hook, in

@@ -89,4 +89,14 @@ int scree__preset_expand(const scree__preset *p, scree_dtype dt,
                                    const char *variant),
                          void *user);
 
+/* The preset of a HuggingFace config.json at path (hf_config.c): one
+ * preset named "hf-config" in *out (free it with scree__presets_free), the
+ * op lines of llama-3-8b's preset with the config's sizes. SCREE_ERROR_IO
+ * when the file cannot be read; SCREE_ERROR_PARSE when it is not JSON
+ * ("PATH: line L, column C: ..."), lacks a required field, gives a field
+ * of the wrong type or a size that does not fit, or names a model_type
+ * that is not read (the message names the field). */
+scree_status scree__hf_config_preset(const char *path, scree__presets *out, char *why,
+                                     size_t why_size);
+
 #endif

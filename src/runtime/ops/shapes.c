@@ -182,8 +182,7 @@ static const char *locate(const char *text, const char **at) {
   }
 }
 
-/* "line L, column C: reason" for a text SQLite refused. */
-static void syntax_error(const char *text, char *why, size_t why_size) {
+void scree__json_syntax_error(const char *text, char *why, size_t why_size) {
   const char *at = text;
   const char *r = locate(text, &at);
   if (!r) {
@@ -395,7 +394,8 @@ int scree__parse_shapes(const char *json, long (*shapes)[2], int cap,
   if (!prepare(db, "SELECT json_valid(?1)", json, &st, why, why_size)) {
     const int rc = sqlite3_step(st);
     const int valid = rc == SQLITE_ROW && sqlite3_column_int(st, 0) == 1;
-    if (!step_failed(db, rc, why, why_size) && !valid) syntax_error(json, why, why_size);
+    if (!step_failed(db, rc, why, why_size) && !valid)
+      scree__json_syntax_error(json, why, why_size);
     sqlite3_finalize(st);
     if (valid && !check_top(db, json, why, why_size) &&
         !read_dtypes(db, json, dtypes, dcap, ndtypes, why, why_size))
