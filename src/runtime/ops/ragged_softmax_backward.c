@@ -322,8 +322,9 @@ static int gen_check_lens(int64_t cols, int64_t longest, int64_t *l) {
 }
 
 /* Buffers y, dy, cu_seqlens, dx (the reference's order); packed rows. dx's
- * tolerance is one rounding to its dtype (scree__tolerance), but in fp32
- * atol scree__softmax_bwd_atol(scale) as the last-dimension backward's: y
+ * relative tolerance is one rounding to its dtype (scree__tolerance), its
+ * absolute one scree__softmax_bwd_atol(scale) in every dtype, as the
+ * last-dimension backward's (ops/softmax_backward.c): y
  * is a softmax output per column (shape_inputs), so |d| <= max |dy|, and d,
  * an fp32 sum over the sequence in the kernel's order, errs by a few 1e-7
  * of its largest terms, which dy - d keeps. A check problem takes a scale
@@ -388,7 +389,7 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
   b->host = cu;
   b = scree__problem_buf(p, "dx", SCREE__BUF_OUT, a->dy_dtype, elems,
                          offsetof(scree_ragged_softmax_backward_args, dx));
-  if (a->dy_dtype == SCREE_DTYPE_FP32) b->atol = scree__softmax_bwd_atol(a->scale);
+  b->atol = scree__softmax_bwd_atol(a->scale);
   /* y and dy read once, dx written once, cu_seqlens read. */
   p->bytes = (double)elems * (double)(scree_dtype_size(a->y_dtype) +
                                       2 * scree_dtype_size(a->dy_dtype)) +

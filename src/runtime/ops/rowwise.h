@@ -15,7 +15,7 @@
  * check problem and the GPU tests use it alike. */
 #define SCREE__LAYERNORM_MEAN_ATOL 2e-5
 
-/* The softmax backward's absolute tolerance on an fp32 dx
+/* The softmax backward's absolute tolerance on dx, in every dtype
  * (ops/softmax_backward.c says why): 2e-5 times max(1, |scale|); the check
  * problem and the GPU tests use it alike. */
 static inline double scree__softmax_bwd_atol(float scale) {

@@ -8,10 +8,10 @@
  * weighing more in y and dy); dx poisoned (NaN) before every launch, so an
  * unwritten element fails, and a guard region after dx (and the padding
  * between rows) must keep its bytes; y must not change. Tolerance
- * (ops/ragged_softmax_backward.c): one rounding of dx's dtype for fp16 and
- * bf16 (scree__tolerance), and in fp32 2e-5 max(1, |scale|) + 1e-5 |ref|
- * (scree__softmax_bwd_atol: the fp32 sum over the sequence errs by a few
- * 1e-7 of its largest terms, which dy - d keeps).
+ * (ops/ragged_softmax_backward.c): 2e-5 max(1, |scale|) absolute in every
+ * dtype (scree__softmax_bwd_atol: the fp32 sum over the sequence errs by a
+ * few 1e-7 of its largest terms, which dy - d keeps) plus one rounding of
+ * dx's dtype relative (scree__tolerance).
  *
  * Batches mix the lengths 0, 1 and just off the token groups (up to 257),
  * with a long one streamed past the stage; columns 1, odd, exact, past one
@@ -64,7 +64,7 @@ static scree__variant variant_of(dt2 d) {
 
 static void tolerance(scree_dtype dy, float scale, double *rtol, double *atol) {
   scree__tolerance(dy, rtol, atol);
-  if (dy == SCREE_DTYPE_FP32) *atol = scree__softmax_bwd_atol(scale);
+  *atol = scree__softmax_bwd_atol(scale);
 }
 
 /* One call on a batch of `lens`: through the public entry (cfg NULL), or
