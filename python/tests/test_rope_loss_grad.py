@@ -348,6 +348,44 @@ def test_linear_cross_entropy_mean_counts_rows_over_all_chunks_cpu(cpu_kernels, 
     _lce_compare(gen, "cpu", torch.float32, 1e-5, n=8, chunk_size=2, ignored=(0, 1, 2))
 
 
+def test_linear_cross_entropy_in_place_path_cpu(monkeypatch, gen):
+    """The path CUDA takes (the kernel called directly, dlogits written
+    over each chunk's logits) with scree_cross_entropy played by the
+    float64 reference: every chunk's call passes the logits themselves as
+    dlogits, the summed reduction and 1 / the rows kept in all chunks as
+    grad_scale, and the gradients come out as autograd's."""
+    calls = []
+
+    def fake_rows(input, target, ignore_index, smoothing, z_loss, reduction, dlogits,
+                  grad_scale, check, op="cross_entropy", names=None):
+        if check:
+            return None, None
+        calls.append((dlogits is input, reduction, grad_scale, input.shape[0]))
+        loss, lse, dl = ref.cross_entropy_full(input, target, ignore_index, smoothing, z_loss,
+                                               reduction, grad_scale)
+        if dlogits is not None:
+            dlogits.copy_(dl)
+        return loss.float(), lse.float()
+
+    monkeypatch.setattr(_ops, "_LCE_IN_PLACE", ("cpu",))
+    monkeypatch.setattr(_ops, "_ce_rows", fake_rows)
+    hid = torch.randn(7, 16, generator=gen, requires_grad=True)
+    w = torch.randn(40, 16, generator=gen, requires_grad=True)
+    t = torch.tensor([-100, -100, 3, 39, 0, 7, -100])
+    loss = scree.linear_cross_entropy(hid, w, t, chunk_size=3, label_smoothing=0.1)
+    loss.backward()
+    assert calls == [(True, 1, 0.25, 3), (True, 1, 0.25, 3), (True, 1, 0.25, 1)]
+    want = F.cross_entropy(hid.double() @ w.double().T, t, label_smoothing=0.1)
+    gh, gw = torch.autograd.grad(want, (hid, w))
+    torch.testing.assert_close(loss.double(), want)
+    torch.testing.assert_close(hid.grad, gh)
+    torch.testing.assert_close(w.grad, gw)
+    calls.clear()
+    with torch.no_grad():
+        scree.linear_cross_entropy(hid, w, t, chunk_size=4)
+    assert calls == [(False, 0, 1.0, 4), (False, 0, 1.0, 3)]
+
+
 def test_linear_cross_entropy_every_row_ignored_cpu(cpu_kernels, gen):
     hid = torch.randn(4, 8, generator=gen, requires_grad=True)
     w = torch.randn(20, 8, generator=gen, requires_grad=True)
@@ -359,12 +397,16 @@ def test_linear_cross_entropy_every_row_ignored_cpu(cpu_kernels, gen):
     assert scree.linear_cross_entropy(hid, w, t, reduction="sum").item() == 0
 
 
-def test_linear_cross_entropy_none_is_forward_only_cpu(cpu_kernels, gen):
+def test_linear_cross_entropy_without_grad_and_none_cpu(cpu_kernels, gen):
     hid = torch.randn(5, 8, generator=gen)
     w = torch.randn(20, 8, generator=gen)
     t = torch.tensor([1, -100, 3, 19, 0])
     rows = scree.linear_cross_entropy(hid, w, t, reduction="none", chunk_size=2)
     torch.testing.assert_close(rows, F.cross_entropy(hid @ w.T, t, reduction="none"))
+    for red in ("mean", "sum"):  # without gradients: no dlogits, no count on the host
+        torch.testing.assert_close(scree.linear_cross_entropy(hid, w, t, reduction=red,
+                                                              chunk_size=2),
+                                   F.cross_entropy(hid @ w.T, t, reduction=red))
     with pytest.raises(ValueError, match="'reduction'='none' is not differentiable"):
         scree.linear_cross_entropy(hid, w.requires_grad_(), t, reduction="none")
 

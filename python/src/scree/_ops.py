@@ -1374,13 +1374,16 @@ def _lce_check(op, hidden, weight, target, bias, chunk_size):
                          "(or None: the default)")
 
 
+_LCE_IN_PLACE = ("cuda",)  # devices where the kernel is called directly, in place
+
+
 def _lce_ce(logits, target, ignore_index, label_smoothing, z_loss, reduction, need_grad,
             grad_scale):
     """The cross-entropy of one chunk: its per-row loss, and with need_grad
     its gradient written over logits. On CUDA, scree_cross_entropy in
     place; elsewhere through torch.ops.scree.cross_entropy (whatever kernel
     the device has there) and a copy."""
-    if logits.is_cuda:
+    if logits.device.type in _LCE_IN_PLACE:
         loss, _ = _ce_rows(logits, target, ignore_index, label_smoothing, z_loss, reduction,
                            logits if need_grad else None, grad_scale, False,
                            "linear_cross_entropy", _LCE_NAMES)
@@ -1421,14 +1424,14 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
                 torch.empty((v,), dtype=bias.dtype, device=dev) if bias is not None else empty())
     chunk = chunk_size or _lce_chunk_rows(n, v, h)
     scale = 1.0
-    count = None
     if reduction == 2:
         # The mean is over the rows not ignored in every chunk: the count
-        # first (one device-to-host copy), the gradients scaled by it in
-        # the kernel.
+        # first and, for the gradients, on the host (one device-to-host
+        # copy), so that the kernel scales each chunk's gradient by it.
         count = (target != ignore_index).sum()
-        c = int(count)
-        scale = 1.0 / c if c else 1.0
+        if need_grad:
+            c = int(count)
+            scale = 1.0 / c if c else 1.0
     rows = torch.empty(n, dtype=torch.float32, device=dev)
     gh = gw = gb = None
     if need_grad:
@@ -1512,9 +1515,9 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
     the forward (weight's and bias's accumulated in float32 over the
     chunks, then cast to their dtype), and the backward only scales them
     by the upstream gradient. The mean is over the rows not ignored in all
-    chunks (counted first: one device-to-host copy). Returns the loss in
-    float32. reduction='none' is forward only (refused when an input
-    requires grad). label_smoothing and z_loss as scree.cross_entropy's."""
+    chunks (counted first; with gradients, one device-to-host copy).
+    Returns the loss in float32. reduction='none' is forward only (refused
+    when an input requires grad). label_smoothing and z_loss as scree.cross_entropy's."""
     op = "linear_cross_entropy"
     hidden = _args.tensor(op, "hidden", hidden)
     weight = _args.tensor(op, "weight", weight)
