@@ -111,8 +111,9 @@ def positions_from_cu(cu_seqlens, total, device):
 
 
 def rope(q, k=None, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=None,
-         interleaved=False, cos_sin=None):
-    """(q, k) rotated, new tensors."""
+         interleaved=False, cos_sin=None, inverse=False):
+    """(q, k) rotated, new tensors; inverse: rotated back (angle -a, the
+    backward's rotation of the gradients)."""
     d = q.shape[-1]
     rd = rotary_dim or d
     pos = positions.long() if positions is not None else positions_from_cu(
@@ -125,6 +126,8 @@ def rope(q, k=None, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=N
         ang = pos.double()[:, None] * inv[None, :]
         cos, sin = ang.cos(), ang.sin()
     cos, sin = cos[:, None, :], sin[:, None, :]
+    if inverse:
+        sin = -sin
 
     def rot(x):
         if x is None:
@@ -158,6 +161,32 @@ def cross_entropy_rows(input, target, ignore_index=-100):
     picked = x.gather(1, torch.where(keep, t, 0)[:, None])[:, 0]
     loss = torch.where(keep, lse - picked, torch.zeros_like(lse))
     return loss.float(), lse.float()
+
+
+def cross_entropy_full(input, target, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
+                       reduction=0, grad_scale=0.0):
+    """(loss per row, lse, dlogits) in float64 by the formulas of
+    scree_cross_entropy (include/scree.h): smoothing, z-loss, ignored rows
+    0, dlogits scaled by grad_scale (0 means 1) and, for the mean
+    (reduction 2), by 1 / the rows not ignored."""
+    x = input.double()
+    v = x.shape[1]
+    lse = torch.logsumexp(x, -1)
+    t = target.long()
+    keep = t != ignore_index
+    ts = torch.where(keep, t, 0)
+    picked = x.gather(1, ts[:, None])[:, 0]
+    eps = label_smoothing
+    loss = (1 - eps) * (lse - picked) + eps / v * (v * lse - x.sum(-1)) + z_loss * lse ** 2
+    loss = torch.where(keep, loss, torch.zeros_like(loss))
+    p = torch.softmax(x, -1)
+    onehot = F.one_hot(ts, v).double()
+    dl = p * (1 + 2 * z_loss * lse)[:, None] - (1 - eps) * onehot - eps / v
+    scale = grad_scale or 1.0
+    if reduction == 2:
+        scale = scale / max(int(keep.sum()), 1)
+    dl = torch.where(keep[:, None], dl * scale, torch.zeros_like(dl))
+    return loss, lse, dl
 
 
 def _keep(lq, lk, causal, window_left, window_right, device):
@@ -354,10 +383,27 @@ def register_cpu_kernels():
             k.copy_(rk)
 
     lib.register_kernel("scree::rope_", "cpu")(rope_cpu)
+
+    def rope_fn_cpu(inverse):
+        def kernel(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
+            rq, rk = rope(q, k, cu_seqlens, positions, theta, rotary_dim, interleaved, cos_sin,
+                          inverse)
+            return rq, rk if rk is not None else q.new_empty(0)
+        return kernel
+
+    lib.register_kernel("scree::rope", "cpu")(rope_fn_cpu(False))
+    lib.register_kernel("scree::rope_backward", "cpu")(rope_fn_cpu(True))
     lib.register_kernel("scree::swiglu", "cpu")(lambda gate, up: swiglu(gate, up))
     lib.register_kernel("scree::kv_append", "cpu")(kv_append)
-    lib.register_kernel("scree::cross_entropy", "cpu")(
-        lambda input, target, ignore_index: cross_entropy_rows(input, target, ignore_index))
+    def cross_entropy_cpu(input, target, ignore_index, label_smoothing=0.0, z_loss=0.0,
+                          reduction=0, need_grad=False):
+        from scree import _ops
+        loss, lse, dl = cross_entropy_full(input, target, ignore_index, label_smoothing, z_loss,
+                                           reduction)
+        return (_ops._ce_reduce(loss.float(), target, ignore_index, reduction), lse.float(),
+                dl.to(input.dtype) if need_grad else input.new_empty(0))
+
+    lib.register_kernel("scree::cross_entropy", "cpu")(cross_entropy_cpu)
     lib.register_kernel("scree::varlen_attn", "cpu")(
         lambda query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale, wl, wr,
         softcap, return_lse, deterministic=False: varlen_attn(

@@ -82,14 +82,155 @@ def test_apply_patches_what_it_says_cpu(cpu_kernels):
     assert norm.forward.__func__ is scree.hf._rms_forward
 
 
-@pytest.mark.parametrize("kw,match", [({"rope": True}, "rope=True"),
-                                      ({"cross_entropy": True}, "cross_entropy=True")])
-def test_apply_refuses_settings_before_patching_cpu(kw, match):
-    m, _ = _tiny()
-    with pytest.raises(ValueError, match=match):
-        scree.hf.apply(m, **kw)
-    assert "forward" not in vars(m.model.layers[0].input_layernorm)
+def test_apply_refuses_settings_before_patching_cpu():
+    gpt = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2,
+                                                               vocab_size=64))
+    gpt.config.model_type = "llama"  # past the type check: no RMSNorm, no lm_head over .model
+    with pytest.raises(ValueError, match="cross_entropy=True needs a CausalLM"):
+        scree.hf.apply(gpt, rms_norm=False, swiglu=False, attention=False, cross_entropy=True)
+    with pytest.raises(ValueError, match="rope=True needs the modeling module"):
+        scree.hf.apply(gpt, rms_norm=False, swiglu=False, attention=False, rope=True)
+    assert "forward" not in vars(gpt)
+    m, _ = _tiny("gemma")
+    m.config.model_type = "gemma2"
+    m.config.final_logit_softcapping = 30.0
+    with pytest.raises(ValueError, match="final_logit_softcapping"):
+        scree.hf.apply(m, swiglu=False, rope=True, cross_entropy=True)
+    assert "forward" not in vars(m) and "forward" not in vars(m.model.layers[0].input_layernorm)
+    assert not hasattr(scree.hf._modeling_module(m).apply_rotary_pos_emb, "_scree_original")
     assert m.config._attn_implementation == "sdpa"
+
+
+@pytest.fixture
+def unpatch_rope():
+    """Gives the LLaMA and Gemma modeling modules their own RoPE back after
+    the test (apply(rope=True) patches the module function)."""
+    yield
+    for kind in ("llama", "gemma"):
+        scree.hf.unapply_rope(_tiny(kind)[0])
+
+
+def _hf_rope_inputs(gen, b, s, hq, hk, d, dtype, device, batch_cos=1):
+    m, _ = _tiny()
+    rot = m.model.rotary_emb.to(device)
+    x = torch.randn(b, s, hq * d, generator=gen).to(device, dtype)
+    pos = torch.randint(0, 200, (batch_cos, s), generator=gen).to(device)
+    cos, sin = rot(x, pos)
+    q = torch.randn(b, s, hq, d, generator=gen).to(device, dtype).transpose(1, 2)
+    k = torch.randn(b, s, hk, d, generator=gen).to(device, dtype).transpose(1, 2)
+    return q, k, cos, sin
+
+
+def _rope_patched_vs_hf(gen, device, dtype, tol, batch_cos):
+    from transformers.models.llama import modeling_llama as ml
+    original = ml.apply_rotary_pos_emb
+    ours = scree.hf._make_rotary_pos_emb(original)
+    q, k, cos, sin = _hf_rope_inputs(gen, 2, 9, 4, 2, 32, dtype, device, batch_cos)
+    gq, gk = torch.randn_like(q), torch.randn_like(k)
+    res = []
+    for fn in (ours, original):
+        a, b = q.detach().clone().requires_grad_(), k.detach().clone().requires_grad_()
+        rq, rk = fn(a, b, cos, sin)
+        assert rq.shape == q.shape and rk.shape == k.shape and rq.dtype == dtype
+        ((rq * gq).sum() + (rk * gk).sum()).backward()
+        res.append((rq.detach(), rk.detach(), a.grad, b.grad))
+    for name, x, y in zip(("q", "k", "dq", "dk"), *res):
+        torch.testing.assert_close(x.float(), y.float(), atol=tol, rtol=tol, msg=name)
+
+
+@pytest.mark.parametrize("batch_cos", [1, 2])
+def test_patched_rotary_pos_emb_matches_hf_cpu(cpu_kernels, gen, batch_cos):
+    _rope_patched_vs_hf(gen, "cpu", torch.float32, 1e-5, batch_cos)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_patched_rotary_pos_emb_matches_hf_gpu(gen, dtype, tol):
+    _rope_patched_vs_hf(gen, "cuda", dtype, tol, 2)
+
+
+def test_apply_rope_patches_the_module_function_once_cpu(cpu_kernels, unpatch_rope):
+    from transformers.models.llama import modeling_llama as ml
+    original = ml.apply_rotary_pos_emb
+    m, _ = _tiny()
+    scree.hf.apply(m, attention=False, rope=True)
+    patched = ml.apply_rotary_pos_emb
+    assert patched._scree_original is original
+    scree.hf.apply(m, attention=False, rope=True)  # twice: the same patch, not a wrapper
+    assert ml.apply_rotary_pos_emb is patched
+    scree.hf.unapply_rope(m)
+    assert ml.apply_rotary_pos_emb is original
+
+
+def _labels(gen, cfg, ids, ignored=(0, 5, 13)):
+    labels = ids.clone()
+    for i in ignored:
+        labels[0, i] = -100
+    return labels
+
+
+def _training_compare(gen, kind, device, dtype, atol, num_items=False, shift=False):
+    """The model patched with rope and cross_entropy (and the rest) in
+    training with labels against the unpatched one: the loss (HF's
+    ForCausalLMLoss) and every parameter's gradient; the patched logits are
+    None."""
+    ref, cfg = _tiny(kind)
+    ours, _ = _tiny(kind)
+    for m in (ref, ours):
+        m.to(device=device, dtype=dtype)
+        m.train()
+    from transformers.models.llama import modeling_llama as ml
+    from transformers.models.gemma import modeling_gemma as mg
+    originals = (ml.apply_rotary_pos_emb, mg.apply_rotary_pos_emb)
+    ids = torch.randint(0, cfg.vocab_size, (2, 16), generator=gen).to(device)
+    labels = _labels(gen, cfg, ids).to(device)
+    kw = {}
+    if num_items:
+        kw["num_items_in_batch"] = torch.tensor(40, device=device)
+    if shift:
+        # DataCollatorWithFlattening's: shift_labels are used, labels only
+        # tell that there is a loss (these ones would give another).
+        shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+        kw["shift_labels"] = shifted.contiguous()
+        labels = torch.flip(labels, (1,))
+    want = ref(input_ids=ids, labels=labels, use_cache=False, **kw)
+    want.loss.backward()
+    scree.hf.apply(ours, swiglu=kind == "llama", attention=False, rope=True, cross_entropy=True)
+    assert (ml.apply_rotary_pos_emb, mg.apply_rotary_pos_emb) != originals
+    got = ours(input_ids=ids, labels=labels, use_cache=False, **kw)
+    assert got.logits is None and want.logits is not None
+    got.loss.backward()
+    torch.testing.assert_close(got.loss.float(), want.loss.float(), atol=atol, rtol=0)
+    params = dict(ours.named_parameters())
+    for name, p in ref.named_parameters():
+        g = params[name].grad
+        assert g is not None, name
+        scale = max(p.grad.abs().max().item(), 1.0)
+        torch.testing.assert_close(g.float(), p.grad.float(), atol=atol * scale, rtol=0,
+                                   msg=name)
+    # Eval (or no labels): the model's own forward, logits included.
+    ours.eval()
+    ref.eval()
+    with torch.no_grad():
+        a = ours(input_ids=ids, labels=labels, use_cache=False, **kw)
+        b = ref(input_ids=ids, labels=labels, use_cache=False, **kw)
+    assert a.logits is not None
+    torch.testing.assert_close(a.logits.float(), b.logits.float(), atol=atol * 10, rtol=0)
+
+
+@pytest.mark.parametrize("kind,num_items,shift", [("llama", False, False),
+                                                  ("llama", True, False),
+                                                  ("llama", False, True),
+                                                  ("gemma", False, False)])
+def test_apply_rope_and_cross_entropy_match_unpatched_cpu(cpu_kernels, gen, unpatch_rope, kind,
+                                                         num_items, shift):
+    _training_compare(gen, kind, "cpu", torch.float32, 1e-4, num_items, shift)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["llama", "gemma"])
+def test_apply_rope_and_cross_entropy_match_unpatched_gpu(gen, unpatch_rope, kind):
+    _training_compare(gen, kind, "cuda", torch.float32, 1e-3)
 
 
 def test_apply_refuses_models_and_mlps_it_cannot_patch_cpu():
@@ -109,10 +250,11 @@ def test_apply_matches_unpatched_gpu(gen, kind):
     _compare(gen, kind, "cuda", torch.bfloat16, 6e-2)
 
 
-def test_compiled_training_step_keeps_scree_ops_cpu(cpu_kernels, gen):
-    """torch.compile(fullgraph=True) of a patched model's forward and loss:
-    no graph break, scree's forward ops in the forward graph and their
-    backward ops in the backward graph, gradients as in eager."""
+def test_compiled_training_step_keeps_scree_ops_cpu(cpu_kernels, gen, unpatch_rope):
+    """torch.compile(fullgraph=True) of a patched model's training step
+    (RoPE and the fused linear cross-entropy loss on scree too): no graph
+    break, scree's forward ops in the forward graph and their backward ops
+    in the backward graph, loss and gradients as in eager."""
     from torch._dynamo.backends.common import aot_autograd
     graphs = {"fw": [], "bw": []}
 
@@ -124,8 +266,9 @@ def test_compiled_training_step_keeps_scree_ops_cpu(cpu_kernels, gen):
 
     backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
     m, cfg = _tiny()
-    scree.hf.apply(m)
+    scree.hf.apply(m, rope=True, cross_entropy=True)
     m.to(torch.bfloat16)
+    m.train()
     lengths = [7, 1, 12, 4]
     ids = torch.randint(0, cfg.vocab_size, (1, sum(lengths)), generator=gen)
     pos = torch.cat([torch.arange(n) for n in lengths])[None]
@@ -133,20 +276,24 @@ def test_compiled_training_step_keeps_scree_ops_cpu(cpu_kernels, gen):
 
     def step(ids, pos):
         out = m(input_ids=ids, position_ids=pos, use_cache=False, cu_seq_lens_q=cu,
-                cu_seq_lens_k=cu, max_length_q=12, max_length_k=12)
-        return out.logits.float().pow(2).mean()
+                cu_seq_lens_k=cu, max_length_q=12, max_length_k=12, labels=ids)
+        assert out.logits is None
+        return out.loss
 
     torch._dynamo.reset()
     loss = torch.compile(step, fullgraph=True, backend=backend)(ids, pos)
     loss.backward()
     compiled = {n: p.grad.clone() for n, p in m.named_parameters()}
     m.zero_grad()
-    step(ids, pos).backward()
+    eager = step(ids, pos)
+    eager.backward()
+    torch.testing.assert_close(loss, eager)
     for n, p in m.named_parameters():
         torch.testing.assert_close(compiled[n].float(), p.grad.float(), atol=2e-2, rtol=0, msg=n)
     fw, bw = "\n".join(graphs["fw"]), "\n".join(graphs["bw"])
-    for op in ("scree.varlen_attn", "scree.rms_norm", "scree.swiglu"):
+    for op in ("scree.varlen_attn", "scree.rms_norm", "scree.swiglu", "scree.rope",
+               "scree.linear_cross_entropy"):
         assert op + ".default" in fw, op
     for op in ("scree.varlen_attn_backward", "scree.rms_norm_backward",
-               "scree.swiglu_backward"):
+               "scree.swiglu_backward", "scree.rope_backward"):
         assert op + ".default" in bw, op

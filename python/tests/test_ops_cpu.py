@@ -131,8 +131,37 @@ def test_meta_tensors():
      "'target'"),
     (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), reduction="avg"),
      ValueError, "'reduction'"),
-    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), label_smoothing=0.1),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), label_smoothing=1.5),
      ValueError, "'label_smoothing'"),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), z_loss=-1.0),
+     ValueError, "'z_loss'"),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), weight=_cuda(10)),
+     ValueError, "'weight'"),
+    (lambda: scree.cross_entropy(_cuda(4, 10), _cuda(4, dtype=torch.int64), reduce=False),
+     ValueError, "'reduce'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 8, 16), _cuda(10, 16),
+                                        _cuda(4, dtype=torch.int64)), ValueError, "'hidden'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 8), _cuda(4, dtype=torch.int64)),
+     ValueError, "'weight'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16), _cuda(3, dtype=torch.int64)),
+     ValueError, "'target'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16), _cuda(4)), TypeError,
+     "'target'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16), _cuda(4, dtype=torch.int64),
+                                        _cuda(9)), ValueError, "'bias'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16, dtype=torch.float32),
+                                        _cuda(4, dtype=torch.int64)), TypeError, "'weight'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16), _cuda(4, dtype=torch.int64),
+                                        reduction="avg"), ValueError, "'reduction'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16), _cuda(4, dtype=torch.int64),
+                                        chunk_size=0), ValueError, "'chunk_size'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16), _cuda(4, dtype=torch.int64),
+                                        label_smoothing=2.0), ValueError, "'label_smoothing'"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda(10, 16).requires_grad_(),
+                                        _cuda(4, dtype=torch.int64), reduction="none"),
+     ValueError, "'reduction'='none' is not differentiable"),
+    (lambda: scree.linear_cross_entropy(_cuda(4, 16), _cuda((1 << 24) + 1, 16),
+                                        _cuda(4, dtype=torch.int64)), ValueError, "vocab"),
     (lambda: scree.varlen_attn(_cuda(4, 64), _cuda(4, 2, 64), _cuda(4, 2, 64),
                                _cuda(2, dtype=torch.int32), _cuda(2, dtype=torch.int32), 4, 4),
      ValueError, "'query'"),
@@ -300,6 +329,14 @@ def _opcheck_cases(gen):
         ("swiglu", (r(6, 64), None)),
         ("swiglu", (r(6, 32), r(6, 32))),
         ("cross_entropy", (r(6, 50), torch.tensor([1, 2, -100, 49, 0, 7]), -100)),
+        ("cross_entropy", (r(6, 50), torch.tensor([1, 2, -100, 49, 0, 7]), -100, 0.1, 1e-4, 2,
+                           True)),
+        ("rope", (r(t, 4, 16), r(t, 2, 16), cu, None, None, 10000.0, 0, False)),
+        ("rope", (r(t, 4, 16), None, None, torch.arange(t), r(t, 8), 500.0, 8, True)),
+        ("linear_cross_entropy", (r(7, 16), r(50, 16), torch.tensor([1, 2, -100, 49, 0, 7, 3]),
+                                  None, -100, 2, 0.0, 0.0, 3, True)),
+        ("linear_cross_entropy", (r(7, 16), r(50, 16), torch.tensor([1, 2, -100, 49, 0, 7, 3]),
+                                  r(50), -100, 0, 0.1, 1e-4, 0, False)),
         # fp16 and bf16: the fake implementation refuses what the device
         # would, float32 attention included.
         ("varlen_attn", (r(t, 4, 32, dtype=BF16), r(t, 2, 32, dtype=BF16),
@@ -406,7 +443,7 @@ def test_compile_fullgraph_keeps_the_layer_in_one_graph(cpu_kernels, gen, inplac
         want = lb.scree_layer(x, cu, longest, W, cfg, inplace_rope)
     assert len(graphs) == 1
     targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
-    for op in ("rms_norm", "rope_", "varlen_attn", "add_rms_norm", "swiglu"):
+    for op in ("rms_norm", "rope", "varlen_attn", "add_rms_norm", "swiglu"):
         assert any(f"scree.{op}" in t for t in targets), (op, targets)
     torch.testing.assert_close(got, want)
 

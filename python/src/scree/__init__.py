@@ -27,13 +27,15 @@ from ._lib import (ScreeArgumentError, ScreeError, device_info, runtime_info,
 from ._context import counters, current_options, options
 from ._generic import call
 from ._ops import (add_rms_norm, cross_entropy, flash_attn_varlen_func, kv_append, layer_norm,
-                   paged_attention, ragged_softmax, rms_norm, rope, softmax, swiglu, varlen_attn)
+                   linear_cross_entropy, paged_attention, ragged_softmax, rms_norm, rope, softmax,
+                   swiglu, varlen_attn)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "varlen_attn", "flash_attn_varlen_func", "rms_norm", "layer_norm", "add_rms_norm",
-    "softmax", "ragged_softmax", "rope", "swiglu", "cross_entropy", "kv_append",
+    "softmax", "ragged_softmax", "rope", "swiglu", "cross_entropy", "linear_cross_entropy",
+    "kv_append",
     "paged_attention", "call", "options", "current_options", "counters", "runtime_info", "device_info",
     "library_version", "ScreeError", "ScreeArgumentError", "register_transformers",
 ]

@@ -16,10 +16,12 @@ then takes one of two ways into the op:
   and whose fake implementation is that one again in check mode
   (check=True): the same argument checks and output allocation, the C call
   replaced by scree_check_args, which refuses what the device would (the
-  op's schema and own rules) without memory or a device. varlen_attn has a
-  backward (torch.ops.scree.varlen_attn_backward, registered as its
-  autograd formula); the other ops are forward only: a backward through
-  one raises.
+  op's schema and own rules) without memory or a device. varlen_attn, the
+  norms, swiglu, softmax and rope have backward ops (registered as their
+  autograd formulas); cross_entropy and linear_cross_entropy compute their
+  gradients in the forward when an input requires grad, and their backward
+  scales them. The other ops are forward only: a backward through one
+  raises.
 """
 import math
 import re
@@ -846,7 +848,9 @@ def _rope_check(op, q, k, cu_seqlens, positions):
 
 
 def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
-               check=False):
+               check=False, c_op="rope"):
+    """scree_rope (or, c_op "rope_backward", its inverse rotation) in place
+    on q and k."""
     op = "rope"
     if not check:
         _on_cuda(op, "q", q)
@@ -888,7 +892,7 @@ def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interlea
     if k is not None:
         _same_device(op, "k", k, q)
         kp, kts, khs, hkv = ptr(k), k.stride(0), k.stride(1), k.shape[1]
-    _run(op, "rope", (ptr(q), kp, pos, cu, cs, q.shape[0], batch, max_pos, q.shape[1], hkv,
+    _run(op, c_op, (ptr(q), kp, pos, cu, cs, q.shape[0], batch, max_pos, q.shape[1], hkv,
                       q.shape[2], rotary_dim or 0, q.stride(0), q.stride(1), kts, khs, dt,
                       1 if interleaved else 0, pos64, theta), _ROPE_NAMES, q, check)
 
@@ -905,6 +909,72 @@ def _(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
     _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check=True)
 
 
+# The functional RoPE (autograd): scree::rope returns rotated copies of q
+# and k; its backward, scree::rope_backward, rotates copies of the incoming
+# gradients back (scree_rope_backward, the inverse rotation: the forward's
+# transpose). Without k, the k output is an empty tensor.
+
+
+def _rope_fn_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
+                  check=False, c_op="rope"):
+    op = "rope"
+    _rope_check(op, q, k, cu_seqlens, positions)
+    rq = q.clone(memory_format=torch.contiguous_format)
+    rk = k.clone(memory_format=torch.contiguous_format) if k is not None else None
+    _rope_impl(rq, rk, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check,
+               c_op)
+    return rq, rk if rk is not None else q.new_empty(0)
+
+
+@torch.library.custom_op("scree::rope", mutates_args=())
+def _rope_fn_op(q: torch.Tensor, k: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+                positions: Optional[torch.Tensor], cos_sin: Optional[torch.Tensor], theta: float,
+                rotary_dim: int, interleaved: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _rope_fn_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved)
+
+
+@_rope_fn_op.register_fake
+def _(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
+    return _rope_fn_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
+                         check=True)
+
+
+@torch.library.custom_op("scree::rope_backward", mutates_args=())
+def _rope_backward_op(grad_q: torch.Tensor, grad_k: Optional[torch.Tensor],
+                      cu_seqlens: Optional[torch.Tensor], positions: Optional[torch.Tensor],
+                      cos_sin: Optional[torch.Tensor], theta: float, rotary_dim: int,
+                      interleaved: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _rope_fn_impl(grad_q, grad_k, cu_seqlens, positions, cos_sin, theta, rotary_dim,
+                         interleaved, c_op="rope_backward")
+
+
+@_rope_backward_op.register_fake
+def _(grad_q, grad_k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
+    return _rope_fn_impl(grad_q, grad_k, cu_seqlens, positions, cos_sin, theta, rotary_dim,
+                         interleaved, check=True, c_op="rope_backward")
+
+
+def _rope_setup(ctx, inputs, output):
+    q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved = inputs
+    ctx.save_for_backward(cu_seqlens, positions, cos_sin)
+    ctx.rope = (theta, rotary_dim, interleaved, k is not None, q.dtype)
+
+
+def _rope_grad(ctx, grad_q, grad_k):
+    cu_seqlens, positions, cos_sin = ctx.saved_tensors
+    theta, rotary_dim, interleaved, has_k, dtype = ctx.rope
+    gk = grad_k if has_k else None
+    if gk is not None and gk.dtype != dtype:
+        gk = gk.to(dtype)
+    dq, dk = torch.ops.scree.rope_backward(grad_q if grad_q.dtype == dtype else grad_q.to(dtype),
+                                           gk, cu_seqlens, positions, cos_sin, theta,
+                                           rotary_dim, interleaved)
+    return dq, dk if has_k else None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("scree::rope", _rope_grad, setup_context=_rope_setup)
+
+
 def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=None,
          interleaved=False, cos_sin=None, inplace=False):
     """Rotary position embedding on q [total, heads_q, head_dim] and k
@@ -915,7 +985,15 @@ def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_di
     the leading part of each head. cos and sin are computed from theta, or
     read from cos_sin (float32 [max_position, rotary_dim]: the cos of the
     rotary_dim / 2 angles, then their sin). Returns (q, k): new tensors,
-    or q and k themselves, rotated in place, with inplace=True."""
+    or q and k themselves, rotated in place, with inplace=True.
+
+    Differentiable in q and k (torch.ops.scree.rope, whose backward runs
+    scree_rope_backward, the inverse rotation, on the gradients); positions,
+    cu_seqlens and cos_sin get no gradient. With inplace=True and q or k
+    requiring grad, the rotation is computed out of place and copied into
+    q and k (copy_, which autograd records), so gradients stay correct;
+    PyTorch refuses that copy into a leaf tensor that requires grad, as
+    for any in-place operation."""
     op = "rope"
     q = _args.tensor(op, "q", q)
     k = _args.tensor(op, "k", k, optional=True)
@@ -925,13 +1003,23 @@ def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_di
     theta = _args.real(op, "theta", theta, ("rope", "theta"))
     rd = _args.integer(op, "rotary_dim", rotary_dim, ("rope", "rotary_dim"), optional=True) or 0
     interleaved = _args.boolean(op, "interleaved", interleaved)
-    if not _args.boolean(op, "inplace", inplace):
-        q = q.clone()
-        k = k.clone() if k is not None else None
+    inplace = _args.boolean(op, "inplace", inplace)
     if _direct(q, k, cu_seqlens, positions, cos_sin):
+        if not inplace:
+            q = q.clone()
+            k = k.clone() if k is not None else None
         _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
-    else:
+        return q, k
+    grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
+    if inplace and not grad:
         torch.ops.scree.rope_(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
+        return q, k
+    rq, rk = torch.ops.scree.rope(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
+    if not inplace:
+        return rq, rk if k is not None else None
+    q.copy_(rq)
+    if k is not None:
+        k.copy_(rk)
     return q, k
 
 
@@ -1072,7 +1160,10 @@ torch.library.register_autograd("scree::swiglu", _swiglu_grad, setup_context=_sw
 # -- cross-entropy -----------------------------------------------------------
 
 _CE_NAMES = {"logits": "input", "targets": "target", "dtype": "input", "vocab": "input",
-             "rows": "input", "logits_stride": "input", "loss": "output"}
+             "rows": "input", "logits_stride": "input", "loss": "output",
+             "dlogits": "input", "dlogits_stride": "input", "label_smoothing": "label_smoothing",
+             "z_loss": "z_loss", "reduction": "reduction", "grad_scale": "grad_out"}
+_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}  # scree_reduction
 
 
 def _ce_check(op, input, target):
@@ -1087,8 +1178,12 @@ def _ce_check(op, input, target):
                         "indices (int64) are needed")
 
 
-def _cross_entropy_impl(input, target, ignore_index, check=False):
-    op = "cross_entropy"
+def _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dlogits,
+             grad_scale, check, op="cross_entropy", names=_CE_NAMES):
+    """One scree_cross_entropy call: the per-row loss and lse (float32), and
+    with dlogits (a [rows, classes] tensor of input's dtype, or input itself:
+    written in place over the logits) the gradient, scaled as the C args say
+    (reduction, grad_scale). Errors are scree.<op>'s, naming names[field]."""
     if not check:
         _on_cuda(op, "input", input)
     _ce_check(op, input, target)
@@ -1099,54 +1194,355 @@ def _cross_entropy_impl(input, target, ignore_index, check=False):
     loss = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
     lse = torch.empty(input.shape[0], dtype=torch.float32, device=input.device)
     ptr = _stand_in if check else _Tensor.data_ptr
-    # The trailing fields (dlogits, its stride, smoothing, z-loss, reduction,
-    # grad_scale) zeroed: the plain forward.
+    dp, ds = 0, 0
+    if dlogits is input:
+        if not check and x.data_ptr() != input.data_ptr():
+            raise ValueError(f"scree.{op}: argument 'input' cannot take its gradient in place "
+                             f"(strides {tuple(input.stride())})")
+        dp, ds = ptr(x), xs
+    elif dlogits is not None:
+        d, ds = _rows(dlogits, input.shape[1])
+        dp = ptr(d)
+    # The zeroed trailing fields (no dlogits, smoothing, z-loss) are the
+    # plain forward.
     _run(op, "cross_entropy", (ptr(x), ptr(t), ptr(loss), ptr(lse), x.shape[0], input.shape[1],
-                               xs, ignore_index, dt, 0, 0, 0.0, 0.0, 0, 0.0), _CE_NAMES, input,
-         check)
+                               xs, ignore_index, dt, dp, ds, label_smoothing, z_loss, reduction,
+                               grad_scale), names, input, check)
     return loss, lse
 
 
+def _ce_reduce(loss, target, ignore_index, reduction):
+    """The per-row float32 loss reduced: as is (0, none), summed (1) or
+    averaged over the rows not ignored (2, mean; NaN when all are, as
+    PyTorch's)."""
+    if reduction == 0:
+        return loss
+    if reduction == 1:
+        return loss.sum()
+    return loss.sum() / (target != ignore_index).sum()
+
+
+def _cross_entropy_impl(input, target, ignore_index, label_smoothing=0.0, z_loss=0.0,
+                        reduction=0, need_grad=False, check=False):
+    """(loss, lse, dlogits): loss reduced by `reduction` (0 none: [rows];
+    1 sum, 2 mean: a 0-d tensor) in float32, lse [rows] float32, and with
+    need_grad the gradient of that loss over the logits in input's dtype,
+    written by the same kernel pass (else an empty tensor)."""
+    dl = torch.empty(input.shape, dtype=input.dtype, device=input.device) if need_grad \
+        else None
+    loss, lse = _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dl,
+                         0.0, check)
+    return (_ce_reduce(loss, target, ignore_index, reduction), lse,
+            dl if dl is not None else input.new_empty(0))
+
+
 @torch.library.custom_op("scree::cross_entropy", mutates_args=())
-def _cross_entropy_op(input: torch.Tensor, target: torch.Tensor,
-                      ignore_index: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    return _cross_entropy_impl(input, target, ignore_index)
+def _cross_entropy_op(input: torch.Tensor, target: torch.Tensor, ignore_index: int,
+                      label_smoothing: float = 0.0, z_loss: float = 0.0, reduction: int = 0,
+                      need_grad: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _cross_entropy_impl(input, target, ignore_index, label_smoothing, z_loss, reduction,
+                               need_grad)
 
 
 @_cross_entropy_op.register_fake
-def _(input, target, ignore_index):
-    return _cross_entropy_impl(input, target, ignore_index, check=True)
+def _(input, target, ignore_index, label_smoothing=0.0, z_loss=0.0, reduction=0,
+      need_grad=False):
+    return _cross_entropy_impl(input, target, ignore_index, label_smoothing, z_loss, reduction,
+                               need_grad, check=True)
+
+
+def _cross_entropy_setup(ctx, inputs, output):
+    input, target, ignore_index, label_smoothing, z_loss, reduction, need_grad = inputs
+    _, lse, dlogits = output
+    ctx.mark_non_differentiable(lse, dlogits)
+    ctx.save_for_backward(dlogits if need_grad else None)
+    ctx.ce = (reduction, need_grad, input.dtype)
+
+
+def _cross_entropy_grad(ctx, grad_loss, grad_lse, grad_dlogits):
+    reduction, need_grad, dtype = ctx.ce
+    if not need_grad:
+        raise RuntimeError("scree.cross_entropy: torch.ops.scree.cross_entropy was called with "
+                           "need_grad=False, so it kept no gradient to go backward with; call "
+                           "it with need_grad=True (scree.cross_entropy does when input "
+                           "requires grad)")
+    (dlogits,) = ctx.saved_tensors
+    g = grad_loss.to(dtype)
+    if reduction == 0:
+        g = g[:, None]
+    return dlogits * g, None, None, None, None, None, None
+
+
+torch.library.register_autograd("scree::cross_entropy", _cross_entropy_grad,
+                                setup_context=_cross_entropy_setup)
+
+
+def _reduction(op, reduction):
+    if not isinstance(reduction, str) or reduction not in _REDUCTIONS:
+        raise ValueError(f"scree.{op}: argument 'reduction'={reduction!r}: "
+                         "'mean', 'sum' or 'none'")
+    return _REDUCTIONS[reduction]
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                  reduction="mean", label_smoothing=0.0):
+                  reduction="mean", label_smoothing=0.0, *, z_loss=0.0):
     """Cross-entropy of logits input [rows, classes] against class indices
     target [rows], as torch.nn.functional.cross_entropy (same arguments and
-    result dtype) without class weights, label smoothing or the deprecated
-    size_average / reduce. One pass over the logits; the mean is over the
-    rows whose target is not ignore_index."""
+    result dtype, label_smoothing included) without class weights or the
+    deprecated size_average / reduce. One pass over the logits; the mean is
+    over the rows whose target is not ignore_index. z_loss (scree only,
+    PaLM's) adds z_loss * logsumexp(row)^2 to each row's loss.
+
+    Differentiable in input: when input requires grad, the same kernel pass
+    also writes the gradient over the logits (with the reduction's scale,
+    1 / count for the mean) into a new [rows, classes] buffer, kept for the
+    backward, which multiplies it by the upstream gradient."""
     op = "cross_entropy"
     input = _args.tensor(op, "input", input)
     target = _args.tensor(op, "target", target)
     ignore_index = _args.integer(op, "ignore_index", ignore_index,
                                  ("cross_entropy", "ignore_index"))
-    for name, v, default in (("weight", weight, None), ("size_average", size_average, None),
-                             ("reduce", reduce, None), ("label_smoothing", label_smoothing, 0.0)):
-        if v is not default and v != default:
+    for name, v in (("weight", weight), ("size_average", size_average), ("reduce", reduce)):
+        if v is not None:
             raise ValueError(f"scree.cross_entropy: argument '{name}' is not supported "
-                             f"(only its default, {default})")
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"scree.cross_entropy: argument 'reduction'={reduction!r}: "
-                         "'mean', 'sum' or 'none'")
+                             "(only its default, None)")
+    red = _reduction(op, reduction)
+    label_smoothing = _args.real(op, "label_smoothing", label_smoothing,
+                                 ("cross_entropy", "label_smoothing"))
+    z_loss = _args.real(op, "z_loss", z_loss, ("cross_entropy", "z_loss"))
+    need = torch.is_grad_enabled() and input.requires_grad
     if _direct(input, target):
-        loss, _ = _cross_entropy_impl(input, target, ignore_index)
+        loss, _, _ = _cross_entropy_impl(input, target, ignore_index, label_smoothing, z_loss,
+                                         red)
     else:
-        loss, _ = torch.ops.scree.cross_entropy(input, target, ignore_index)
-    if reduction == "none":
-        return loss.to(input.dtype)
-    if reduction == "sum":
-        return loss.sum().to(input.dtype)
-    return (loss.sum() / (target != ignore_index).sum()).to(input.dtype)
+        loss, _, _ = torch.ops.scree.cross_entropy(input, target, ignore_index, label_smoothing,
+                                                   z_loss, red, need)
+    return loss.to(input.dtype)
+
+
+# -- fused linear cross-entropy ----------------------------------------------
+#
+# Cross-entropy of hidden @ weight.T (+ bias) without the [rows, vocab]
+# logits: row chunks of logits, each one's gradient written in place over
+# it by the cross-entropy kernel, then folded into the gradients of hidden,
+# weight and bias in the forward (as Liger-Kernel's fused linear
+# cross-entropy); the backward scales them by the upstream gradient.
+
+
+# The cross-entropy kernel's fields as linear_cross_entropy's arguments.
+_LCE_NAMES = dict(_CE_NAMES, logits="weight", vocab="weight", rows="hidden", dtype="hidden",
+                  logits_stride="weight", dlogits="weight", dlogits_stride="weight")
+
+
+def _lce_chunk_rows(n, vocab, hidden_size):
+    """The default chunk: rows such that chunk x vocab logits take about
+    as many elements as the whole hidden [n, hidden_size] (Liger-Kernel's
+    rule): next power of two of ceil(n / ceil(vocab / hidden_size))."""
+    per = max(1, -(-vocab // max(hidden_size, 1)))
+    rows = max(1, -(-n // per))
+    return 1 << (rows - 1).bit_length()
+
+
+def _lce_check(op, hidden, weight, target, bias, chunk_size):
+    if hidden.dim() != 2:
+        raise ValueError(f"scree.{op}: argument 'hidden' must be [rows, hidden_size], got "
+                         f"shape {tuple(hidden.shape)}")
+    if weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
+        raise ValueError(f"scree.{op}: argument 'weight' must be [vocab, {hidden.shape[1]}] "
+                         f"(hidden's last dimension), got shape {tuple(weight.shape)}")
+    if target.dim() != 1 or target.shape[0] != hidden.shape[0]:
+        raise ValueError(f"scree.{op}: argument 'target' must be [rows] = [{hidden.shape[0]}], "
+                         f"got shape {tuple(target.shape)}")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"scree.{op}: argument 'target' has dtype {target.dtype}; class "
+                        "indices (int64) are needed")
+    _dtype_code(op, "hidden", hidden)
+    for name, t, shape in (("weight", weight, None), ("bias", bias, (weight.shape[0],))):
+        if t is None:
+            continue
+        if shape is not None and tuple(t.shape) != shape:
+            raise ValueError(f"scree.{op}: argument '{name}' has shape {tuple(t.shape)}, "
+                             f"not ({weight.shape[0]},), weight's vocab")
+        if t.dtype != hidden.dtype:
+            raise TypeError(f"scree.{op}: argument '{name}' has dtype {t.dtype}, not hidden's "
+                            f"{hidden.dtype}")
+    for name, t in (("weight", weight), ("target", target), ("bias", bias)):
+        if t is not None:
+            _same_device(op, name, t, hidden)
+    if chunk_size < 0:
+        raise ValueError(f"scree.{op}: argument 'chunk_size'={chunk_size} must be positive "
+                         "(or None: the default)")
+
+
+_LCE_IN_PLACE = ("cuda",)  # devices where the kernel is called directly, in place
+
+
+def _lce_ce(logits, target, ignore_index, label_smoothing, z_loss, reduction, need_grad,
+            grad_scale):
+    """The cross-entropy of one chunk: its per-row loss, and with need_grad
+    its gradient written over logits. On CUDA, scree_cross_entropy in
+    place; elsewhere through torch.ops.scree.cross_entropy (whatever kernel
+    the device has there) and a copy."""
+    if logits.device.type in _LCE_IN_PLACE:
+        loss, _ = _ce_rows(logits, target, ignore_index, label_smoothing, z_loss, reduction,
+                           logits if need_grad else None, grad_scale, False,
+                           "linear_cross_entropy", _LCE_NAMES)
+        return loss
+    loss, _, dl = torch.ops.scree.cross_entropy(logits, target, ignore_index, label_smoothing,
+                                                z_loss, 0, need_grad)
+    if need_grad:
+        logits.copy_(dl * grad_scale)
+    return loss
+
+
+def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
+              chunk_size, need_grad, check=False):
+    op = "linear_cross_entropy"
+    _lce_check(op, hidden, weight, target, bias, chunk_size)
+    if need_grad and reduction == 0:
+        raise ValueError(f"scree.{op}: argument 'reduction'='none' is not differentiable here "
+                         "(the gradients are folded in the forward for a scalar loss); use "
+                         "'mean' or 'sum'")
+    n, h = hidden.shape
+    v = weight.shape[0]
+    dev = hidden.device
+
+    def empty():  # an unused output (one of its own: outputs may not alias)
+        return hidden.new_empty(0)
+    # The kernel's checks on the logits the chunks make up (meta tensors:
+    # no memory), before any product is computed.
+    _ce_rows(torch.empty((n, v), dtype=hidden.dtype, device="meta"),
+             torch.empty((n,), dtype=target.dtype, device="meta"), ignore_index,
+             label_smoothing, z_loss, 1 if need_grad else 0, None, 0.0, True,
+             op, _LCE_NAMES)
+    if check:
+        loss = torch.empty(() if reduction else (n,), dtype=torch.float32, device=dev)
+        if not need_grad:
+            return loss, empty(), empty(), empty()
+        return (loss, torch.empty((n, h), dtype=hidden.dtype, device=dev),
+                torch.empty((v, h), dtype=weight.dtype, device=dev),
+                torch.empty((v,), dtype=bias.dtype, device=dev) if bias is not None else empty())
+    chunk = chunk_size or _lce_chunk_rows(n, v, h)
+    scale = 1.0
+    if reduction == 2:
+        # The mean is over the rows not ignored in every chunk: the count
+        # first and, for the gradients, on the host (one device-to-host
+        # copy), so that the kernel scales each chunk's gradient by it.
+        count = (target != ignore_index).sum()
+        if need_grad:
+            c = int(count)
+            scale = 1.0 / c if c else 1.0
+    rows = torch.empty(n, dtype=torch.float32, device=dev)
+    gh = gw = gb = None
+    if need_grad:
+        gh = torch.empty((n, h), dtype=hidden.dtype, device=dev)
+        gw = torch.zeros((v, h), dtype=torch.float32, device=dev)
+        gb = torch.zeros((v,), dtype=torch.float32, device=dev) if bias is not None else None
+    wt = weight.t()
+    for s in range(0, n, chunk):
+        e = min(s + chunk, n)
+        hc = hidden[s:e]
+        logits = torch.addmm(bias, hc, wt) if bias is not None else torch.mm(hc, wt)
+        rows[s:e] = _lce_ce(logits, target[s:e], ignore_index, label_smoothing, z_loss,
+                            1 if need_grad else 0, need_grad, scale)
+        if need_grad:  # logits now hold the chunk's dlogits
+            torch.mm(logits, weight, out=gh[s:e])
+            gw += torch.mm(logits.t(), hc)
+            if gb is not None:
+                gb += logits.sum(0, dtype=torch.float32)
+    if reduction == 0:
+        loss = rows
+    elif reduction == 1:
+        loss = rows.sum()
+    else:
+        loss = rows.sum() / count
+    if not need_grad:
+        return loss, empty(), empty(), empty()
+    return (loss, gh, gw.to(weight.dtype), gb.to(bias.dtype) if gb is not None else empty())
+
+
+@torch.library.custom_op("scree::linear_cross_entropy", mutates_args=())
+def _lce_op(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
+            bias: Optional[torch.Tensor], ignore_index: int, reduction: int,
+            label_smoothing: float, z_loss: float, chunk_size: int, need_grad: bool
+            ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                     z_loss, chunk_size, need_grad)
+
+
+@_lce_op.register_fake
+def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
+      chunk_size, need_grad):
+    return _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
+                     z_loss, chunk_size, need_grad, check=True)
+
+
+def _lce_setup(ctx, inputs, output):
+    hidden, weight, target, bias, *_, need_grad = inputs
+    _, gh, gw, gb = output
+    ctx.mark_non_differentiable(gh, gw, gb)
+    ctx.save_for_backward(gh, gw, gb)
+    ctx.lce = (need_grad, bias is not None)
+
+
+def _lce_grad(ctx, grad_loss, *_):
+    need_grad, has_bias = ctx.lce
+    if not need_grad:
+        raise RuntimeError("scree.linear_cross_entropy: torch.ops.scree.linear_cross_entropy "
+                           "was called with need_grad=False, so it kept no gradients to go "
+                           "backward with; call it with need_grad=True")
+    gh, gw, gb = ctx.saved_tensors
+    return (gh * grad_loss.to(gh.dtype), gw * grad_loss.to(gw.dtype), None,
+            gb * grad_loss.to(gb.dtype) if has_bias else None, None, None, None, None, None,
+            None)
+
+
+torch.library.register_autograd("scree::linear_cross_entropy", _lce_grad,
+                                setup_context=_lce_setup)
+
+
+def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, z_loss=0.0, chunk_size=None):
+    """cross_entropy(hidden @ weight.T + bias, target, ...) without the
+    [rows, vocab] logits (Liger-Kernel's fused linear cross-entropy):
+    hidden [rows, hidden_size], weight [vocab, hidden_size] (an lm_head's),
+    bias [vocab] or None, all of one dtype; target [rows]. Row chunks of
+    chunk_size (default: rows such that chunk x vocab is about rows x
+    hidden_size elements) are multiplied out in hidden's dtype (torch.mm),
+    their loss taken by scree's cross-entropy kernel, which writes the
+    chunk's gradient in place over its logits; when an input requires
+    grad, the gradients of hidden, weight and bias are computed then, in
+    the forward (weight's and bias's accumulated in float32 over the
+    chunks, then cast to their dtype), and the backward only scales them
+    by the upstream gradient. The mean is over the rows not ignored in all
+    chunks (counted first; with gradients, one device-to-host copy).
+    Returns the loss in float32. reduction='none' is forward only (refused
+    when an input requires grad). label_smoothing and z_loss as scree.cross_entropy's."""
+    op = "linear_cross_entropy"
+    hidden = _args.tensor(op, "hidden", hidden)
+    weight = _args.tensor(op, "weight", weight)
+    target = _args.tensor(op, "target", target)
+    bias = _args.tensor(op, "bias", bias, optional=True)
+    ignore_index = _args.integer(op, "ignore_index", ignore_index,
+                                 ("cross_entropy", "ignore_index"))
+    red = _reduction(op, reduction)
+    label_smoothing = _args.real(op, "label_smoothing", label_smoothing,
+                                 ("cross_entropy", "label_smoothing"))
+    z_loss = _args.real(op, "z_loss", z_loss, ("cross_entropy", "z_loss"))
+    chunk = _args.integer(op, "chunk_size", chunk_size, optional=True)
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"scree.{op}: argument 'chunk_size'={chunk} must be positive "
+                         "(or None: the default)")
+    need = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (hidden, weight, bias))
+    if need and red == 0:
+        raise ValueError(f"scree.{op}: argument 'reduction'='none' is not differentiable here "
+                         "(the gradients are folded in the forward for a scalar loss); use "
+                         "'mean' or 'sum'")
+    loss, _, _, _ = torch.ops.scree.linear_cross_entropy(hidden, weight, target, bias,
+                                                         ignore_index, red, label_smoothing,
+                                                         z_loss, chunk or 0, need)
+    return loss
 
 
 # -- varlen attention --------------------------------------------------------
@@ -1839,5 +2235,6 @@ def _paged_varlen(op, n, n_cu, query, key, value, cu_seq_q, cu_seq_k, max_q, max
     return (out, lse) if want_lse else out
 
 
-OPS = ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "ragged_softmax", "rope_", "swiglu",
-       "cross_entropy", "varlen_attn", "kv_append", "paged_attention")
+OPS = ("rms_norm", "layer_norm", "add_rms_norm", "softmax", "ragged_softmax", "rope_", "rope",
+       "swiglu", "cross_entropy", "linear_cross_entropy", "varlen_attn", "kv_append",
+       "paged_attention")

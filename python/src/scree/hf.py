@@ -23,14 +23,17 @@ map to window_size (sliding_window - 1, 0), and logit softcapping
 are not supported (training with attention dropout is not either).
 
 apply(model, ...) patches a loaded LLaMA-style model's modules to run on
-scree (RMSNorm, the SwiGLU MLP, attention); from_pretrained(name, ...)
+scree (RMSNorm, the SwiGLU MLP, attention, and on request RoPE and the
+training loss as a fused linear cross-entropy); from_pretrained(name, ...)
 loads and patches in one call.
 """
+import sys
 import types
 
 import torch
 
-from ._ops import rms_norm as _rms_norm, swiglu as _swiglu, varlen_attn
+from ._ops import (linear_cross_entropy as _linear_cross_entropy, rms_norm as _rms_norm,
+                   rope as _rope, swiglu as _swiglu, varlen_attn)
 
 NAME = "scree"
 
@@ -189,6 +192,83 @@ def _mlp_forward(self, x):
     return self.down_proj(_swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
+def _make_rotary_pos_emb(original):
+    """A modeling module's apply_rotary_pos_emb on scree.rope; `original`
+    (HF's) for the layouts it does not take (unsqueeze_dim other than 1)."""
+
+    def scree_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+        """HF's apply_rotary_pos_emb (rotate-half) on scree.rope, in one
+        launch for q and k: q [B, H_q, S, D], k [B, H_kv, S, D] (views of the
+        [B, S, H, D] projections), cos and sin [B or 1, S, rotary_dim] with
+        their halves duplicated. The table scree reads is each token's cos
+        and sin halves (float32 [B * S, rotary_dim]) at positions
+        0 .. B * S - 1. Differentiable in q and k."""
+        if unsqueeze_dim != 1 or cos.dim() != 3 or q.dim() != 4:
+            return original(q, k, cos, sin, position_ids, unsqueeze_dim)
+        b, hq, s, d = q.shape
+        hk = k.shape[1]
+        rd = cos.shape[-1]
+        half = rd // 2
+        table = torch.cat((cos[..., :half], sin[..., :half]), -1).float()
+        table = table.expand(b, s, rd).reshape(b * s, rd)
+        pos = torch.arange(b * s, device=q.device)
+        rq, rk = _rope(q.transpose(1, 2).reshape(b * s, hq, d),
+                       k.transpose(1, 2).reshape(b * s, hk, d), positions=pos, cos_sin=table,
+                       rotary_dim=rd)
+        return rq.view(b, s, hq, d).transpose(1, 2), rk.view(b, s, hk, d).transpose(1, 2)
+
+    scree_rotary_pos_emb._scree_original = original
+    return scree_rotary_pos_emb
+
+
+def _modeling_module(model):
+    """The modeling module of a model's class (whose apply_rotary_pos_emb
+    its attention layers call)."""
+    return sys.modules.get(type(model).__module__)
+
+
+def _lce_forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                 past_key_values=None, inputs_embeds=None, labels=None, use_cache=None,
+                 logits_to_keep=0, **kwargs):
+    """The CausalLM's forward with, in training with labels (or
+    shift_labels), the loss of transformers' ForCausalLMLoss computed by
+    scree.linear_cross_entropy on the last hidden states and lm_head's
+    weight, never materialising the logits: the returned logits are then
+    None. Otherwise (eval, or no labels) the model's own forward."""
+    shift_labels = kwargs.get("shift_labels")
+    if not (self.training and (labels is not None or shift_labels is not None)):
+        return type(self).forward(self, input_ids=input_ids, attention_mask=attention_mask,
+                                  position_ids=position_ids, past_key_values=past_key_values,
+                                  inputs_embeds=inputs_embeds, labels=labels,
+                                  use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+    outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                         position_ids=position_ids, past_key_values=past_key_values,
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    hidden = outputs.last_hidden_state
+    keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+    hidden = hidden[:, keep, :]
+    ignore_index = kwargs.get("ignore_index", -100)
+    if shift_labels is None:  # tokens < n predict n
+        shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    h = hidden.reshape(-1, hidden.shape[-1])
+    target = shift_labels.reshape(-1).to(h.device)
+    num_items = kwargs.get("num_items_in_batch")
+    head = self.lm_head
+    if num_items is None:
+        loss = _linear_cross_entropy(h, head.weight, target, head.bias, ignore_index=ignore_index,
+                                     reduction="mean")
+    else:
+        loss = _linear_cross_entropy(h, head.weight, target, head.bias, ignore_index=ignore_index,
+                                     reduction="sum")
+        if torch.is_tensor(num_items):
+            num_items = num_items.to(loss.device)
+        loss = loss / num_items
+    return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                                  hidden_states=outputs.hidden_states,
+                                  attentions=outputs.attentions)
+
+
 def _norms(model):
     for name, mod in model.named_modules():
         if type(mod).__name__.endswith("RMSNorm"):
@@ -205,29 +285,32 @@ def _mlps(model):
 def apply(model, *, rms_norm=True, swiglu=True, attention=True, rope=False,
           cross_entropy=False):
     """Patches a loaded transformers model (LLaMA, Mistral, Qwen2, Qwen3;
-    Gemma and Gemma 2 for the norms and attention) in place to run its
-    RMSNorms on scree.rms_norm, its SwiGLU MLPs on scree.swiglu and its
-    attention on scree (attn_implementation "scree"), as Liger-Kernel's
-    apply_liger_kernel_to_llama does; all of them differentiable, so
-    training runs scree's backward kernels. Returns the model.
+    Gemma and Gemma 2 for the norms, RoPE and attention, Gemma also for the
+    loss) in place to run its RMSNorms on scree.rms_norm, its SwiGLU MLPs
+    on scree.swiglu and its attention on scree (attn_implementation
+    "scree"), as Liger-Kernel's apply_liger_kernel_to_llama does; all of
+    them differentiable, so training runs scree's backward kernels.
+    Returns the model.
+
+    rope=True replaces the modeling module's apply_rotary_pos_emb (e.g.
+    transformers.models.llama.modeling_llama.apply_rotary_pos_emb, which
+    the attention layers call) with one on scree.rope, as Liger-Kernel
+    does: that module function is shared, so every model of that type in
+    the process runs it, patched or not. cross_entropy=True replaces this
+    model's forward: in training with labels, the loss is
+    scree.linear_cross_entropy over the last hidden states and lm_head,
+    and the returned logits are None (they are never materialised); in
+    eval or without labels, the model's own forward.
 
     Everything is checked before anything is patched: an unsupported
     architecture or setting raises ValueError naming it and leaves the
-    model as it was. rope=True and cross_entropy=True are refused for now
-    (scree.rope and scree.cross_entropy are not differentiable yet; they
-    would leave training half on scree). Patching twice is harmless."""
+    model as it was. Patching twice is harmless."""
     cfg = getattr(model, "config", None)
     mtype = getattr(cfg, "model_type", None)
     if mtype not in _SUPPORTED:
         raise ValueError(f"scree.hf.apply: model_type {mtype!r} is not supported; scree patches "
                          f"{', '.join(sorted(_SUPPORTED))}")
     plus_one, swiglu_mlp = _SUPPORTED[mtype]
-    if rope:
-        raise ValueError("scree.hf.apply: rope=True is not supported yet (scree.rope has no "
-                         "backward registered); leave it False")
-    if cross_entropy:
-        raise ValueError("scree.hf.apply: cross_entropy=True is not supported yet "
-                         "(scree.cross_entropy has no backward registered); leave it False")
     act = getattr(cfg, "hidden_act", None) or getattr(cfg, "hidden_activation", None)
     if swiglu and (not swiglu_mlp or act not in ("silu", "swish")):
         raise ValueError(f"scree.hf.apply: swiglu=True needs a SwiGLU MLP (hidden_act 'silu'); "
@@ -245,6 +328,21 @@ def apply(model, *, rms_norm=True, swiglu=True, attention=True, rope=False,
     if swiglu and not mlps:
         raise ValueError(f"scree.hf.apply: no SwiGLU MLP module found in "
                          f"{type(model).__name__}; pass swiglu=False")
+    modeling = _modeling_module(model) if rope else None
+    if rope and not callable(getattr(modeling, "apply_rotary_pos_emb", None)):
+        raise ValueError(f"scree.hf.apply: rope=True needs the modeling module of "
+                         f"{type(model).__name__} to define apply_rotary_pos_emb; pass rope=False")
+    if cross_entropy:
+        head = getattr(model, "lm_head", None)
+        if not isinstance(head, torch.nn.Linear) or not isinstance(
+                getattr(model, "model", None), torch.nn.Module):
+            raise ValueError(f"scree.hf.apply: cross_entropy=True needs a CausalLM with a "
+                             f"linear lm_head over model ({type(model).__name__} is not one); "
+                             "pass cross_entropy=False")
+        if getattr(cfg, "final_logit_softcapping", None):
+            raise ValueError(f"scree.hf.apply: cross_entropy=True does not take "
+                             f"final_logit_softcapping ({mtype}: "
+                             f"{cfg.final_logit_softcapping}); pass cross_entropy=False")
     if attention:
         register()
     # Nothing refused: patch.
@@ -253,12 +351,27 @@ def apply(model, *, rms_norm=True, swiglu=True, attention=True, rope=False,
         mod.forward = types.MethodType(_rms_forward_plus_one if plus_one else _rms_forward, mod)
     for _, mod in mlps:
         mod.forward = types.MethodType(_mlp_forward, mod)
+    if rope and not hasattr(modeling.apply_rotary_pos_emb, "_scree_original"):
+        modeling.apply_rotary_pos_emb = _make_rotary_pos_emb(modeling.apply_rotary_pos_emb)
+    if cross_entropy:
+        model.forward = types.MethodType(_lce_forward, model)
     if attention:
         if hasattr(model, "set_attn_implementation"):
             model.set_attn_implementation(NAME)
         else:
             cfg._attn_implementation = NAME
     return model
+
+
+def unapply_rope(model):
+    """Gives the modeling module of model's type back its own
+    apply_rotary_pos_emb (undoes apply(..., rope=True) for every model of
+    that type). Harmless when it is not patched."""
+    modeling = _modeling_module(model)
+    fn = getattr(modeling, "apply_rotary_pos_emb", None)
+    original = getattr(fn, "_scree_original", None)
+    if original is not None:
+        modeling.apply_rotary_pos_emb = original
 
 
 def from_pretrained(name, *, rms_norm=True, swiglu=True, attention=True, rope=False,
