@@ -1447,7 +1447,12 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
                             1 if need_grad else 0, need_grad, scale)
         if need_grad:  # logits now hold the chunk's dlogits
             torch.mm(logits, weight, out=gh[s:e])
-            gw += torch.mm(logits.t(), hc)
+            if hc.is_cuda and hc.dtype != torch.float32:
+                # cuBLAS adds the 16-bit product into the fp32 sums in its
+                # epilogue: no 16-bit product tensor, no separate add.
+                torch.addmm(gw, logits.t(), hc, out_dtype=torch.float32, out=gw)
+            else:
+                gw.addmm_(logits.t().to(gw.dtype), hc.to(gw.dtype))
             if gb is not None:
                 gb += logits.sum(0, dtype=torch.float32)
     if reduction == 0:
