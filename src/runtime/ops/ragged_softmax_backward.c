@@ -276,50 +276,9 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
 
 /* ---- problems ------------------------------------------------------------ */
 
+/* Generated batches: scree__check_lens to check, scree__tune_lens to time
+ * (base/base.h), of at most MAX_SEQS sequences. */
 #define MAX_SEQS (1 << 20)
-
-/* The tuning batch, as the forward's: the first sequence at the longest
- * length, the rest log-uniform in [longest / 8, longest], until the total
- * (the last one trimmed). Deterministic per seed. */
-static int gen_tune_lens(int64_t total, int64_t longest, uint64_t seed, int64_t *l, int cap) {
-  if (longest < 1) longest = 1;
-  if (total < longest) total = longest;
-  int64_t sum = 0;
-  int n = 0;
-  uint64_t s = seed | 1;
-  while (n < cap && sum < total) {
-    int64_t v = n > 0 ? scree__rand_len(&s, longest) : longest;
-    if (v > total - sum) v = total - sum;
-    l[n++] = v;
-    sum += v;
-  }
-  return n;
-}
-
-/* The check batch, as the forward's: lengths 0 and 1, one long sequence
- * (past a small stage: streamed), and lengths just off the token groups
- * (powers of two up to 256), each capped at the longest length (1000 when
- * not given); taken in this order while they fit a budget of about 2^24
- * elements (at least 256 tokens), so the CPU reference stays well under a
- * second. */
-static int gen_check_lens(int64_t cols, int64_t longest, int64_t *l) {
-  static const int64_t want[] = {0,  1,  -1, 17, 2,  65,  129, 257, 0,   3,   16, 15,
-                                 33, 64, 63, 128, 127, 31, 32, 255, 256, 7};
-  int64_t budget = ((int64_t)1 << 24) / cols;
-  if (budget < 256) budget = 256;
-  if (longest < 1) longest = 1000; /* not given */
-  int64_t lng = longest < 1000 ? longest : 1000;
-  if (lng > budget / 2) lng = budget / 2;
-  int n = 0;
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    int64_t v = want[i] < 0 ? lng : want[i];
-    if (v > longest) v = longest;
-    if (v > budget) continue;
-    budget -= v;
-    l[n++] = v;
-  }
-  return n;
-}
 
 /* Buffers y, dy, cu_seqlens, dx (the reference's order); packed rows. dx's
  * tolerance is one rounding to its dtype (scree__tolerance), but in fp32
@@ -349,9 +308,9 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     n = lens->n < MAX_SEQS ? lens->n : MAX_SEQS;
     for (int i = 0; i < n; i++) l[i] = lens->q[i];
   } else if (check) {
-    n = gen_check_lens(a->cols, a->max_seqlen, l);
+    n = scree__check_lens(a->cols, a->max_seqlen, l);
   } else {
-    n = gen_tune_lens(a->total, a->max_seqlen, seed, l, MAX_SEQS);
+    n = scree__tune_lens(a->total, a->max_seqlen, seed, l, MAX_SEQS);
   }
   int32_t *cu = malloc((size_t)(n + 1) * sizeof *cu);
   if (!cu) {
