@@ -397,16 +397,7 @@ static int keep_check(const scree__config *c, const scree__variant *var, const s
              c->v[SCREE__RW_CACHE], bytes);
     return 0;
   }
-  const int cs = c->v[K_CSIZE];
-  if (cs != 1 && cs != 2 && cs != 4 && cs != 8) {
-    snprintf(why, n, "csize=%d is not 1, 2, 4 or 8", cs);
-    return 0;
-  }
-  if (cs > 1 && t->sm < 90) {
-    snprintf(why, n, "csize=%d: thread block clusters need sm_90, not sm_%d", cs, t->sm);
-    return 0;
-  }
-  return 1;
+  return scree__check_cluster("csize", c->v[K_CSIZE], t, why, n);
 }
 
 /* Narrows VEC to what the call allows, keeping the bytes a thread holds

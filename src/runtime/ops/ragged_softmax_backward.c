@@ -104,15 +104,7 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
     scree__set_why(why, n, "stok=%d: must be a power of two in [rows=%d, 8192]", stok, rows);
     return 0;
   }
-  const int split = c->v[S_SPLIT];
-  if (split != 1 && split != 2 && split != 4 && split != 8) {
-    scree__set_why(why, n, "split=%d: must be 1, 2, 4 or 8", split);
-    return 0;
-  }
-  if (split > 1 && t->sm < 90) {
-    scree__set_why(why, n, "split=%d: thread block clusters need sm_90, not sm_%d", split, t->sm);
-    return 0;
-  }
+  if (!scree__check_cluster("split", c->v[S_SPLIT], t, why, n)) return 0;
   const size_t need = smem_bytes(c, var) + red_bytes(c);
   if (need > (size_t)t->smem_optin) {
     scree__set_why(why, n, "stok=%d tokens of %zu bytes: %zu bytes of shared memory, past the "

@@ -98,6 +98,20 @@ scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scre
   return SCREE_OK;
 }
 
+int scree__check_cluster(const char *field, int size, const scree__target *t, char *why,
+                         size_t n) {
+  if (size != 1 && size != 2 && size != 4 && size != 8) {
+    scree__set_why(why, n, "%s=%d: must be 1, 2, 4 or 8", field, size);
+    return 0;
+  }
+  if (size > 1 && t->sm < 90) {
+    scree__set_why(why, n, "%s=%d: thread block clusters need sm_90, not sm_%d", field, size,
+                   t->sm);
+    return 0;
+  }
+  return 1;
+}
+
 int scree__rowwise_config_check(const scree__config *c, const scree__variant *var,
                                 const scree__target *t, char *why, size_t n) {
   (void)t;

@@ -69,6 +69,12 @@ void scree__rowwise_default(int64_t cols, int esize, scree__config *out);
 int scree__rowwise_worth(const scree__config *c, int64_t cols);
 /* Narrows VEC (keeping the elements per thread) to 2^widest_log2. */
 void scree__rowwise_adapt(scree__config *c, int widest_log2);
+/* 1 if `field`=size, the CTAs of a thread block cluster (1: none), is 1,
+ * 2, 4 or 8, and 1 or the target sm_90 or later (clusters need sm_90);
+ * else 0 with the reason ("split=3: must be 1, 2, 4 or 8", "csize=2:
+ * thread block clusters need sm_90, not sm_80"). */
+int scree__check_cluster(const char *field, int size, const scree__target *t, char *why,
+                         size_t n);
 
 /* Grid ceil(rows / ROWS) (capped at 2^31 - 1; the kernels stride), block
  * TPR * ROWS, on stream. `what` names the kernel in an error. */
