@@ -435,32 +435,6 @@ static int keep_worth_timing(const scree__config *c, const scree__variant *var, 
   return cap == 8 || nvec * 2 > cap;
 }
 
-/* A cluster launch: fn on gx CTAs of `block` threads in clusters of csize
- * along x (cuLaunchKernelEx) when csize > 1. */
-static scree_status keep_grid(scree_context *ctx, CUfunction fn, unsigned gx, unsigned block,
-                              int csize, CUstream stream, void **params) {
-  CUresult r;
-  if (csize == 1) {
-    r = ctx->cu->LaunchKernel(fn, gx, 1, 1, block, 1, 1, 0, stream, params, NULL);
-  } else {
-    if (!ctx->cu->LaunchKernelEx)
-      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                         "cross_entropy csize=%d needs cuLaunchKernelEx (thread block clusters), "
-                         "which this driver does not export", csize);
-    scree__cu_launch_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.cluster_dim.x = (unsigned)csize;
-    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-    scree__cu_launch_config lc = {gx, 1, 1, block, 1, 1, 0, stream, &attr, 1};
-    r = ctx->cu->LaunchKernelEx(&lc, fn, params, NULL);
-  }
-  if (!r) return SCREE_OK;
-  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH,
-                        csize == 1 ? "cuLaunchKernel(cross_entropy keep)"
-                                   : "cuLaunchKernelEx(cross_entropy keep)");
-}
-
 /* The row must fit (else SCREE_ERROR_UNSUPPORTED, nothing launched);
  * scree_ce_count first for the mean, as the generic launch; then one
  * cluster per ROWS rows (at most 2^31 - 1 CTAs; the kernel strides). */
@@ -500,8 +474,10 @@ static scree_status keep_launch(scree_context *ctx, const scree__kernel *k,
   if (clusters < 1) clusters = 1;
   void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore,
                     &dlogits, &dstride, &eps, &z, &gs, &count};
-  return keep_grid(ctx, k->fn[0], (unsigned)(clusters * cs),
-                   (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), cs, stream, params);
+  const scree__grid g = {(unsigned)(clusters * cs), 1, 1,
+                         (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 0, cs};
+  return scree__launch_grid(ctx, k->fn[0], g, stream, params, "cross_entropy", "csize",
+                            "cross_entropy keep");
 }
 
 static const scree__impl impls[] = {

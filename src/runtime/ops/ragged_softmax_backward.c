@@ -217,28 +217,9 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   const unsigned gx = (unsigned)(scree__cdiv(a->cols, span) * split);
   const unsigned gy = (unsigned)(a->batch < 65535 ? a->batch : 65535);
   const unsigned gz = (unsigned)scree__cdiv(a->batch, gy);
-  const unsigned block = (unsigned)(tpr * rows);
-  CUresult r;
-  if (split == 1) {
-    r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, gz, block, 1, 1, smem, stream, params, NULL);
-  } else {
-    /* Clusters need cuLaunchKernelEx, optional in the driver table. */
-    if (!ctx->cu->LaunchKernelEx)
-      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                         "ragged_softmax_backward split=%d needs cuLaunchKernelEx (thread block "
-                         "clusters), which this driver does not export", split);
-    scree__cu_launch_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.cluster_dim.x = (unsigned)split;
-    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-    scree__cu_launch_config lc = {gx, gy, gz, block, 1, 1, smem, stream, &attr, 1};
-    r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
-  }
-  if (!r) return SCREE_OK;
-  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH,
-                        split == 1 ? "cuLaunchKernel(ragged_softmax_backward)"
-                                   : "cuLaunchKernelEx(ragged_softmax_backward)");
+  const scree__grid g = {gx, gy, gz, (unsigned)(tpr * rows), smem, split};
+  return scree__launch_grid(ctx, k->fn[0], g, stream, params, "ragged_softmax_backward", "split",
+                            "ragged_softmax_backward");
 }
 
 /* ---- tuning hooks ------------------------------------------------------ */

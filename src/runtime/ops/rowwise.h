@@ -82,6 +82,28 @@ scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scre
                                    int64_t rows, void **params, CUstream stream,
                                    const char *what);
 
+/* A launch's grid: x by y by z CTAs of `block` threads with smem bytes of
+ * dynamic shared memory, in thread block clusters of `cluster` CTAs along x
+ * (1: no clusters; x a multiple of it). */
+typedef struct scree__grid {
+  unsigned x, y, z, block, smem;
+  int cluster;
+} scree__grid;
+/* SCREE_OK if clusters of `cluster` CTAs can be launched: cluster is 1, or
+ * the driver exports cuLaunchKernelEx (optional in the driver table); else
+ * SCREE_ERROR_UNSUPPORTED, "<op> <field>=<cluster> needs cuLaunchKernelEx
+ * ...", `field` the config field that asked for the clusters. */
+scree_status scree__need_clusters(scree_context *ctx, int cluster, const char *op,
+                                  const char *field);
+/* fn on grid g, on stream: cuLaunchKernel, or with clusters (g.cluster > 1)
+ * cuLaunchKernelEx with the cluster dimension attribute, after
+ * scree__need_clusters(ctx, g.cluster, op, field) (field may be NULL when
+ * g.cluster is 1). A launch error names the call and `what`, the kernel:
+ * "cuLaunchKernelEx(<what>): ...". */
+scree_status scree__launch_grid(scree_context *ctx, CUfunction fn, scree__grid g, CUstream stream,
+                                void **params, const char *op, const char *field,
+                                const char *what);
+
 /* Reshapes the random rows of a problem's input x (host, rows of cols
  * elements of dtype, row stride xs) so that likely kernel mistakes show
  * past the tolerance: row r scaled by 2^(r % 7 - 3), 1/8 ... 8, so rows
