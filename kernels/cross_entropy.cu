@@ -30,7 +30,8 @@
  *     earlier versions); 1: the extended forward (label smoothing, z-loss)
  *     that may also write dlogits, described at its kernel below
  *
- * scree_ce_count (either variant): the number of rows whose target is not
+ * scree_ce_count (either variant; ce_count.cuh, shared with
+ * cross_entropy_keep.cu): the number of rows whose target is not
  * ignore_index, for the gradient's mean; one CTA of 256 threads.
  *
  * The host guarantees: logits aligned to VEC elements and its row stride a
@@ -99,20 +100,7 @@ __device__ __forceinline__ void scree_ce_fold(scree_online &st, float &comp,
 #define SCREE_CE_GRAD 0
 #endif
 
-/* The number of rows whose target is not ignore_index, into *count: one
- * CTA of 256 threads (integer sums: exact, whatever the order). */
-extern "C" __global__ void __launch_bounds__(256)
-scree_ce_count(const long long *__restrict__ targets, long long rows, long long ignore_index,
-               unsigned long long *__restrict__ count) {
-  __shared__ unsigned long long total;
-  if (threadIdx.x == 0) total = 0;
-  __syncthreads();
-  unsigned long long n = 0;
-  for (long long r = threadIdx.x; r < rows; r += blockDim.x) n += targets[r] != ignore_index;
-  atomicAdd(&total, n);
-  __syncthreads();
-  if (threadIdx.x == 0) *count = total;
-}
+#include "ce_count.cuh"
 
 #if !SCREE_CE_GRAD
 /* loss and lse never alias the logits (the host checks it). */

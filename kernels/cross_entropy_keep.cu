@@ -54,8 +54,8 @@
  *   SCREE_CSIZE   CTAs a row spans: 1, 2, 4 or 8 (more than 1: sm_90)
  *   SCREE_DTYPE   the logits' dtype code: 0 fp32, 1 fp16, 2 bf16
  *
- * scree_ce_count: as cross_entropy.cu's (the rows not ignored, for the
- * mean; one CTA of 256 threads).
+ * scree_ce_count: cross_entropy.cu's, from ce_count.cuh (the rows not
+ * ignored, for the mean; one CTA of 256 threads).
  *
  * Test alone: ctest -R cross_entropy (on a GPU), ctest -R ce_keep_emu (on the CPU)
  */
@@ -114,20 +114,7 @@ __device__ __forceinline__ void scree_ce_stcs(V *p, const V &v) {
     *p = v;
 }
 
-/* The number of rows whose target is not ignore_index, into *count: one
- * CTA of 256 threads (integer sums: exact, whatever the order). */
-extern "C" __global__ void __launch_bounds__(256)
-scree_ce_count(const long long *__restrict__ targets, long long rows, long long ignore_index,
-               unsigned long long *__restrict__ count) {
-  __shared__ unsigned long long total;
-  if (threadIdx.x == 0) total = 0;
-  __syncthreads();
-  unsigned long long n = 0;
-  for (long long r = threadIdx.x; r < rows; r += blockDim.x) n += targets[r] != ignore_index;
-  atomicAdd(&total, n);
-  __syncthreads();
-  if (threadIdx.x == 0) *count = total;
-}
+#include "ce_count.cuh"
 
 /* The kernel's shared memory (static; dynamic under tests/emu, which
  * defines SCREE_SMEM_BASE): the group reductions' scratch and, with

@@ -206,3 +206,38 @@ int scree_test_check_safelisted(scree_context *ctx, const scree__op *op, CUstrea
   }
   return ran;
 }
+
+/* ---- the packed-sequence ops ----------------------------------------------- */
+
+const int64_t scree_test_lens_edge[21] = {0,   1,   2,   15,  16,  17, 31, 33, 63,   64, 65,
+                                          127, 128, 129, 255, 256, 257, 0, 3,  1000, 7};
+const int64_t scree_test_lens_small[5] = {0, 1, 3, 40, 17};
+const int64_t scree_test_lens_long[3] = {5000, 7, 1};
+const int64_t scree_test_lens_one[1] = {1};
+
+int64_t *scree_test_short_lens(int n) {
+  int64_t *l = malloc(sizeof *l * (size_t)n);
+  ck_assert_ptr_nonnull(l);
+  for (int i = 0; i < n; i++) l[i] = (int64_t)(scree_test_rand() % 6);
+  return l;
+}
+
+int32_t *scree_test_cu_seqlens(const int64_t *lens, int n, int64_t *maxlen) {
+  int32_t *cu = malloc(sizeof *cu * (size_t)(n + 1));
+  ck_assert_ptr_nonnull(cu);
+  cu[0] = 0;
+  *maxlen = 0;
+  for (int i = 0; i < n; i++) {
+    cu[i + 1] = cu[i] + (int32_t)lens[i];
+    if (lens[i] > *maxlen) *maxlen = lens[i];
+  }
+  return cu;
+}
+
+scree_status scree_test_run_adapted(void *user, scree_context *ctx, const void *args,
+                                    CUstream stream) {
+  const scree__config_runner *u = user;
+  scree__config c = *u->cfg;
+  u->op->impls[c.impl].adapt(&c, u->var, args);
+  return scree__run_exact(ctx, u->op, &c, u->var, args, stream);
+}

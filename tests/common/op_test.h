@@ -87,4 +87,35 @@ const scree__sl_entry *scree_test_next_safelisted(scree_context *ctx, const scre
 int scree_test_check_safelisted(scree_context *ctx, const scree__op *op, CUstream stream,
                                 int (*shape)(const scree__config *cfg, int i, void *args));
 
+/* ---- the packed-sequence ops (the ragged softmax and its backward) -------- */
+
+/* Batches of sequence lengths their GPU tests share: the edge lengths 0, 1
+ * and just off the token tiles, groups and stages (up to 257), with a long
+ * one (1000) past every register cache and small stage; a few short ones,
+ * for the widest rows; a long one (5000) past every default stage (the
+ * rest streamed) and two short ones; one token. */
+extern const int64_t scree_test_lens_edge[21], scree_test_lens_small[5], scree_test_lens_long[3],
+    scree_test_lens_one[1];
+/* A batch as a (lengths, count) argument pair. */
+#define SCREE_TEST_LENS(a) (a), (int)(sizeof(a) / sizeof((a)[0]))
+#define SCREE_TEST_EDGE SCREE_TEST_LENS(scree_test_lens_edge)
+#define SCREE_TEST_SMALL SCREE_TEST_LENS(scree_test_lens_small)
+#define SCREE_TEST_LONG SCREE_TEST_LENS(scree_test_lens_long)
+#define SCREE_TEST_ONE SCREE_TEST_LENS(scree_test_lens_one)
+
+/* n random lengths in [0, 6), malloc'd (free it): many sequences, most of
+ * them empty or short. */
+int64_t *scree_test_short_lens(int n);
+
+/* The cu_seqlens of the n lengths lens: n + 1 offsets from 0, malloc'd
+ * (free it); the longest length in *maxlen. */
+int32_t *scree_test_cu_seqlens(const int64_t *lens, int n, int64_t *maxlen);
+
+/* A harness runner (scree__runner) for one config of op, adapted to each
+ * call (the implementation's adapt) as the tuner adapts a candidate, then
+ * run exactly (scree__run_exact loads its kernel); user is a
+ * scree__config_runner (tuner/harness.h) whose k is not used. */
+scree_status scree_test_run_adapted(void *user, scree_context *ctx, const void *args,
+                                    CUstream stream);
+
 #endif

@@ -150,6 +150,24 @@ double scree__rand_normal(uint64_t *s);
 /* A length log-uniform in [hi / 8, hi], rounded, in [1, hi]: the sequence
  * lengths of a realistic generated batch (one draw from *s). */
 int64_t scree__rand_len(uint64_t *s, int64_t hi);
+/* The tuning batch of a packed-sequence op (the ragged softmax and its
+ * backward): the first sequence at the longest length, the rest
+ * scree__rand_len(longest), until their sum is total (the last one
+ * trimmed), at most cap sequences; longest below 1 counts as 1, a total
+ * below longest as longest. Deterministic per seed. Writes the lengths to
+ * l[0..cap) and returns their count. */
+int scree__tune_lens(int64_t total, int64_t longest, uint64_t seed, int64_t *l, int cap);
+/* The most lengths scree__check_lens writes. */
+#define SCREE__CHECK_LENS_MAX 22
+/* The check batch of a packed-sequence op with rows of cols elements:
+ * lengths 0 and 1, one long sequence (past a small stage: streamed), and
+ * lengths just off the token tiles and groups (powers of two up to 256),
+ * each capped at longest (1000 when longest is below 1, not given), the
+ * long one at 1000 too; taken in this order while they fit a budget of
+ * about 2^24 elements (at least 256 tokens), so a CPU reference stays well
+ * under a second. Writes at most SCREE__CHECK_LENS_MAX lengths to l and
+ * returns their count. */
+int scree__check_lens(int64_t cols, int64_t longest, int64_t *l);
 
 /* ---- dtype.c ------------------------------------------------------------- */
 

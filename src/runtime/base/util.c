@@ -260,6 +260,40 @@ int64_t scree__rand_len(uint64_t *s, int64_t hi) {
   return v < 1 ? 1 : v > hi ? hi : v;
 }
 
+int scree__tune_lens(int64_t total, int64_t longest, uint64_t seed, int64_t *l, int cap) {
+  if (longest < 1) longest = 1;
+  if (total < longest) total = longest;
+  int64_t sum = 0;
+  int n = 0;
+  uint64_t s = seed | 1;
+  while (n < cap && sum < total) {
+    int64_t v = n > 0 ? scree__rand_len(&s, longest) : longest;
+    if (v > total - sum) v = total - sum;
+    l[n++] = v;
+    sum += v;
+  }
+  return n;
+}
+
+int scree__check_lens(int64_t cols, int64_t longest, int64_t *l) {
+  static const int64_t want[SCREE__CHECK_LENS_MAX] = {
+      0, 1, -1, 17, 2, 65, 129, 257, 0, 3, 16, 15, 33, 64, 63, 128, 127, 31, 32, 255, 256, 7};
+  int64_t budget = ((int64_t)1 << 24) / cols;
+  if (budget < 256) budget = 256;
+  if (longest < 1) longest = 1000; /* not given */
+  int64_t lng = longest < 1000 ? longest : 1000;
+  if (lng > budget / 2) lng = budget / 2;
+  int n = 0;
+  for (size_t i = 0; i < SCREE__CHECK_LENS_MAX; i++) {
+    int64_t v = want[i] < 0 ? lng : want[i];
+    if (v > longest) v = longest;
+    if (v > budget) continue;
+    budget -= v;
+    l[n++] = v;
+  }
+  return n;
+}
+
 double scree__rand_normal(uint64_t *s) {
   const double u0 = ((double)(scree__rand(s) >> 11) + 0.5) / 9007199254740992.0;
   const double u1 = ((double)(scree__rand(s) >> 11) + 0.5) / 9007199254740992.0;

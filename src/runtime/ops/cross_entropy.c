@@ -397,16 +397,7 @@ static int keep_check(const scree__config *c, const scree__variant *var, const s
              c->v[SCREE__RW_CACHE], bytes);
     return 0;
   }
-  const int cs = c->v[K_CSIZE];
-  if (cs != 1 && cs != 2 && cs != 4 && cs != 8) {
-    snprintf(why, n, "csize=%d is not 1, 2, 4 or 8", cs);
-    return 0;
-  }
-  if (cs > 1 && t->sm < 90) {
-    snprintf(why, n, "csize=%d: thread block clusters need sm_90, not sm_%d", cs, t->sm);
-    return 0;
-  }
-  return 1;
+  return scree__check_cluster("csize", c->v[K_CSIZE], t, why, n);
 }
 
 /* Narrows VEC to what the call allows, keeping the bytes a thread holds
@@ -442,32 +433,6 @@ static int keep_worth_timing(const scree__config *c, const scree__variant *var, 
   const int64_t nvec = vocab / c->v[SCREE__RW_VEC], cap = keep_capacity(c);
   if (nvec > cap) return 0;
   return cap == 8 || nvec * 2 > cap;
-}
-
-/* A cluster launch: fn on gx CTAs of `block` threads in clusters of csize
- * along x (cuLaunchKernelEx) when csize > 1. */
-static scree_status keep_grid(scree_context *ctx, CUfunction fn, unsigned gx, unsigned block,
-                              int csize, CUstream stream, void **params) {
-  CUresult r;
-  if (csize == 1) {
-    r = ctx->cu->LaunchKernel(fn, gx, 1, 1, block, 1, 1, 0, stream, params, NULL);
-  } else {
-    if (!ctx->cu->LaunchKernelEx)
-      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                         "cross_entropy csize=%d needs cuLaunchKernelEx (thread block clusters), "
-                         "which this driver does not export", csize);
-    scree__cu_launch_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.cluster_dim.x = (unsigned)csize;
-    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-    scree__cu_launch_config lc = {gx, 1, 1, block, 1, 1, 0, stream, &attr, 1};
-    r = ctx->cu->LaunchKernelEx(&lc, fn, params, NULL);
-  }
-  if (!r) return SCREE_OK;
-  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH,
-                        csize == 1 ? "cuLaunchKernel(cross_entropy keep)"
-                                   : "cuLaunchKernelEx(cross_entropy keep)");
 }
 
 /* The row must fit (else SCREE_ERROR_UNSUPPORTED, nothing launched);
@@ -509,8 +474,10 @@ static scree_status keep_launch(scree_context *ctx, const scree__kernel *k,
   if (clusters < 1) clusters = 1;
   void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore,
                     &dlogits, &dstride, &eps, &z, &gs, &count};
-  return keep_grid(ctx, k->fn[0], (unsigned)(clusters * cs),
-                   (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), cs, stream, params);
+  const scree__grid g = {(unsigned)(clusters * cs), 1, 1,
+                         (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 0, cs};
+  return scree__launch_grid(ctx, k->fn[0], g, stream, params, "cross_entropy", "csize",
+                            "cross_entropy keep");
 }
 
 static const scree__impl impls[] = {

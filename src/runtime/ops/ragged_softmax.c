@@ -157,15 +157,7 @@ static int smem_check(const scree__config *c, const scree__variant *var,
     scree__set_why(why, n, "stok=%d: must be a power of two in [rows=%d, 8192]", stok, rows);
     return 0;
   }
-  const int split = c->v[S_SPLIT];
-  if (split != 1 && split != 2 && split != 4 && split != 8) {
-    scree__set_why(why, n, "split=%d: must be 1, 2, 4 or 8", split);
-    return 0;
-  }
-  if (split > 1 && t->sm < 90) {
-    scree__set_why(why, n, "split=%d: thread block clusters need sm_90, not sm_%d", split, t->sm);
-    return 0;
-  }
+  if (!scree__check_cluster("split", c->v[S_SPLIT], t, why, n)) return 0;
   const size_t need = smem_bytes(c, var) + smem_red_bytes(c);
   if (need > (size_t)t->smem_optin) {
     scree__set_why(why, n, "stok=%d tokens of %zu bytes: %zu bytes of shared memory, past the "
@@ -301,43 +293,6 @@ static call_params params_of(const scree_ragged_softmax_args *a) {
                        a->y_stride ? a->y_stride : a->cols, (float)(s * 1.4426950408889634)};
 }
 
-/* Clusters of `cluster` CTAs (asked for by the config field `field`) need
- * cuLaunchKernelEx, optional in the driver table. */
-static scree_status need_clusters(scree_context *ctx, int cluster, const char *field) {
-  if (cluster == 1 || ctx->cu->LaunchKernelEx) return SCREE_OK;
-  return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                     "ragged_softmax %s=%d needs cuLaunchKernelEx (thread block clusters), "
-                     "which this driver does not export", field, cluster);
-}
-
-/* fn on a grid of gx x gy x gz CTAs, in thread block clusters of `cluster`
- * CTAs along x when cluster > 1 (cuLaunchKernelEx; `field` names the config
- * field that asked for them), `what` naming the kernel in errors. */
-static scree_status launch_grid(scree_context *ctx, CUfunction fn, unsigned gx, unsigned gy,
-                                unsigned gz, unsigned block, unsigned smem, CUstream stream,
-                                void **params, int cluster, const char *field,
-                                const char *what) {
-  CUresult r;
-  if (cluster == 1) {
-    r = ctx->cu->LaunchKernel(fn, gx, gy, gz, block, 1, 1, smem, stream, params, NULL);
-  } else {
-    scree_status st = need_clusters(ctx, cluster, field);
-    if (st) return st;
-    scree__cu_launch_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.cluster_dim.x = (unsigned)cluster;
-    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-    scree__cu_launch_config lc = {gx, gy, gz, block, 1, 1, smem, stream, &attr, 1};
-    r = ctx->cu->LaunchKernelEx(&lc, fn, params, NULL);
-  }
-  if (!r) return SCREE_OK;
-  char call[96];
-  snprintf(call, sizeof call, "%s(%s)", cluster == 1 ? "cuLaunchKernel" : "cuLaunchKernelEx",
-           what);
-  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, call);
-}
-
 /* Grid (batch, column blocks of tpr * vec), block tpr * rows. */
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                            const scree__variant *var, const void *args, CUstream stream) {
@@ -348,9 +303,10 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
   call_params p = params_of(a);
   void *params[] = {&x, &y, &cu, &p.cols, &p.xs, &p.ys, &p.scale_log2};
-  return launch_grid(ctx, k->fn[0], (unsigned)a->batch, (unsigned)scree__cdiv(a->cols, span), 1,
-                     (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 0, stream, params, 1,
-                     NULL, "ragged_softmax");
+  const scree__grid g = {(unsigned)a->batch, (unsigned)scree__cdiv(a->cols, span), 1,
+                         (unsigned)(c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS]), 0, 1};
+  return scree__launch_grid(ctx, k->fn[0], g, stream, params, "ragged_softmax", NULL,
+                            "ragged_softmax");
 }
 
 /* Grid (column blocks of tpr * vec, times split; the batch over y and z),
@@ -377,8 +333,9 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   const unsigned gx = (unsigned)(scree__cdiv(a->cols, span) * split);
   const unsigned gy = (unsigned)(a->batch < 65535 ? a->batch : 65535);
   const unsigned gz = (unsigned)scree__cdiv(a->batch, gy);
-  return launch_grid(ctx, k->fn[0], gx, gy, gz, (unsigned)(tpr * rows), smem, stream, params,
-                     split, "split", "ragged_softmax_smem");
+  const scree__grid g = {gx, gy, gz, (unsigned)(tpr * rows), smem, split};
+  return scree__launch_grid(ctx, k->fn[0], g, stream, params, "ragged_softmax", "split",
+                            "ragged_softmax_smem");
 }
 
 /* ---- the cluster implementation (kernels/ragged_softmax_cluster.cu) ----- */
@@ -497,7 +454,8 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
                        "ragged_softmax impl=cluster: up to %lld items (%d strips, batch %lld) "
                        "exceed 2^31", (long long)items, nstrips, (long long)a->batch);
-  scree_status st = need_clusters(ctx, csize, "csize"); /* before the plan kernel */
+  /* Refused before the plan kernel runs. */
+  scree_status st = scree__need_clusters(ctx, csize, "ragged_softmax", "csize");
   if (st) return st;
   CUdeviceptr counters;
   if ((st = scree__stream_counters(ctx, stream, &counters))) return st;
@@ -508,7 +466,8 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
     if (st) return st;
     plan = ws;
     void *pp[] = {&cu, &batch, &nstrips, &plan};
-    st = launch_grid(ctx, k->fn[1], 1, 1, 1, 1024, 0, stream, pp, 1, NULL, "ragged_softmax plan");
+    st = scree__launch_grid(ctx, k->fn[1], (scree__grid){1, 1, 1, 1024, 0, 1}, stream, pp,
+                            "ragged_softmax", NULL, "ragged_softmax plan");
     if (st) return st;
   }
   int64_t clusters = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1) / csize;
@@ -516,9 +475,10 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
   if (clusters < 1) clusters = 1;
   call_params p = params_of(a);
   void *params[] = {&x, &y, &cu, &p.cols, &p.xs, &p.ys, &p.scale_log2, &batch, &ctr, &plan};
-  return launch_grid(ctx, k->fn[0], (unsigned)(clusters * csize), 1, 1,
-                     (unsigned)cluster_threads(c), (unsigned)cluster_smem(c, var), stream, params,
-                     csize, "csize", "ragged_softmax_cluster");
+  const scree__grid g = {(unsigned)(clusters * csize), 1, 1, (unsigned)cluster_threads(c),
+                         (unsigned)cluster_smem(c, var), csize};
+  return scree__launch_grid(ctx, k->fn[0], g, stream, params, "ragged_softmax", "csize",
+                            "ragged_softmax_cluster");
 }
 
 /* ---- tuning hooks ------------------------------------------------------ */
@@ -581,49 +541,9 @@ static int smem_worth_timing(const scree__config *c, const scree__variant *var,
 
 /* ---- problems ------------------------------------------------------------ */
 
+/* Generated batches: scree__check_lens to check, scree__tune_lens to time
+ * (base/base.h), of at most MAX_SEQS sequences. */
 #define MAX_SEQS (1 << 20)
-
-/* The tuning batch: the first sequence at the longest length, the rest
- * log-uniform in [longest / 8, longest], until the total (the last one
- * trimmed). Deterministic per seed. */
-static int gen_tune_lens(int64_t total, int64_t longest, uint64_t seed, int64_t *l, int cap) {
-  if (longest < 1) longest = 1;
-  if (total < longest) total = longest;
-  int64_t sum = 0;
-  int n = 0;
-  uint64_t s = seed | 1;
-  while (n < cap && sum < total) {
-    int64_t v = n > 0 ? scree__rand_len(&s, longest) : longest;
-    if (v > total - sum) v = total - sum;
-    l[n++] = v;
-    sum += v;
-  }
-  return n;
-}
-
-/* The check batch: lengths 0 and 1, one long sequence, and lengths just
- * off the token tiles rows * cache (powers of two up to 256), each capped
- * at the longest length (1000 when not given); taken in this order while they fit a budget of
- * about 2^24 elements (at least 256 tokens), so the CPU reference stays
- * well under a second. */
-static int gen_check_lens(int64_t cols, int64_t longest, int64_t *l) {
-  static const int64_t want[] = {0,  1,  -1, 17, 2,  65,  129, 257, 0,   3,   16, 15,
-                                 33, 64, 63, 128, 127, 31, 32, 255, 256, 7};
-  int64_t budget = ((int64_t)1 << 24) / cols;
-  if (budget < 256) budget = 256;
-  if (longest < 1) longest = 1000; /* not given */
-  int64_t lng = longest < 1000 ? longest : 1000;
-  if (lng > budget / 2) lng = budget / 2;
-  int n = 0;
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    int64_t v = want[i] < 0 ? lng : want[i];
-    if (v > longest) v = longest;
-    if (v > budget) continue;
-    budget -= v;
-    l[n++] = v;
-  }
-  return n;
-}
 
 static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
                    const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
@@ -646,9 +566,9 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     n = lens->n < MAX_SEQS ? lens->n : MAX_SEQS;
     for (int i = 0; i < n; i++) l[i] = lens->q[i];
   } else if (check) {
-    n = gen_check_lens(a->cols, a->max_seqlen, l);
+    n = scree__check_lens(a->cols, a->max_seqlen, l);
   } else {
-    n = gen_tune_lens(a->total, a->max_seqlen, seed, l, MAX_SEQS);
+    n = scree__tune_lens(a->total, a->max_seqlen, seed, l, MAX_SEQS);
   }
   int32_t *cu = malloc((size_t)(n + 1) * sizeof *cu);
   if (!cu) {

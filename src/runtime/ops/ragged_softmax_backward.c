@@ -104,15 +104,7 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
     scree__set_why(why, n, "stok=%d: must be a power of two in [rows=%d, 8192]", stok, rows);
     return 0;
   }
-  const int split = c->v[S_SPLIT];
-  if (split != 1 && split != 2 && split != 4 && split != 8) {
-    scree__set_why(why, n, "split=%d: must be 1, 2, 4 or 8", split);
-    return 0;
-  }
-  if (split > 1 && t->sm < 90) {
-    scree__set_why(why, n, "split=%d: thread block clusters need sm_90, not sm_%d", split, t->sm);
-    return 0;
-  }
+  if (!scree__check_cluster("split", c->v[S_SPLIT], t, why, n)) return 0;
   const size_t need = smem_bytes(c, var) + red_bytes(c);
   if (need > (size_t)t->smem_optin) {
     scree__set_why(why, n, "stok=%d tokens of %zu bytes: %zu bytes of shared memory, past the "
@@ -225,28 +217,9 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   const unsigned gx = (unsigned)(scree__cdiv(a->cols, span) * split);
   const unsigned gy = (unsigned)(a->batch < 65535 ? a->batch : 65535);
   const unsigned gz = (unsigned)scree__cdiv(a->batch, gy);
-  const unsigned block = (unsigned)(tpr * rows);
-  CUresult r;
-  if (split == 1) {
-    r = ctx->cu->LaunchKernel(k->fn[0], gx, gy, gz, block, 1, 1, smem, stream, params, NULL);
-  } else {
-    /* Clusters need cuLaunchKernelEx, optional in the driver table. */
-    if (!ctx->cu->LaunchKernelEx)
-      return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
-                         "ragged_softmax_backward split=%d needs cuLaunchKernelEx (thread block "
-                         "clusters), which this driver does not export", split);
-    scree__cu_launch_attr attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attr.value.cluster_dim.x = (unsigned)split;
-    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
-    scree__cu_launch_config lc = {gx, gy, gz, block, 1, 1, smem, stream, &attr, 1};
-    r = ctx->cu->LaunchKernelEx(&lc, k->fn[0], params, NULL);
-  }
-  if (!r) return SCREE_OK;
-  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH,
-                        split == 1 ? "cuLaunchKernel(ragged_softmax_backward)"
-                                   : "cuLaunchKernelEx(ragged_softmax_backward)");
+  const scree__grid g = {gx, gy, gz, (unsigned)(tpr * rows), smem, split};
+  return scree__launch_grid(ctx, k->fn[0], g, stream, params, "ragged_softmax_backward", "split",
+                            "ragged_softmax_backward");
 }
 
 /* ---- tuning hooks ------------------------------------------------------ */
@@ -276,50 +249,9 @@ static void representative(const scree__bucket *b, const scree__variant *var, in
 
 /* ---- problems ------------------------------------------------------------ */
 
+/* Generated batches: scree__check_lens to check, scree__tune_lens to time
+ * (base/base.h), of at most MAX_SEQS sequences. */
 #define MAX_SEQS (1 << 20)
-
-/* The tuning batch, as the forward's: the first sequence at the longest
- * length, the rest log-uniform in [longest / 8, longest], until the total
- * (the last one trimmed). Deterministic per seed. */
-static int gen_tune_lens(int64_t total, int64_t longest, uint64_t seed, int64_t *l, int cap) {
-  if (longest < 1) longest = 1;
-  if (total < longest) total = longest;
-  int64_t sum = 0;
-  int n = 0;
-  uint64_t s = seed | 1;
-  while (n < cap && sum < total) {
-    int64_t v = n > 0 ? scree__rand_len(&s, longest) : longest;
-    if (v > total - sum) v = total - sum;
-    l[n++] = v;
-    sum += v;
-  }
-  return n;
-}
-
-/* The check batch, as the forward's: lengths 0 and 1, one long sequence
- * (past a small stage: streamed), and lengths just off the token groups
- * (powers of two up to 256), each capped at the longest length (1000 when
- * not given); taken in this order while they fit a budget of about 2^24
- * elements (at least 256 tokens), so the CPU reference stays well under a
- * second. */
-static int gen_check_lens(int64_t cols, int64_t longest, int64_t *l) {
-  static const int64_t want[] = {0,  1,  -1, 17, 2,  65,  129, 257, 0,   3,   16, 15,
-                                 33, 64, 63, 128, 127, 31, 32, 255, 256, 7};
-  int64_t budget = ((int64_t)1 << 24) / cols;
-  if (budget < 256) budget = 256;
-  if (longest < 1) longest = 1000; /* not given */
-  int64_t lng = longest < 1000 ? longest : 1000;
-  if (lng > budget / 2) lng = budget / 2;
-  int n = 0;
-  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    int64_t v = want[i] < 0 ? lng : want[i];
-    if (v > longest) v = longest;
-    if (v > budget) continue;
-    budget -= v;
-    l[n++] = v;
-  }
-  return n;
-}
 
 /* Buffers y, dy, cu_seqlens, dx (the reference's order); packed rows. dx's
  * relative tolerance is one rounding to its dtype (scree__tolerance), its
@@ -350,9 +282,9 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
     n = lens->n < MAX_SEQS ? lens->n : MAX_SEQS;
     for (int i = 0; i < n; i++) l[i] = lens->q[i];
   } else if (check) {
-    n = gen_check_lens(a->cols, a->max_seqlen, l);
+    n = scree__check_lens(a->cols, a->max_seqlen, l);
   } else {
-    n = gen_tune_lens(a->total, a->max_seqlen, seed, l, MAX_SEQS);
+    n = scree__tune_lens(a->total, a->max_seqlen, seed, l, MAX_SEQS);
   }
   int32_t *cu = malloc((size_t)(n + 1) * sizeof *cu);
   if (!cu) {

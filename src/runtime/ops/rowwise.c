@@ -98,6 +98,52 @@ scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scre
   return SCREE_OK;
 }
 
+scree_status scree__need_clusters(scree_context *ctx, int cluster, const char *op,
+                                  const char *field) {
+  if (cluster == 1 || ctx->cu->LaunchKernelEx) return SCREE_OK;
+  return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                     "%s %s=%d needs cuLaunchKernelEx (thread block clusters), which this "
+                     "driver does not export", op, field, cluster);
+}
+
+scree_status scree__launch_grid(scree_context *ctx, CUfunction fn, scree__grid g, CUstream stream,
+                                void **params, const char *op, const char *field,
+                                const char *what) {
+  CUresult r;
+  if (g.cluster == 1) {
+    r = ctx->cu->LaunchKernel(fn, g.x, g.y, g.z, g.block, 1, 1, g.smem, stream, params, NULL);
+  } else {
+    scree_status st = scree__need_clusters(ctx, g.cluster, op, field);
+    if (st) return st;
+    scree__cu_launch_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.cluster_dim.x = (unsigned)g.cluster;
+    attr.value.cluster_dim.y = attr.value.cluster_dim.z = 1;
+    scree__cu_launch_config lc = {g.x, g.y, g.z, g.block, 1, 1, g.smem, stream, &attr, 1};
+    r = ctx->cu->LaunchKernelEx(&lc, fn, params, NULL);
+  }
+  if (!r) return SCREE_OK;
+  char call[96];
+  snprintf(call, sizeof call, "%s(%s)", g.cluster == 1 ? "cuLaunchKernel" : "cuLaunchKernelEx",
+           what);
+  return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, call);
+}
+
+int scree__check_cluster(const char *field, int size, const scree__target *t, char *why,
+                         size_t n) {
+  if (size != 1 && size != 2 && size != 4 && size != 8) {
+    scree__set_why(why, n, "%s=%d: must be 1, 2, 4 or 8", field, size);
+    return 0;
+  }
+  if (size > 1 && t->sm < 90) {
+    scree__set_why(why, n, "%s=%d: thread block clusters need sm_90, not sm_%d", field, size,
+                   t->sm);
+    return 0;
+  }
+  return 1;
+}
+
 int scree__rowwise_config_check(const scree__config *c, const scree__variant *var,
                                 const scree__target *t, char *why, size_t n) {
   (void)t;

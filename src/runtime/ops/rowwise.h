@@ -69,12 +69,40 @@ void scree__rowwise_default(int64_t cols, int esize, scree__config *out);
 int scree__rowwise_worth(const scree__config *c, int64_t cols);
 /* Narrows VEC (keeping the elements per thread) to 2^widest_log2. */
 void scree__rowwise_adapt(scree__config *c, int widest_log2);
+/* 1 if `field`=size, the CTAs of a thread block cluster (1: none), is 1,
+ * 2, 4 or 8, and 1 or the target sm_90 or later (clusters need sm_90);
+ * else 0 with the reason ("split=3: must be 1, 2, 4 or 8", "csize=2:
+ * thread block clusters need sm_90, not sm_80"). */
+int scree__check_cluster(const char *field, int size, const scree__target *t, char *why,
+                         size_t n);
 
 /* Grid ceil(rows / ROWS) (capped at 2^31 - 1; the kernels stride), block
  * TPR * ROWS, on stream. `what` names the kernel in an error. */
 scree_status scree__rowwise_launch(scree_context *ctx, CUfunction fn, const scree__config *c,
                                    int64_t rows, void **params, CUstream stream,
                                    const char *what);
+
+/* A launch's grid: x by y by z CTAs of `block` threads with smem bytes of
+ * dynamic shared memory, in thread block clusters of `cluster` CTAs along x
+ * (1: no clusters; x a multiple of it). */
+typedef struct scree__grid {
+  unsigned x, y, z, block, smem;
+  int cluster;
+} scree__grid;
+/* SCREE_OK if clusters of `cluster` CTAs can be launched: cluster is 1, or
+ * the driver exports cuLaunchKernelEx (optional in the driver table); else
+ * SCREE_ERROR_UNSUPPORTED, "<op> <field>=<cluster> needs cuLaunchKernelEx
+ * ...", `field` the config field that asked for the clusters. */
+scree_status scree__need_clusters(scree_context *ctx, int cluster, const char *op,
+                                  const char *field);
+/* fn on grid g, on stream: cuLaunchKernel, or with clusters (g.cluster > 1)
+ * cuLaunchKernelEx with the cluster dimension attribute, after
+ * scree__need_clusters(ctx, g.cluster, op, field) (field may be NULL when
+ * g.cluster is 1). A launch error names the call and `what`, the kernel:
+ * "cuLaunchKernelEx(<what>): ...". */
+scree_status scree__launch_grid(scree_context *ctx, CUfunction fn, scree__grid g, CUstream stream,
+                                void **params, const char *op, const char *field,
+                                const char *what);
 
 /* Reshapes the random rows of a problem's input x (host, rows of cols
  * elements of dtype, row stride xs) so that likely kernel mistakes show

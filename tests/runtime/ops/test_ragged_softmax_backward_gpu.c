@@ -46,13 +46,7 @@ static const dt2 dtype_sets[] = {
 };
 #define NSETS (sizeof dtype_sets / sizeof dtype_sets[0])
 
-/* Lengths: 0, 1 and just off the groups, a long one past small stages. */
-static const int64_t L_EDGE[] = {0,  1,  2,   15,  16,  17,  31, 33, 63,   64, 65,
-                                 127, 128, 129, 255, 256, 257, 0,  3,  1000, 7};
-static const int64_t L_SMALL[] = {0, 1, 3, 40, 17};
-static const int64_t L_LONG[] = {5000, 7, 1}; /* past every default stage: streamed */
-static const int64_t L_ONE[] = {1};
-#define N(a) ((int)(sizeof a / sizeof a[0]))
+/* Batches: SCREE_TEST_EDGE, _SMALL, _LONG and _ONE (op_test.h). */
 
 static scree__variant variant_of(dt2 d) {
   scree__variant v;
@@ -76,13 +70,8 @@ static void tolerance(scree_dtype dy, float scale, double *rtol, double *atol) {
  * past the last row must keep their bytes; y must keep its bytes. */
 static int run_case(const int64_t *lens, int n, int64_t cols, int64_t is, int64_t xs, dt2 d,
                     int in_place, float scale, int off, const scree__config *cfg) {
-  int32_t *cu = malloc(sizeof *cu * (size_t)(n + 1));
-  cu[0] = 0;
-  int64_t maxlen = 0;
-  for (int i = 0; i < n; i++) {
-    cu[i + 1] = cu[i] + (int32_t)lens[i];
-    if (lens[i] > maxlen) maxlen = lens[i];
-  }
+  int64_t maxlen;
+  int32_t *cu = scree_test_cu_seqlens(lens, n, &maxlen);
   const int64_t total = cu[n];
   if (in_place) xs = is;
   const size_t ey = scree_dtype_size(d.y), eg = scree_dtype_size(d.dy);
@@ -166,12 +155,12 @@ typedef struct shape {
   int64_t cols, is, xs;
 } shape;
 static const shape shapes[] = {
-    {L_EDGE, N(L_EDGE), 1, 1, 1},          {L_EDGE, N(L_EDGE), 7, 7, 7},
-    {L_EDGE, N(L_EDGE), 64, 64, 64},       {L_EDGE, N(L_EDGE), 129, 136, 130},
-    {L_EDGE, N(L_EDGE), 4096, 4096, 4096}, {L_EDGE, N(L_EDGE), 4097, 4104, 4100},
-    {L_SMALL, N(L_SMALL), 65536, 65536, 65536}, {L_SMALL, N(L_SMALL), 65535, 65535, 65536},
-    {L_LONG, N(L_LONG), 200, 200, 200},    {L_LONG, N(L_LONG), 33, 40, 33},
-    {L_ONE, N(L_ONE), 1000, 1000, 1000},   {L_ONE, N(L_ONE), 1, 1, 1},
+    {SCREE_TEST_EDGE, 1, 1, 1},              {SCREE_TEST_EDGE, 7, 7, 7},
+    {SCREE_TEST_EDGE, 64, 64, 64},           {SCREE_TEST_EDGE, 129, 136, 130},
+    {SCREE_TEST_EDGE, 4096, 4096, 4096},     {SCREE_TEST_EDGE, 4097, 4104, 4100},
+    {SCREE_TEST_SMALL, 65536, 65536, 65536}, {SCREE_TEST_SMALL, 65535, 65535, 65536},
+    {SCREE_TEST_LONG, 200, 200, 200},        {SCREE_TEST_LONG, 33, 40, 33},
+    {SCREE_TEST_ONE, 1000, 1000, 1000},      {SCREE_TEST_ONE, 1, 1, 1},
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 static const float scales[] = {0.f, 0.5f, -1.25f, 3.f};
@@ -187,8 +176,7 @@ END_TEST
  * or short (the default's narrow groups). */
 START_TEST(many_short_sequences) {
   enum { NS = 3001 };
-  int64_t *l = malloc(sizeof *l * NS);
-  for (int i = 0; i < NS; i++) l[i] = (int64_t)(scree_test_rand() % 6);
+  int64_t *l = scree_test_short_lens(NS);
   run_case(l, NS, 24, 24, 24, dtype_sets[_i], 0, 0.f, 0, NULL);
   run_case(l, NS, 4100, 4100, 4104, dtype_sets[_i], 0, -1.f, 0, NULL);
   free(l);
@@ -199,22 +187,22 @@ END_TEST
 START_TEST(misaligned_and_scaled) {
   const dt2 d = dtype_sets[_i];
   for (int off = 1; off <= 3; off++) {
-    run_case(L_EDGE, N(L_EDGE), 64, 64, 64, d, 0, 0.f, off, NULL);
-    run_case(L_LONG, N(L_LONG), 100, 100, 100, d, 0, 0.75f, off, NULL);
+    run_case(SCREE_TEST_EDGE, 64, 64, 64, d, 0, 0.f, off, NULL);
+    run_case(SCREE_TEST_LONG, 100, 100, 100, d, 0, 0.75f, off, NULL);
   }
-  run_case(L_EDGE, N(L_EDGE), 64, 65, 64, d, 0, 0.f, 0, NULL);
-  run_case(L_EDGE, N(L_EDGE), 96, 100, 98, d, 0, 0.f, 0, NULL);
-  run_case(L_SMALL, N(L_SMALL), 333, 333, 333, d, 0, -1.5f, 1, NULL);
-  run_case(L_EDGE, N(L_EDGE), 40, 40, 40, d, 0, 0.1f, 0, NULL);
-  run_case(L_EDGE, N(L_EDGE), 40, 48, 40, d, 0, 3.f, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 64, 65, 64, d, 0, 0.f, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 96, 100, 98, d, 0, 0.f, 0, NULL);
+  run_case(SCREE_TEST_SMALL, 333, 333, 333, d, 0, -1.5f, 1, NULL);
+  run_case(SCREE_TEST_EDGE, 40, 40, 40, d, 0, 0.1f, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 40, 48, 40, d, 0, 3.f, 0, NULL);
 }
 END_TEST
 
 START_TEST(in_place) {
   const dt2 d = dtype_sets[_i];
-  run_case(L_EDGE, N(L_EDGE), 4096, 4096, 4096, d, 1, 0.f, 0, NULL);
-  run_case(L_EDGE, N(L_EDGE), 1001, 1003, 1003, d, 1, 0.5f, 1, NULL);
-  run_case(L_LONG, N(L_LONG), 64, 64, 64, d, 1, -2.f, 0, NULL); /* streamed part */
+  run_case(SCREE_TEST_EDGE, 4096, 4096, 4096, d, 1, 0.f, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 1001, 1003, 1003, d, 1, 0.5f, 1, NULL);
+  run_case(SCREE_TEST_LONG, 64, 64, 64, d, 1, -2.f, 0, NULL); /* streamed part */
 }
 END_TEST
 
@@ -326,18 +314,6 @@ START_TEST(harness_problems) {
 }
 END_TEST
 
-/* A harness runner for one config, adapted to each call. */
-typedef struct adapted {
-  const scree__config *cfg;
-  const scree__variant *var;
-} adapted;
-static scree_status run_adapted(void *user, scree_context *c, const void *args, CUstream s) {
-  const adapted *u = user;
-  scree__config a = *u->cfg;
-  op->impls[a.impl].adapt(&a, u->var, args);
-  return scree__run_exact(c, op, &a, u->var, args, s);
-}
-
 /* The harness's check batch for `cols`, run with cfg if it passes the
  * check on this device; returns the runs. */
 static int check_config(dt2 d, int64_t cols, const scree__config *cfg) {
@@ -350,8 +326,8 @@ static int check_config(dt2 d, int64_t cols, const scree__config *cfg) {
   scree_test_make(ctx, op, &var, &sh, NULL, &r);
   char cs[128];
   scree__config_str(op, cfg, cs, sizeof cs);
-  adapted u = {cfg, &var};
-  scree_test_check_run(ctx, &r, run_adapted, &u, stream, "%s %s/%s cols=%lld", cs,
+  scree__config_runner u = {op, cfg, &var, NULL};
+  scree_test_check_run(ctx, &r, scree_test_run_adapted, &u, stream, "%s %s/%s cols=%lld", cs,
                        scree_dtype_name(d.y), scree_dtype_name(d.dy), (long long)cols);
   scree__run_free(ctx, &r);
   return 1;

@@ -40,13 +40,7 @@ static const dt2 dtype_sets[] = {
 };
 #define NSETS (sizeof dtype_sets / sizeof dtype_sets[0])
 
-/* Lengths: 0, 1 and just off the tiles, a long one past every cache. */
-static const int64_t L_EDGE[] = {0,  1,  2,   15,  16,  17,  31, 33, 63,   64, 65,
-                                 127, 128, 129, 255, 256, 257, 0,  3,  1000, 7};
-static const int64_t L_SMALL[] = {0, 1, 3, 40, 17};
-static const int64_t L_LONG[] = {5000, 7, 1};
-static const int64_t L_ONE[] = {1};
-#define N(a) ((int)(sizeof a / sizeof a[0]))
+/* Batches: SCREE_TEST_EDGE, _SMALL, _LONG and _ONE (op_test.h). */
 
 static scree__variant variant_of(dt2 d) {
   scree__variant v;
@@ -69,13 +63,8 @@ static void tolerance(scree_dtype y, double *rtol, double *atol) {
  * rows and a guard region past the last row must keep their bytes. */
 static int run_case(const int64_t *lens, int n, int64_t cols, int64_t xs, int64_t ys, dt2 d,
                     int in_place, float scale, int xoff, int yoff, const scree__config *cfg) {
-  int32_t *cu = malloc(sizeof *cu * (size_t)(n + 1));
-  cu[0] = 0;
-  int64_t maxlen = 0;
-  for (int i = 0; i < n; i++) {
-    cu[i + 1] = cu[i] + (int32_t)lens[i];
-    if (lens[i] > maxlen) maxlen = lens[i];
-  }
+  int64_t maxlen;
+  int32_t *cu = scree_test_cu_seqlens(lens, n, &maxlen);
   const int64_t total = cu[n];
   if (in_place) ys = xs, yoff = xoff;
   const size_t ex = scree_dtype_size(d.x), ey = scree_dtype_size(d.y);
@@ -147,12 +136,12 @@ typedef struct shape {
   int64_t cols, xs, ys;
 } shape;
 static const shape shapes[] = {
-    {L_EDGE, N(L_EDGE), 1, 1, 1},          {L_EDGE, N(L_EDGE), 7, 7, 7},
-    {L_EDGE, N(L_EDGE), 64, 64, 64},       {L_EDGE, N(L_EDGE), 129, 136, 130},
-    {L_EDGE, N(L_EDGE), 4096, 4096, 4096}, {L_EDGE, N(L_EDGE), 4097, 4104, 4100},
-    {L_SMALL, N(L_SMALL), 65536, 65536, 65536}, {L_SMALL, N(L_SMALL), 65535, 65535, 65536},
-    {L_LONG, N(L_LONG), 200, 200, 200},    {L_ONE, N(L_ONE), 1000, 1000, 1000},
-    {L_ONE, N(L_ONE), 1, 1, 1},
+    {SCREE_TEST_EDGE, 1, 1, 1},              {SCREE_TEST_EDGE, 7, 7, 7},
+    {SCREE_TEST_EDGE, 64, 64, 64},           {SCREE_TEST_EDGE, 129, 136, 130},
+    {SCREE_TEST_EDGE, 4096, 4096, 4096},     {SCREE_TEST_EDGE, 4097, 4104, 4100},
+    {SCREE_TEST_SMALL, 65536, 65536, 65536}, {SCREE_TEST_SMALL, 65535, 65535, 65536},
+    {SCREE_TEST_LONG, 200, 200, 200},        {SCREE_TEST_ONE, 1000, 1000, 1000},
+    {SCREE_TEST_ONE, 1, 1, 1},
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -165,8 +154,7 @@ END_TEST
 /* Many tiny sequences: one CTA per sequence, most of them empty or short. */
 START_TEST(many_short_sequences) {
   enum { NS = 3001 };
-  int64_t *l = malloc(sizeof *l * NS);
-  for (int i = 0; i < NS; i++) l[i] = (int64_t)(scree_test_rand() % 6);
+  int64_t *l = scree_test_short_lens(NS);
   run_case(l, NS, 24, 24, 24, dtype_sets[_i], 0, 0.f, 0, 0, NULL);
   free(l);
 }
@@ -175,12 +163,12 @@ END_TEST
 /* Starts and strides that allow only narrower vectors (adapt), scales. */
 START_TEST(misaligned_and_scaled) {
   const dt2 d = dtype_sets[_i];
-  run_case(L_EDGE, N(L_EDGE), 64, 65, 64, d, 0, 0.f, 1, 3, NULL);
-  run_case(L_EDGE, N(L_EDGE), 100, 100, 100, d, 0, 0.f, 2, 0, NULL);
-  run_case(L_EDGE, N(L_EDGE), 96, 100, 98, d, 0, 0.f, 4, 6, NULL);
-  run_case(L_SMALL, N(L_SMALL), 333, 333, 333, d, 0, -1.5f, 1, 1, NULL);
-  run_case(L_EDGE, N(L_EDGE), 40, 40, 40, d, 0, 0.1f, 0, 0, NULL);
-  run_case(L_EDGE, N(L_EDGE), 40, 48, 40, d, 0, 3.f, 0, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 64, 65, 64, d, 0, 0.f, 1, 3, NULL);
+  run_case(SCREE_TEST_EDGE, 100, 100, 100, d, 0, 0.f, 2, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 96, 100, 98, d, 0, 0.f, 4, 6, NULL);
+  run_case(SCREE_TEST_SMALL, 333, 333, 333, d, 0, -1.5f, 1, 1, NULL);
+  run_case(SCREE_TEST_EDGE, 40, 40, 40, d, 0, 0.1f, 0, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 40, 48, 40, d, 0, 3.f, 0, 0, NULL);
 }
 END_TEST
 
@@ -188,11 +176,11 @@ START_TEST(in_place) {
   /* In place needs x and y of one element size (the API refuses others). */
   const dt2 d = dtype_sets[_i];
   if (scree_dtype_size(d.x) != scree_dtype_size(d.y)) return;
-  run_case(L_EDGE, N(L_EDGE), 4096, 4096, 4096, d, 1, 0.f, 0, 0, NULL);
-  run_case(L_EDGE, N(L_EDGE), 1001, 1003, 1003, d, 1, 0.5f, 1, 1, NULL);
-  run_case(L_LONG, N(L_LONG), 64, 64, 64, d, 1, 0.f, 0, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 4096, 4096, 4096, d, 1, 0.f, 0, 0, NULL);
+  run_case(SCREE_TEST_EDGE, 1001, 1003, 1003, d, 1, 0.5f, 1, 1, NULL);
+  run_case(SCREE_TEST_LONG, 64, 64, 64, d, 1, 0.f, 0, 0, NULL);
   if (d.x == SCREE_DTYPE_FP16) /* fp16 in, bf16 out over it */
-    run_case(L_EDGE, N(L_EDGE), 64, 64, 64, (dt2){SCREE_DTYPE_FP16, SCREE_DTYPE_BF16}, 1, 0.f,
+    run_case(SCREE_TEST_EDGE, 64, 64, 64, (dt2){SCREE_DTYPE_FP16, SCREE_DTYPE_BF16}, 1, 0.f,
              0, 0, NULL);
 }
 END_TEST
@@ -296,18 +284,6 @@ static const scree__config fixed[] = {
     {1, {4, 128, 8, 1024, 2}}, {1, {2, 256, 2, 256, 4}},
 };
 
-/* A harness runner for one config, adapted to each call. */
-typedef struct adapted {
-  const scree__config *cfg;
-  const scree__variant *var;
-} adapted;
-static scree_status run_adapted(void *user, scree_context *c, const void *args, CUstream s) {
-  const adapted *u = user;
-  scree__config a = *u->cfg;
-  op->impls[a.impl].adapt(&a, u->var, args);
-  return scree__run_exact(c, op, &a, u->var, args, s);
-}
-
 /* The harness's check batch (ops/ragged_softmax.c) for `cols`, one run per
  * config that passes the check on this device; returns the runs. */
 static int check_configs(dt2 d, int64_t cols, const scree__config *cfgs, int n) {
@@ -322,8 +298,8 @@ static int check_configs(dt2 d, int64_t cols, const scree__config *cfgs, int n) 
     char cs[128];
     scree__config_str(op, &cfgs[i], cs, sizeof cs);
     if (!scree__config_check(op, &cfgs[i], &var, &t, NULL, 0)) continue;
-    adapted u = {&cfgs[i], &var};
-    scree_test_check_run(ctx, &r, run_adapted, &u, stream, "%s %s->%s cols=%lld", cs,
+    scree__config_runner u = {op, &cfgs[i], &var, NULL};
+    scree_test_check_run(ctx, &r, scree_test_run_adapted, &u, stream, "%s %s->%s cols=%lld", cs,
                          scree_dtype_name(d.x), scree_dtype_name(d.y), (long long)cols);
     ran++;
   }
@@ -408,10 +384,10 @@ START_TEST(cluster_configs) {
     ran += check_configs(d, 2 * span, c, 1);
     if (configs == 1) { /* past the shared-memory plan (512 sequences): the plan kernel's */
       enum { NS = 700 };
-      int64_t many[NS];
-      for (int k = 0; k < NS; k++) many[k] = (int64_t)(scree_test_rand() % 6);
+      int64_t *many = scree_test_short_lens(NS);
       many[NS / 2] = csize * stok;
       ran += run_case(many, NS, cols, xs, xs, d, 0, 0.f, 0, 0, c);
+      free(many);
     }
   }
   printf("cluster_configs %s->%s: %d configs, %d runs\n", scree_dtype_name(d.x),
