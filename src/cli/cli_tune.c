@@ -40,21 +40,24 @@ const char *const usage_prewarm =
     "                        llama, mistral, qwen2, qwen3, gemma, phi3, gpt_neox,\n"
     "                        phi; a multimodal config's text_config)\n"
     "  --from-misses         every miss recorded in the user cache for this\n"
-    "                        GPU's arch (each is removed once tuned)\n"
+    "                        GPU's arch, with --devices each GPU's, tuned by the\n"
+    "                        GPUs of that arch (each is removed once tuned)\n"
     "  --from-shipped        compile the shipped tuned configs (caches/, or\n"
     "                        SCREE_TUNED_CONFIGS) for --arch (default: this GPU's,\n"
     "                        else every arch) into the user cache, with NVRTC\n"
     "                        alone: nothing is timed and no GPU is needed\n\n"
     "a cluster (docs/cluster.md):\n"
     "  --devices all|N,N..   one tuning worker per GPU; GPUs of one model share the\n"
-    "                        buckets, each model tunes all of them\n"
+    "                        buckets, each model tunes all of them; a candidate\n"
+    "                        is compiled once per arch, for all its GPUs\n"
     "  --shard K/N | auto    this task's share (K of 0..N-1) of the buckets; auto\n"
     "                        reads SLURM_ARRAY_TASK_ID/_MIN/_STEP/_COUNT or\n"
     "                        JOB_COMPLETION_INDEX with --shard-count N (or\n"
     "                        SCREE_SHARD_COUNT)\n"
     "  --dry-run             print the buckets (op bucket variant shape) and stop:\n"
     "                        no GPU; --from-misses lists those of --arch (default\n"
-    "                        every arch)\n\n"
+    "                        every arch; --arch A,B: each arch's list, as\n"
+    "                        --devices on GPUs of those archs tunes them)\n\n"
     "options:\n"
     "  --dtype fp16|bf16|fp32[,..]  dtypes for --op/--model/--hf-config (default bf16)\n"
     "  --explore             time the whole config space, not only the safelist\n"
@@ -218,6 +221,27 @@ static int apply_shard(tasks *ts, const cli_shard *s) {
   return rc;
 }
 
+/* The buckets of a prewarm --from-misses for the GPUs of one arch: those
+ * given (base), then the user cache's misses for arch (none when user is
+ * NULL), cut to this shard. The misses of an arch are of no use to a GPU
+ * of another, and each is deleted once its own arch has tuned it, so a
+ * prewarm --devices keeps one list per arch. *nmiss: the buckets the
+ * misses added; *all: the list's length before the shard. CLI_OK, or an
+ * error said on stderr. */
+static int arch_tasks(const tasks *base, scree__admin_cache *user, const char *arch,
+                      const char *op, const cli_shard *s, tasks *out, int *nmiss, int *all) {
+  for (int i = 0; i < base->n && !out->failed; i++) scree__admin_tasks_add(out, &base->t[i]);
+  int rc = tasks_failed(out);
+  if (!rc && user) rc = add_misses(out, user, arch, op);
+  *nmiss = out->n - base->n;
+  *all = out->n;
+  if (!rc && apply_shard(out, s)) {
+    fprintf(stderr, "scree-tune prewarm: out of memory\n");
+    rc = CLI_FAIL;
+  }
+  return rc;
+}
+
 static int make_context(const cli_common *c, int device, scree_context **ctx,
                         const char *cmd) {
   scree_options o;
@@ -240,7 +264,7 @@ static int make_context(const cli_common *c, int device, scree_context **ctx,
 
 /* One GPU of a prewarm: its context (and so its tuning worker process). */
 typedef struct gpu {
-  int ordinal, group, alive, tuned, failed;
+  int ordinal, group, alive, tuned, failed, compiled, reused;
   double busy_s;
   scree_context *ctx;
   scree_device_info dev;
@@ -256,7 +280,7 @@ typedef struct retry {
 /* The state the GPUs of a prewarm share, under lock. */
 typedef struct prun {
   const cli_common *c;
-  tasks *ts;
+  tasks *of[CLI_MAX_DEVICES]; /* per group: its buckets (with --from-misses, its arch's) */
   int explore, force, reps, multi;
   gpu *g;
   int ng, ngroups;
@@ -365,7 +389,8 @@ static void *gpu_main(void *p) {
       retried = 1;
       r->rq[k] = r->rq[--r->nrq];
     }
-    if (ti < 0 && r->next[g->group] < r->ts->n) ti = r->next[g->group]++;
+    const tasks *ts = r->of[g->group];
+    if (ti < 0 && r->next[g->group] < ts->n) ti = r->next[g->group]++;
     if (ti < 0) {
       /* A retry only the others may take: wait while one of them works. */
       if (pending && r->live[g->group] > 1) {
@@ -375,8 +400,10 @@ static void *gpu_main(void *p) {
       break;
     }
     pthread_mutex_unlock(&r->lock);
-    run_task(r, g, &r->ts->t[ti], o);
+    run_task(r, g, &ts->t[ti], o);
     pthread_mutex_lock(&r->lock);
+    g->compiled += o->compiled;
+    g->reused += o->reused;
     if (o->st == SCREE_ERROR_CUDA && !o->cached) g->alive = 0; /* its context is gone */
     if (!o->cached && worth_retrying(o->st) && !retried && r->live[g->group] > 1) {
       r->rq[r->nrq++] = (retry){ti, g->group, g->ordinal};
@@ -443,12 +470,13 @@ static int parse_devices(const char *spec, int *ords, int *n) {
  * tasks (and the headings), so that long attention buckets stay in line. */
 static void column_widths(prun *r) {
   r->wop = 9, r->wbucket = 24, r->wdtype = 20;
-  for (int i = 0; i < r->ts->n; i++) {
-    const scree__admin_task *t = &r->ts->t[i];
-    if ((int)strlen(t->op) > r->wop) r->wop = (int)strlen(t->op);
-    if ((int)strlen(t->bucket) > r->wbucket) r->wbucket = (int)strlen(t->bucket);
-    if ((int)strlen(t->variant) > r->wdtype) r->wdtype = (int)strlen(t->variant);
-  }
+  for (int grp = 0; grp < r->ngroups; grp++)
+    for (int i = 0; i < r->of[grp]->n; i++) {
+      const scree__admin_task *t = &r->of[grp]->t[i];
+      if ((int)strlen(t->op) > r->wop) r->wop = (int)strlen(t->op);
+      if ((int)strlen(t->bucket) > r->wbucket) r->wbucket = (int)strlen(t->bucket);
+      if ((int)strlen(t->variant) > r->wdtype) r->wdtype = (int)strlen(t->variant);
+    }
 }
 
 static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spec, int device,
@@ -489,27 +517,8 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
   }
   scree__admin_cache *user = scree__admin_context_cache(g[0].ctx);
   const scree_device_info *dev = &g[0].dev;
-  if (from_misses) {
-    const int before = tsp->n;
-    rc = add_misses(tsp, user, dev->arch, c.op);
-    if (!rc && !c.quiet && !c.json)
-      printf("%d recorded miss(es) for %s\n", tsp->n - before, dev->arch);
-  }
-  if (!rc && apply_shard(tsp, shard)) {
-    fprintf(stderr, "scree-tune prewarm: out of memory\n");
-    rc = CLI_FAIL;
-  }
-  prun r = {.c = &c, .ts = tsp, .explore = explore, .force = force, .reps = reps,
+  prun r = {.c = &c, .explore = explore, .force = force, .reps = reps,
             .multi = devices_spec != NULL, .g = g, .ng = ng, .first = 1};
-  r.rq = calloc((size_t)(tsp->n ? tsp->n : 1) * (size_t)ng, sizeof *r.rq);
-  if (!rc && !r.rq) rc = CLI_FAIL;
-  if (rc) {
-    for (int k = 0; k < ng; k++) scree_destroy(g[k].ctx);
-    free(g);
-    free(r.rq);
-    return rc;
-  }
-  column_widths(&r);
   /* Groups: GPUs of one model (name, SM count, arch) share a queue, so a
    * bucket is tuned once per model; each model tunes every bucket. */
   for (int k = 0; k < ng; k++) {
@@ -522,9 +531,52 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
     if (g[k].group < 0) g[k].group = r.ngroups++;
     r.live[g[k].group]++;
   }
-  r.total = tsp->n * r.ngroups;
+  /* The buckets of each group: those given, and with --from-misses the
+   * misses of the group's arch, one list per arch (the misses of one arch
+   * are no use to a GPU of another, and each is deleted once its own arch
+   * has tuned it). */
+  tasks *lists = calloc((size_t)ng, sizeof *lists);
+  const char *list_arch[CLI_MAX_DEVICES];
+  int nlists = 0;
+  if (!lists) rc = CLI_FAIL;
+  if (!rc && !from_misses) { /* one list for all */
+    lists[nlists++] = *tsp;
+    memset(tsp, 0, sizeof *tsp); /* its tasks, moved */
+    if (apply_shard(&lists[0], shard)) {
+      fprintf(stderr, "scree-tune prewarm: out of memory\n");
+      rc = CLI_FAIL;
+    }
+  }
+  for (int k = 0; k < ng && !rc; k++) {
+    int l = 0;
+    while (from_misses && l < nlists && strcmp(list_arch[l], g[k].dev.arch)) l++;
+    if (l == nlists) {
+      list_arch[nlists++] = g[k].dev.arch;
+      int nmiss, all;
+      rc = arch_tasks(tsp, user, g[k].dev.arch, c.op, shard, &lists[l], &nmiss, &all);
+      if (!rc && !c.quiet && !c.json)
+        printf("%d recorded miss(es) for %s\n", nmiss, g[k].dev.arch);
+    }
+    r.of[g[k].group] = &lists[l];
+  }
+  int rq_len = 0;
+  for (int l = 0; l < nlists; l++) rq_len += lists[l].n;
+  r.rq = calloc((size_t)(rq_len ? rq_len : 1) * (size_t)ng, sizeof *r.rq);
+  if (!rc && !r.rq) rc = CLI_FAIL;
+  if (rc) {
+    for (int k = 0; k < ng; k++) scree_destroy(g[k].ctx);
+    for (int l = 0; lists && l < nlists; l++) scree__admin_tasks_free(&lists[l]);
+    free(lists);
+    free(g);
+    free(r.rq);
+    return rc;
+  }
+  column_widths(&r);
+  for (int grp = 0; grp < r.ngroups; grp++) r.total += r.of[grp]->n;
   if (shard->on && !c.quiet && !c.json)
-    printf("shard %d/%d (%s): %d bucket(s)\n", shard->k, shard->n, shard->source, tsp->n);
+    for (int l = 0; l < nlists; l++)
+      printf("shard %d/%d (%s): %d bucket(s)%s%s\n", shard->k, shard->n, shard->source,
+             lists[l].n, nlists > 1 ? " for " : "", nlists > 1 ? list_arch[l] : "");
   if (r.multi && !c.quiet && !c.json)
     for (int k = 0; k < ng; k++)
       printf("gpu %d: %s (%s, %d SMs), model group %d\n", g[k].ordinal, cli_esc(g[k].dev.name),
@@ -575,86 +627,145 @@ static int run_prewarm(const cli_common *cp, tasks *tsp, const char *devices_spe
   /* What no GPU of its model was left to take, and what no GPU reached. */
   for (int k = 0; k < r.nrq; k++) {
     char id[ID_LEN];
-    scree__admin_task_id(&tsp->t[r.rq[k].task], id, sizeof id);
+    scree__admin_task_id(&r.of[r.rq[k].group]->t[r.rq[k].task], id, sizeof id);
     r.failures++;
     if (!c.json) printf("%s: FAILED: not retried: no other GPU of its model is left\n", id);
   }
   for (int grp = 0; grp < r.ngroups; grp++)
-    if (r.next[grp] < tsp->n) {
-      r.failures += tsp->n - r.next[grp];
+    if (r.next[grp] < r.of[grp]->n) {
+      r.failures += r.of[grp]->n - r.next[grp];
       if (!c.json)
         printf("%d bucket(s) not tuned: every GPU of model group %d stopped\n",
-               tsp->n - r.next[grp], grp);
+               r.of[grp]->n - r.next[grp], grp);
     }
   const int skipped = cli_report_refused(user, "prewarm");
+  /* Candidates compiled, and taken compiled from another bucket's or
+   * another GPU's compile of the same target (docs/cli.md). */
+  int nbuckets = 0, compiled = 0, reused = 0;
+  for (int l = 0; l < nlists; l++) nbuckets += lists[l].n;
+  for (int k = 0; k < ng; k++) compiled += g[k].compiled, reused += g[k].reused;
   if (c.json) {
-    printf("\n], \"seconds\": %.3f, \"failures\": %d, \"skipped\": %d", cli_now() - r.t0,
-           r.failures, skipped);
+    printf("\n], \"seconds\": %.3f, \"failures\": %d, \"skipped\": %d, \"compiled\": %d, "
+           "\"reused\": %d", cli_now() - r.t0, r.failures, skipped, compiled, reused);
     if (r.multi) {
       printf(", \"per_gpu\": [");
       for (int k = 0; k < ng; k++)
-        printf("%s{\"gpu\": %d, \"tuned\": %d, \"failed\": %d, \"busy_s\": %.3f}", k ? ", " : "",
-               g[k].ordinal, g[k].tuned, g[k].failed, g[k].busy_s);
+        printf("%s{\"gpu\": %d, \"tuned\": %d, \"failed\": %d, \"busy_s\": %.3f, "
+               "\"compiled\": %d, \"reused\": %d}", k ? ", " : "", g[k].ordinal, g[k].tuned,
+               g[k].failed, g[k].busy_s, g[k].compiled, g[k].reused);
       printf("]");
     }
     printf("}\n");
   } else if (!c.quiet) {
-    printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", tsp->n, cli_now() - r.t0,
+    printf("%d bucket(s) in %.1f s, %d failed; cache %s\n", nbuckets, cli_now() - r.t0,
            r.failures, scree__admin_path(user));
+    if (compiled || reused)
+      printf("candidates: %d compiled, %d reused\n", compiled, reused);
     if (r.multi)
       for (int k = 0; k < ng; k++)
-        printf("gpu %d (%s): %d tuned, %d failed, %.1f s tuning%s\n", g[k].ordinal,
-               cli_esc(g[k].dev.name), g[k].tuned, g[k].failed, g[k].busy_s,
+        printf("gpu %d (%s): %d tuned, %d failed, %.1f s tuning, %d compiled, %d reused%s\n",
+               g[k].ordinal, cli_esc(g[k].dev.name), g[k].tuned, g[k].failed, g[k].busy_s,
+               g[k].compiled, g[k].reused,
                g[k].alive ? "" : "; stopped (its CUDA context broke)");
   }
   pthread_cond_destroy(&r.cv);
   pthread_mutex_destroy(&r.lock);
   for (int k = 0; k < ng; k++) scree_destroy(g[k].ctx);
+  for (int l = 0; l < nlists; l++) scree__admin_tasks_free(&lists[l]);
+  free(lists);
   free(g);
   free(r.rq);
   return r.failures || first_rc ? CLI_FAIL : CLI_OK;
+}
+
+/* --arch A,B,..: the archs of a dry run's --from-misses, each once.
+ * CLI_OK or CLI_USAGE with the reason said. */
+static int parse_archs(const char *spec, char (*archs)[16], int *n) {
+  *n = 0;
+  for (const char *p = spec;;) {
+    const size_t len = strcspn(p, ",");
+    if (len == 0 || len >= 16 || *n == CLI_MAX_DEVICES) {
+      fprintf(stderr, "scree-tune prewarm: --arch %s: give one architecture, or several "
+                      "separated by commas (at most %d), such as sm_80,sm_90\n",
+              cli_esc(spec), CLI_MAX_DEVICES);
+      return CLI_USAGE;
+    }
+    snprintf(archs[*n], 16, "%.*s", (int)len, p);
+    for (int k = 0; k < *n; k++)
+      if (!strcmp(archs[k], archs[*n])) {
+        fprintf(stderr, "scree-tune prewarm: --arch %s: %s is named twice\n", cli_esc(spec),
+                cli_esc(archs[k]));
+        return CLI_USAGE;
+      }
+    (*n)++;
+    if (!p[len]) return CLI_OK;
+    p += len + 1;
+  }
 }
 
 /* prewarm --dry-run: the buckets this task would tune, one "op bucket
  * variant shape" line each (shape: the first call shape given for the
  * bucket, which bench_ops --file takes as "op variant shape"), or JSON,
  * without a GPU. Misses are those of the user cache for --arch (every
- * arch without it). */
+ * arch without it). With several archs (--arch sm_80,sm_90), each arch's
+ * list as prewarm --devices on GPUs of those archs would tune it (the
+ * buckets given and that arch's misses), each line after its arch. */
 static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const cli_shard *s) {
-  if (from_misses) {
-    scree__admin_cache *user = NULL;
-    int rc = cli_open_user_cache(c, &user, "prewarm", 1);
-    if (rc) return rc;
-    if (user) {
-      rc = add_misses(ts, user, c->arch, c->op);
-      scree__admin_close(user);
-      if (rc) return rc;
-    }
-  }
-  const int all = ts->n;
-  if (apply_shard(ts, s)) {
+  char archs[CLI_MAX_DEVICES][16];
+  int narch = 0, rc = CLI_OK;
+  const int multi = from_misses && c->arch && strchr(c->arch, ',');
+  if (multi && (rc = parse_archs(c->arch, archs, &narch))) return rc;
+  tasks *lists = calloc((size_t)(multi ? narch : 1), sizeof *lists);
+  int *all = calloc((size_t)(multi ? narch : 1), sizeof *all);
+  if (!lists || !all) {
+    free(lists);
+    free(all);
     fprintf(stderr, "scree-tune prewarm: out of memory\n");
     return CLI_FAIL;
   }
-  if (c->json) {
+  scree__admin_cache *user = NULL;
+  if (from_misses) rc = cli_open_user_cache(c, &user, "prewarm", 1);
+  if (!rc && multi) {
+    int nmiss;
+    for (int a = 0; a < narch && !rc; a++)
+      rc = arch_tasks(ts, user, archs[a], c->op, s, &lists[a], &nmiss, &all[a]);
+  } else if (!rc) {
+    narch = 1;
+    lists[0] = *ts;
+    memset(ts, 0, sizeof *ts); /* its tasks, moved */
+    if (user) rc = add_misses(&lists[0], user, c->arch, c->op);
+    all[0] = lists[0].n;
+    if (!rc && apply_shard(&lists[0], s)) {
+      fprintf(stderr, "scree-tune prewarm: out of memory\n");
+      rc = CLI_FAIL;
+    }
+  }
+  if (user) scree__admin_close(user);
+  int count = 0, total = 0;
+  for (int a = 0; a < narch; a++) count += lists[a].n, total += all[a];
+  if (rc) {
+  } else if (c->json) {
     cli_json_open();
     printf("\"buckets\": [");
-    for (int i = 0; i < ts->n; i++) {
-      const scree__admin_task *t = &ts->t[i];
-      printf("%s\n {\"op\": ", i ? "," : "");
-      cli_json_str(stdout, t->op);
-      printf(", \"bucket\": ");
-      cli_json_str(stdout, t->bucket);
-      printf(", \"variant\": ");
-      cli_json_str(stdout, t->variant);
-      printf(", \"shape\": ");
-      if (t->shape[0])
-        cli_json_str(stdout, t->shape);
-      else
-        printf("null");
-      printf(", \"from_miss\": %s}", t->from_miss ? "true" : "false");
-    }
-    printf("\n], \"count\": %d, \"total\": %d, \"shard\": ", ts->n, all);
+    for (int a = 0, first = 1; a < narch; a++)
+      for (int i = 0; i < lists[a].n; i++, first = 0) {
+        const scree__admin_task *t = &lists[a].t[i];
+        printf("%s\n {", first ? "" : ",");
+        if (multi) printf("\"arch\": \"%s\", ", cli_esc(archs[a]));
+        printf("\"op\": ");
+        cli_json_str(stdout, t->op);
+        printf(", \"bucket\": ");
+        cli_json_str(stdout, t->bucket);
+        printf(", \"variant\": ");
+        cli_json_str(stdout, t->variant);
+        printf(", \"shape\": ");
+        if (t->shape[0])
+          cli_json_str(stdout, t->shape);
+        else
+          printf("null");
+        printf(", \"from_miss\": %s}", t->from_miss ? "true" : "false");
+      }
+    printf("\n], \"count\": %d, \"total\": %d, \"shard\": ", count, total);
     if (s->on) {
       printf("{\"k\": %d, \"n\": %d, \"source\": ", s->k, s->n);
       cli_json_str(stdout, s->source);
@@ -663,22 +774,30 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
       printf("null");
     }
     printf("}\n");
-    return CLI_OK;
+  } else {
+    char id[ID_LEN];
+    for (int a = 0; a < narch; a++)
+      for (int i = 0; i < lists[a].n; i++) {
+        scree__admin_task_id(&lists[a].t[i], id, sizeof id);
+        printf("%s%s%s %s\n", multi ? cli_esc(archs[a]) : "", multi ? " " : "", id,
+               lists[a].t[i].shape[0] ? cli_esc(lists[a].t[i].shape) : "-");
+      }
+    fflush(stdout); /* the list before the summary, where both go to one file */
+    for (int a = 0; a < narch && !c->quiet; a++) {
+      char what[40] = "";
+      if (multi) snprintf(what, sizeof what, "%.15s: ", archs[a]);
+      if (s->on)
+        fprintf(stderr, "scree-tune prewarm: dry run: %sshard %d/%d (%s): %d of %d bucket(s)\n",
+                cli_esc(what), s->k, s->n, s->source, lists[a].n, all[a]);
+      else
+        fprintf(stderr, "scree-tune prewarm: dry run: %s%d bucket(s)\n", cli_esc(what),
+                lists[a].n);
+    }
   }
-  char id[ID_LEN];
-  for (int i = 0; i < ts->n; i++) {
-    scree__admin_task_id(&ts->t[i], id, sizeof id);
-    printf("%s %s\n", id, ts->t[i].shape[0] ? cli_esc(ts->t[i].shape) : "-");
-  }
-  fflush(stdout); /* the list before the summary, where both go to one file */
-  if (!c->quiet) {
-    if (s->on)
-      fprintf(stderr, "scree-tune prewarm: dry run: shard %d/%d (%s): %d of %d bucket(s)\n",
-              s->k, s->n, s->source, ts->n, all);
-    else
-      fprintf(stderr, "scree-tune prewarm: dry run: %d bucket(s)\n", ts->n);
-  }
-  return CLI_OK;
+  for (int a = 0; a < narch; a++) scree__admin_tasks_free(&lists[a]);
+  free(lists);
+  free(all);
+  return rc;
 }
 
 /* The options of a prewarm, as given. */

@@ -7,17 +7,13 @@
 #include "tuner/tuner.h"
 #include "tuner/worker.h"
 
-/* The state a context keeps for tuning: one tune at a time, and the cubins
- * compiled so far. The buckets of one op share most candidates and a cubin
- * depends only on (op, config, variant, target), so a prewarm of many
- * buckets compiles each candidate once. */
-typedef struct mval {
-  void *cubin;
-  size_t size;
-} mval;
+/* The state a context keeps for tuning: one tune at a time. Compiled
+ * candidates live in the process's cubin table (jit/cubins.c), which the
+ * context holds while it lives: the buckets of one op share most
+ * candidates, and the GPUs of one arch in a prewarm --devices share all,
+ * so each candidate is compiled once per target. */
 struct scree__tuner {
   pthread_mutex_t lock;
-  scree__htab memo; /* scree__kkey -> mval; used under lock */
   struct scree__worker *worker; /* used under lock */
 };
 
@@ -35,7 +31,7 @@ scree_status scree__tuner_create(scree_context *ctx) {
   struct scree__tuner *t = calloc(1, sizeof *t);
   if (!t) return SCREE_ERROR_OUT_OF_MEMORY;
   pthread_mutex_init(&t->lock, NULL);
-  scree__htab_init(&t->memo, sizeof(scree__kkey), sizeof(mval));
+  scree__cubins_hold();
   ctx->tuner = t;
   return SCREE_OK;
 }
@@ -43,11 +39,8 @@ scree_status scree__tuner_create(scree_context *ctx) {
 void scree__tuner_free(scree_context *ctx) {
   struct scree__tuner *t = ctx->tuner;
   if (!t) return;
-  size_t pos = 0;
-  void *v;
-  while (scree__htab_next(&t->memo, &pos, NULL, &v)) free(((mval *)v)->cubin);
-  scree__htab_free(&t->memo);
   scree__worker_free(t->worker);
+  scree__cubins_release();
   pthread_mutex_destroy(&t->lock);
   free(t);
   ctx->tuner = NULL;
@@ -106,66 +99,47 @@ typedef struct cjob {
   const scree__op *op;
   const scree__variant *var;
   cand *c;
-  const int *todo; /* indexes into c of the candidates to compile */
-  int n, done;
+  int n, done, compiled;
   pthread_mutex_t lock;
   const scree__tune_opts *o;
 } cjob;
 
 static void compile_one(void *p, int k) {
   cjob *j = p;
-  cand *c = &j->c[j->todo[k]];
+  cand *c = &j->c[k];
   char target[16];
   scree__target_arch(j->ctx->arch, j->ctx->sm, &j->op->impls[c->cfg.impl], target);
-  if (j->ctx->log_level >= SCREE_LOG_DEBUG) {
-    char cs[128];
+  char cs[128] = "";
+  const int debug = j->ctx->log_level >= SCREE_LOG_DEBUG;
+  if (debug) {
     scree__config_str(j->op, &c->cfg, cs, sizeof cs);
     scree__log(j->ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", j->op->name, cs, target);
   }
-  c->cst = scree__compile(j->ctx->nvrtc, j->op, &c->cfg, j->var, target, NULL, &c->cubin,
-                          &c->cubin_size, &c->log);
+  int compiled = 0;
+  c->cst = scree__cubin_get(j->ctx->nvrtc, j->op, &c->cfg, j->var, target, &c->cubin,
+                            &c->cubin_size, &c->log, &compiled);
+  if (debug && !compiled)
+    scree__log(j->ctx, SCREE_LOG_DEBUG,
+               "%s %s for %s: reused (compiled by an earlier tune or another context)",
+               j->op->name, cs, target);
   pthread_mutex_lock(&j->lock);
   const int done = ++j->done;
+  j->compiled += compiled;
   if (j->o->progress) j->o->progress(j->o->user, done, j->n, "compile");
   pthread_mutex_unlock(&j->lock);
 }
 
-/* Compiles what no earlier tune of this context compiled already (tuning
- * is serialized, so the memo needs no lock of its own). */
-static scree_status compile_all(scree_context *ctx, const scree__op *op,
-                                const scree__variant *var, cand *c, int n,
-                                const scree__tune_opts *o) {
-  struct scree__tuner *t = ctx->tuner;
-  int *todo = calloc((size_t)(n > 0 ? n : 1), sizeof *todo);
-  if (!todo) return scree__fail(ctx, SCREE_ERROR_OUT_OF_MEMORY, "tuner: compile list");
-  int ntodo = 0;
-  for (int i = 0; i < n; i++) {
-    const scree__kkey key = scree__kkey_of(op, &c[i].cfg, var);
-    const mval *mv = scree__htab_find(&t->memo, &key);
-    if (mv && (c[i].cubin = malloc(mv->size))) {
-      memcpy(c[i].cubin, mv->cubin, mv->size);
-      c[i].cubin_size = mv->size;
-      c[i].cst = SCREE_OK;
-    } else {
-      todo[ntodo++] = i;
-    }
-  }
-  cjob j = {.ctx = ctx, .op = op, .var = var, .c = c, .todo = todo, .n = ntodo, .o = o};
+/* Compiles the candidates through the process's cubin table: what an
+ * earlier tune, or another context of the same arch, compiled (or is
+ * compiling) is taken from it. *compiled: how many this tune compiled. */
+static void compile_all(scree_context *ctx, const scree__op *op, const scree__variant *var,
+                        cand *c, int n, const scree__tune_opts *o, int *compiled) {
+  cjob j = {.ctx = ctx, .op = op, .var = var, .c = c, .n = n, .o = o};
   pthread_mutex_init(&j.lock, NULL);
-  scree__parallel_for(ntodo, o->threads, compile_one, &j);
+  scree__parallel_for(n, o->threads, compile_one, &j);
   pthread_mutex_destroy(&j.lock);
-  for (int k = 0; k < ntodo; k++) {
-    cand *x = &c[todo[k]];
-    if (x->cst != SCREE_OK) continue;
-    const scree__kkey key = scree__kkey_of(op, &x->cfg, var);
-    mval mv = {malloc(x->cubin_size), x->cubin_size};
-    if (!mv.cubin) continue;
-    memcpy(mv.cubin, x->cubin, x->cubin_size);
-    if (!scree__htab_insert(&t->memo, &key, &mv)) free(mv.cubin);
-  }
-  free(todo);
-  __atomic_fetch_add(&ctx->counters.compiles, (uint64_t)ntodo, __ATOMIC_RELAXED);
-  return SCREE_OK;
+  __atomic_fetch_add(&ctx->counters.compiles, (uint64_t)j.compiled, __ATOMIC_RELAXED);
+  *compiled = j.compiled;
 }
 
 /* ---- run: check, then time --------------------------------------------------- */
@@ -425,7 +399,8 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
   scree__log(ctx, SCREE_LOG_INFO, "tune %s %s %s: %d candidates (%s), %d known bad", op->name,
              key.bucket, key.dtype, n, cl.source ? cl.source : pol->name, res->known_bad);
 
-  st = compile_all(ctx, op, var, c, n, &o);
+  compile_all(ctx, op, var, c, n, &o, &res->compiled);
+  res->reused = n - res->compiled;
   const int pushed = scree__ctx_enter(ctx);
   const int dflt_at = scree__cands_find(&cl, &cl.dflt);
   if (!st) st = run_all(ctx, op, var, b, &key, c, out, n, dflt_at, &o, res);

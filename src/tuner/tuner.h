@@ -64,6 +64,10 @@ typedef struct scree__tune_result {
   double seconds;       /* wall time of the whole run */
   char bucket[96];
   char problem[256];    /* what the candidates were timed on */
+  /* Of the candidates: compiled by this tune, and taken compiled (or
+   * failed to compile) from the process's cubin table, where an earlier
+   * tune or another context of the same target put them (jit/cubins.c). */
+  int compiled, reused;
 } scree__tune_result;
 
 void scree__tune_opts_init(scree__tune_opts *o);

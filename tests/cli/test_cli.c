@@ -865,6 +865,86 @@ START_TEST(options_parse_alike_and_unknown_ones_are_errors) {
 }
 END_TEST
 
+/* --dry-run --from-misses --arch A,B: each arch's list as prewarm --devices
+ * on GPUs of those archs reads it: the buckets given, then that arch's
+ * misses only (the sm_90 miss of setup, and two sm_80 misses added here,
+ * one of the same bucket). */
+START_TEST(dry_run_misses_per_arch) {
+  scree__cache *c;
+  ck_assert_int_eq(scree__cache_open(db, 0, &c, NULL, NULL, 0), SCREE_OK);
+  scree__ckey k;
+  memset(&k, 0, sizeof k);
+  snprintf(k.op, sizeof k.op, "rmsnorm");
+  snprintf(k.dtype, sizeof k.dtype, "%s", F16);
+  snprintf(k.arch, sizeof k.arch, "sm_80");
+  snprintf(k.src_hash, sizeof k.src_hash, "%s", scree__source_hash(scree__op_find("rmsnorm")));
+  snprintf(k.bucket, sizeof k.bucket, "rows<=64,cols=1024");
+  ck_assert_int_eq(scree__cache_record_miss(c, &k, "rows=50,cols=1024"), SCREE_OK);
+  snprintf(k.bucket, sizeof k.bucket, "rows<=8,cols=512");
+  ck_assert_int_eq(scree__cache_record_miss(c, &k, "rows=6,cols=512"), SCREE_OK);
+  scree__cache_close(c);
+
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --from-misses --cache '%s' "
+                        "--arch sm_80,sm_90 --op rmsnorm --shape rows=100,cols=256",
+                        db),
+                   0);
+  ck_assert_msg(strstr(out, "sm_80 rmsnorm rows<=64,cols=1024 x=fp16,w=fp16,y=fp16 "
+                            "rows=50,cols=1024\n"),
+                "%s", out);
+  ck_assert_msg(strstr(out, "sm_80 rmsnorm rows<=8,cols=512 x=fp16,w=fp16,y=fp16"), "%s", out);
+  ck_assert_msg(strstr(out, "sm_90 rmsnorm rows<=8,cols=512 x=fp16,w=fp16,y=fp16"), "%s", out);
+  ck_assert_msg(!strstr(out, "sm_90 rmsnorm rows<=64,cols=1024"), "%s", out);
+  /* the bucket given is for every arch */
+  ck_assert_msg(strstr(out, "sm_80 rmsnorm rows<=128,cols=256 x=bf16,w=bf16,y=bf16"), "%s", out);
+  ck_assert_msg(strstr(out, "sm_90 rmsnorm rows<=128,cols=256 x=bf16,w=bf16,y=bf16"), "%s", out);
+  ck_assert_msg(strstr(out, "dry run: sm_80: 3 bucket(s)"), "%s", out);
+  ck_assert_msg(strstr(out, "dry run: sm_90: 2 bucket(s)"), "%s", out);
+  /* One arch: the list as before, no arch on its lines. */
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --from-misses --cache '%s' "
+                        "--arch sm_80", db),
+                   0);
+  ck_assert_msg(!strncmp(out, "rmsnorm rows<=64,cols=1024 ", 27), "%s", out);
+  ck_assert_msg(strstr(out, "dry run: 2 bucket(s)"), "%s", out);
+  /* JSON: each bucket with its arch. */
+  ck_assert_int_eq(shell(out, sizeof out, "'%s' prewarm --dry-run --json --from-misses "
+                         "--cache '%s' --arch sm_90,sm_80 2>/dev/null",
+                         SCREE_TUNE_BIN, db),
+                   0);
+  ck_assert_msg(json_ok(out), "%s", out);
+  ck_assert_msg(strstr(out, "{\"arch\": \"sm_90\", \"op\": \"rmsnorm\", \"bucket\": "
+                            "\"rows<=8,cols=512\""),
+                "%s", out);
+  ck_assert_msg(strstr(out, "{\"arch\": \"sm_80\", \"op\": \"rmsnorm\", \"bucket\": "
+                            "\"rows<=64,cols=1024\""),
+                "%s", out);
+  ck_assert_msg(strstr(out, "\"count\": 3, \"total\": 3"), "%s", out);
+  /* A shard of each arch's list. */
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --from-misses --cache '%s' "
+                        "--arch sm_80,sm_90 --shard 0/2", db),
+                   0);
+  ck_assert_msg(strstr(out, "dry run: sm_80: shard 0/2 (--shard): 1 of 2 bucket(s)"), "%s", out);
+  ck_assert_msg(strstr(out, "dry run: sm_90: shard 0/2 (--shard): 1 of 1 bucket(s)"), "%s", out);
+  /* Bad lists name themselves; a list without --from-misses is refused. */
+  static const char *const bad[] = {"sm_80,,sm_90", "sm_80,", ",sm_80", "sm_80,sm_80",
+                                    "sm_80,sm_90_and_a_very_long_name"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --from-misses --cache '%s' "
+                          "--arch '%s'", db, bad[i]),
+                     2);
+    ck_assert_msg(strstr(out, "--arch "), "%s: %s", bad[i], out);
+    ck_assert_msg(!strstr(out, "rmsnorm rows"), "%s: %s", bad[i], out);
+  }
+  ck_assert_msg(strstr(out, "give one architecture, or several"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --dry-run --from-misses --cache '%s' "
+                        "--arch sm_80,sm_80", db),
+                   2);
+  ck_assert_msg(strstr(out, "sm_80 is named twice"), "%s", out);
+  ck_assert_int_eq(tune(out, sizeof out, "prewarm --model gpt2 --dry-run --arch sm_80,sm_90"),
+                   2);
+  ck_assert_msg(strstr(out, "--arch goes with --from-shipped"), "%s", out);
+}
+END_TEST
+
 /* --dtype names the dtype it does not know. */
 START_TEST(dtype_errors_name_the_dtype) {
   ck_assert_int_eq(tune(out, sizeof out, "prewarm --model gpt2 --dtype bf16,fp8 --dry-run"), 2);
@@ -1592,6 +1672,7 @@ int main(void) {
   tcase_add_test(tc, options_parse_alike_and_unknown_ones_are_errors);
   tcase_add_test(tc, dtype_errors_name_the_dtype);
   tcase_add_test(tc, dry_run_checks_shapes_as_the_op_does);
+  tcase_add_test(tc, dry_run_misses_per_arch);
   tcase_add_test(tc, prewarm_shapes_file_is_json);
   tcase_add_test(tc, json_everywhere);
   tcase_add_test(tc, list_columns_fit_their_cells);

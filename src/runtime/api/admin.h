@@ -382,6 +382,8 @@ typedef struct scree__admin_tuned {
   double median_us, spread_us, default_us, flops, bytes, seconds;
   int candidates, timed, failed, known_bad;
   char problem[256];   /* what the candidates were timed on */
+  int compiled, reused; /* candidates compiled by this tune, and taken from the process's
+                           compiled candidates (scree__tune_result) */
 } scree__admin_tuned;
 /* Tunes task t on ctx's GPU and stores the winner in its user cache, or
  * finds it there (unless force); a task from a miss deletes the miss

@@ -514,6 +514,8 @@ void scree__admin_tune(scree_context *ctx, const scree__admin_task *t,
   out->timed = res.timed;
   out->failed = res.failed;
   out->known_bad = res.known_bad;
+  out->compiled = res.compiled;
+  out->reused = res.reused;
   snprintf(out->problem, sizeof out->problem, "%s", res.problem);
 }
 

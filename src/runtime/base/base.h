@@ -34,7 +34,7 @@
 struct scree__ltab;        /* base/: a table threads share (htab.c) */
 struct scree__cache_stack; /* store/: user and shipped caches */
 struct scree__safelist;    /* store/: this arch's safelist */
-struct scree__tuner;       /* tuner/: its lock and compiled candidates */
+struct scree__tuner;       /* tuner/: its lock and worker */
 struct scree__workspaces;  /* base/: per-stream device scratch */
 
 struct scree_context {

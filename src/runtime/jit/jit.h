@@ -46,7 +46,7 @@ scree_status scree__module_load(scree_context *ctx, const scree__op *op,
                                 const scree__config *cfg, const scree__variant *var,
                                 const void *cubin, scree__kernel *k);
 /* What identifies a compiled kernel on a context's device (the arch is the
- * context's): the module table's key, and the tuner's compiled-candidate
+ * context's): the module table's key, and part of the cubin table's
  * memo's. Zeroed before filling (it is hashed bytewise). */
 typedef struct scree__kkey {
   const scree__op *op;
@@ -55,6 +55,35 @@ typedef struct scree__kkey {
 } scree__kkey;
 scree__kkey scree__kkey_of(const scree__op *op, const scree__config *cfg,
                            const scree__variant *var);
+
+/* ---- cubins.c: the tuner's compiled candidates, shared by the process ----
+ * Every context of a process (scree-tune prewarm --devices runs one per
+ * GPU, each on its own thread) shares one table of compiled cubins keyed
+ * by (NVRTC library, target, op, config, variant): a candidate is compiled
+ * once per target, by the first caller; callers of the same key meanwhile
+ * wait for that compile and get its result, a failure included. The bytes
+ * are those a compile of their own would give (the same source, options
+ * and compiler). A compilation error (SCREE_ERROR_COMPILE,
+ * SCREE_ERROR_INVALID_CONFIG) is kept like a cubin; any other failure goes
+ * to the callers waiting for it, and the next caller compiles again.
+ * Thread-safe. */
+
+/* As scree__compile (no extra options) through the table: *cubin is the
+ * caller's copy; *log, when a compile failed, a copy of NVRTC's log, and
+ * after a successful compile its warnings for the caller that compiled.
+ * *compiled (may be NULL) is 1 when this call ran NVRTC, 0 when it took
+ * the result of another caller's compile. */
+scree_status scree__cubin_get(const scree__nvrtc_api *nvrtc, const scree__op *op,
+                              const scree__config *cfg, const scree__variant *var,
+                              const char *target, void **cubin, size_t *cubin_size,
+                              char **log, int *compiled);
+/* Each context holds the table from scree_create to scree_destroy; the
+ * last release frees it and its cubins. */
+void scree__cubins_hold(void);
+void scree__cubins_release(void);
+/* Since the process started: compiles run through the table, and results
+ * taken from it (waiters included). Either may be NULL. */
+void scree__cubins_stats(uint64_t *compiles, uint64_t *reuses);
 
 /* The context's module table: finds or builds (compile + load) a kernel.
  * Thread-safe. */
