@@ -186,6 +186,10 @@ uint16_t scree__float_to_bf16(float f);
  * double; and the store back (rounding to nearest even). */
 double scree__load_elem(const void *p, int dtype, size_t i);
 void scree__store_elem(void *p, int dtype, size_t i, double v);
+/* v as scree__store_elem would store it in `dtype` (a public dtype),
+ * loaded back: to float, then for fp16 and bf16 to nearest even (what the
+ * kernels' cvt.rn conversions of a float do). NaN for another dtype. */
+double scree__round_elem(int dtype, double v);
 /* |got - ref| <= atol + rtol * |ref| for all n elements of `dtype`, where
  * ref = -inf/+inf must be matched exactly; NaN never passes. Returns the
  * number of elements that fail; the worst index goes to *worst (if not

@@ -90,6 +90,15 @@ void scree__store_elem(void *p, int dtype, size_t i, double v) {
   }
 }
 
+double scree__round_elem(int dtype, double v) {
+  switch (dtype) {
+    case SCREE_DTYPE_FP32: return (float)v;
+    case SCREE_DTYPE_FP16: return scree__half_to_float(scree__float_to_half((float)v));
+    case SCREE_DTYPE_BF16: return scree__bf16_to_float(scree__float_to_bf16((float)v));
+  }
+  return NAN;
+}
+
 /* One rounding of the output dtype apart is what separates a correct fp32
  * kernel from the double reference (both round once at the end); rtol is
  * two units in the last place, atol covers results that cancel to ~0. */

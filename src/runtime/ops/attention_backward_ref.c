@@ -9,17 +9,31 @@
  *   - dK/dV items: (sequence, kv head, block of up to BWD_ROWS keys). For
  *     each query head of the group, in order, and each query row, in
  *     order, that sees a key of the block, they recompute P and dS for the
- *     visible keys of the block and add P dout and dX q to the keys' rows.
+ *     visible keys of the block and add P dout and scale dS q to the keys'
+ *     rows.
  *   - dQ items: (sequence, kv head, block of up to BWD_ROWS query rows).
  *     For each head of the group and row, they recompute P and dS over the
- *     row's visible keys and sum dX k in key order.
+ *     row's visible keys and sum scale dS k in key order.
  * Scores are recomputed by both (twice the score work of one pass, which
  * a CPU reference can afford for the freedom of splitting either way).
  * Scores and dot products sum c = 0, 1, ... in order, as plain loops, and
  * the score follows the forward reference's formula step by step (scale,
  * then softcap tanh(x / softcap)) so that P agrees with the forward's lse
  * to rounding. Items run on scree__parallel_for, longest first, when the
- * batch is big enough to pay for threads. */
+ * batch is big enough to pay for threads.
+ *
+ * P and dS as the kernel multiplies them: dS is the kernel's, P (dP - D) f
+ * with f = 1, or 1 - tanh^2 with a softcap, without the scale. In fp16 and
+ * bf16 the kernel rounds P and dS to the dtype (from fp32, to nearest
+ * even) for its tensor-core products, so the reference rounds them the
+ * same way (scree__round_elem) before they enter its double sums, and
+ * multiplies the rounded dS by the scale (the kernel scales its fp32 sums
+ * of dk and dq; in double the two orders agree to rounding). fp32 keeps P
+ * and dS as computed. Unrounded, they were up to half a unit in the last
+ * place (2^-9 to 2^-8 relative in bf16) from the kernel's per term, errors
+ * that grow as the square root of a sum's terms (8192 in a dk of a GQA
+ * 32:8 sequence of 2048 queries) and that the GPU tests' tolerances had to
+ * absorb. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -48,6 +62,7 @@ typedef struct bwd_job {
   int64_t qt, qh, kt, kh, vt, vh, ot, oh, dot, doh, dqt, dqh, dkt, dkh, dvt, dvh;
   int64_t d, group;
   double scale, cap; /* cap: the softcap, 0 for none */
+  int round;         /* P and dS rounded to the dtype (fp16, bf16) */
   double *D;         /* [heads_q, total_q] */
   bwd_item *items;
 } bwd_job;
@@ -79,16 +94,32 @@ static void dots(const double *x, const double *rows, const double *x2, const do
 }
 
 /* The score of raw x = q . k, as the forward reference computes it, and
- * ds/dx. */
-static double score(const bwd_job *j, double x, double *dsdx) {
+ * f = (ds/dx) / scale: 1, or 1 - tanh^2 with a softcap. */
+static double score(const bwd_job *j, double x, double *f) {
   const double s = x * j->scale;
   if (j->cap > 0) {
     const double t = tanh(s / j->cap);
-    *dsdx = j->scale * (1 - t * t);
+    *f = 1 - t * t;
     return j->cap * t;
   }
-  *dsdx = j->scale;
+  *f = 1;
   return s;
+}
+
+/* P and dS of raw score x, dP = dp, row D and lse as the kernel multiplies
+ * them: dS = P (dP - D) f, both rounded to the dtype in fp16 and bf16 (dS
+ * before the scale). */
+static void p_ds(const bwd_job *j, double x, double dp, double Di, double lse, double *p,
+                 double *ds) {
+  double f;
+  const double pe = exp(score(j, x, &f) - lse);
+  const double d = pe * (dp - Di) * f;
+  if (j->round) {
+    *p = scree__round_elem(j->a->dtype, pe);
+    *ds = scree__round_elem(j->a->dtype, d);
+  } else {
+    *p = pe, *ds = d;
+  }
 }
 
 /* Loads n elements of row `off` of p into x, as double. */
@@ -144,9 +175,9 @@ static void run_kv(const bwd_job *j, const bwd_item *it) {
         const int64_t off = lo - it->r0;
         dots(qr, kk + off * d, dor, vv + off * d, hi - lo + 1, d, xs, dps);
         for (int64_t jj = off; jj <= hi - it->r0; jj++) {
-          double dsdx;
-          const double p = exp(score(j, xs[jj - off], &dsdx) - lse);
-          const double dx = p * (dps[jj - off] - Di) * dsdx;
+          double p, ds;
+          p_ds(j, xs[jj - off], dps[jj - off], Di, lse, &p, &ds);
+          const double dx = ds * j->scale;
           for (int64_t c = 0; c < d; c++) {
             dv[jj * d + c] += p * dor[c];
             dk[jj * d + c] += dx * qr[c];
@@ -210,9 +241,9 @@ static void run_q(const bwd_job *j, const bwd_item *it) {
       const int64_t off = lo - klo;
       dots(qr, kk + off * d, dor, vv + off * d, hi - lo + 1, d, xs, dps);
       for (int64_t jj = off; jj <= hi - klo; jj++) {
-        double dsdx;
-        const double p = exp(score(j, xs[jj - off], &dsdx) - lse);
-        const double dx = p * (dps[jj - off] - Di) * dsdx;
+        double p, ds;
+        p_ds(j, xs[jj - off], dps[jj - off], Di, lse, &p, &ds);
+        const double dx = ds * j->scale;
         for (int64_t c = 0; c < d; c++) acc[c] += dx * kk[jj * d + c];
       }
       store_row(j->dq, a->dtype, t * j->dqt + h * j->dqh, d, acc, 0.0);
@@ -269,6 +300,7 @@ void scree__attention_grads_ref(const scree_attention_args *a,
   j.dvt = or_dense(gs->dv_token_stride, hkv * d), j.dvh = or_dense(gs->dv_head_stride, d);
   j.scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)d);
   j.cap = a->softcap > 0.f ? (double)a->softcap : 0.0;
+  j.round = a->dtype == SCREE_DTYPE_FP16 || a->dtype == SCREE_DTYPE_BF16;
 
   int64_t n = 0;
   for (int64_t b = 0; b < a->batch; b++) {

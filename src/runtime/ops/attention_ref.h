@@ -88,10 +88,14 @@ typedef struct scree__attention_grad_strides {
  *   P_ij = exp(s_ij - lse_i)          the forward's lse, as the kernel uses it
  *   D_i  = sum_c dout_ic out_ic       the stored out, as the kernel's preprocess
  *   dP_ij = dout_i . v_j
- *   dS_ij = P_ij (dP_ij - D_i)        dL/ds
- *   dX_ij = dS_ij ds/dx, ds/dx = scale, or scale (1 - tanh^2(scale x / softcap))
- *   dq_i = sum_j dX_ij k_j;  dk_j = sum_{h in group, i} dX_ij q_i;
+ *   dS_ij = P_ij (dP_ij - D_i) f_ij   dL/ds f, f = 1, or 1 - tanh^2(scale x / softcap)
+ *   dq_i = scale sum_j dS_ij k_j;  dk_j = scale sum_{h in group, i} dS_ij q_i;
  *   dv_j = sum_{h in group, i} P_ij dout_i
+ * (dL/dx = scale dS, the kernel's dS). In fp16 and bf16, P and dS are
+ * rounded to the dtype (from float, to nearest even: scree__round_elem)
+ * before they enter the sums, as the kernel rounds them for its tensor-core
+ * products; in fp32 they are not. The sums are double, and each gradient
+ * element is rounded to the dtype once.
  * A row that sees no key, or whose lse is -inf, adds nothing and gets a dq
  * of zeros; a key no row sees gets dk and dv of zeros. If scratch memory
  * cannot be allocated, the affected rows are written as NaN. */

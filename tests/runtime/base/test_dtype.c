@@ -42,6 +42,31 @@ START_TEST(bf16_rounding) {
 }
 END_TEST
 
+/* scree__round_elem is the store and load: ties to even in fp16 and bf16,
+ * double to float in fp32, and fp16's subnormals and overflow. */
+START_TEST(round_elem_is_store_then_load) {
+  ck_assert(scree__round_elem(SCREE_DTYPE_BF16, 1.0 + 0x1p-8) == 1.0);
+  ck_assert(scree__round_elem(SCREE_DTYPE_BF16, 1.0 + 0x1p-7 + 0x1p-8) == 1.0 + 0x1p-6);
+  ck_assert(scree__round_elem(SCREE_DTYPE_BF16, -(1.0 + 0x1p-8 + 0x1p-12)) == -(1.0 + 0x1p-7));
+  ck_assert(scree__round_elem(SCREE_DTYPE_FP16, 1.0 + 0x1p-11) == 1.0);
+  ck_assert(scree__round_elem(SCREE_DTYPE_FP16, 1.0 + 0x1p-10 + 0x1p-11) == 1.0 + 0x1p-9);
+  ck_assert(scree__round_elem(SCREE_DTYPE_FP16, 0x1p-25 + 0x1p-30) == 0x1p-24);
+  ck_assert(isinf(scree__round_elem(SCREE_DTYPE_FP16, 70000.0)));
+  ck_assert(scree__round_elem(SCREE_DTYPE_FP32, 1.0 + 0x1p-30) == 1.0);
+  ck_assert(isnan(scree__round_elem(SCREE__DTYPE_I32, 1.0)));
+  uint64_t s = 12345;
+  for (int i = 0; i < 100000; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const double v = ldexp((double)(s >> 11) * 0x1p-53 - 0.5, (int)(s % 40) - 20);
+    for (int dt = SCREE_DTYPE_FP32; dt <= SCREE_DTYPE_BF16; dt++) {
+      unsigned char buf[4];
+      scree__store_elem(buf, dt, 0, v);
+      ck_assert(scree__round_elem(dt, v) == scree__load_elem(buf, dt, 0));
+    }
+  }
+}
+END_TEST
+
 START_TEST(compare_catches_errors_and_nan) {
   float ref[4] = {1, 2, 3, 4}, got[4] = {1, 2, 3, 4};
   size_t worst = 99;
@@ -58,4 +83,5 @@ END_TEST
 
 SCREE_TEST_MAIN(.name = "dtype",
                 .tests = SCREE_TESTS(half_roundtrip_all_bits, half_known_values, bf16_rounding,
+                                     round_elem_is_store_then_load,
                                      compare_catches_errors_and_nan))

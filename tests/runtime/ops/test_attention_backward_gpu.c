@@ -14,10 +14,12 @@
  * (two runs bitwise equal; two packings of the same sequences bitwise equal
  * per sequence).
  *
- * Tolerance (ops/attention_backward.c): |got - ref| <= 1e-2 + 6e-3 |ref| in
- * fp16, 5e-2 + 3e-2 |ref| in bf16, for dq, dk and dv: fp32 accumulation,
- * but P and dS rounded to the dtype before their products (as
- * FlashAttention-2), and the gradient rounded once.
+ * Tolerance (ops/attention_backward.c): |got - ref| <= 2.5e-3 + 2e-3 |ref|
+ * in fp16, 2e-2 + 1.6e-2 |ref| in bf16 (with a softcap 1e-2 and 4e-2
+ * absolute), for dq, dk and dv: the reference rounds P and dS to the dtype
+ * as the kernel does (as FlashAttention-2) before their products, so what
+ * remains is the kernel's fp32 arithmetic and the gradients' final
+ * rounding; derived there, not yet measured.
  *
  * Lengths: the issue's mix {0, 1, 7, 63, 64, 65, 127, 128, 129, 1000,
  * 2048} for queries, keys differing from queries (a sequence with no key,
@@ -286,8 +288,8 @@ START_TEST(fused_gradients) {
                              f.h_dout, f.cu, f.cu, want, want + part, want + 2 * part);
   fixture_run(&f, got);
   /* the op's tolerances (ops/attention_backward.c) */
-  const double rtol = dt == SCREE_DTYPE_BF16 ? 3e-2 : 6e-3;
-  const double atol = dt == SCREE_DTYPE_BF16 ? 5e-2 : 1e-2;
+  const double rtol = dt == SCREE_DTYPE_BF16 ? 1.6e-2 : 2e-3;
+  const double atol = dt == SCREE_DTYPE_BF16 ? 2e-2 : 2.5e-3;
   /* Rows of 3 H d: dq, dk and dv side by side, no padding; compared as one
    * row per token. */
   scree_test_compare_rows(got, want, dt, f.T, 3 * H * d, 3 * H * d, rtol, atol, "dq|dk|dv",

@@ -288,53 +288,79 @@ static double ulp(scree_dtype dt) {
   return dt == SCREE_DTYPE_FP32 ? 0x1p-23 : dt == SCREE_DTYPE_FP16 ? 0x1p-10 : 0x1p-7;
 }
 
-/* Compares got (the reference, rounded to the dtype) with want (double) for
- * a [tokens, heads, d] tensor: |got - want| <= ulp |want| + 1e-6 max|want|.
- * One ulp: the reference's value and the baseline's differ by far less than
- * one, so rounding puts them at most one apart. 1e-6 of the tensor's
- * largest value: the reference takes P from the forward's fp32 lse, the
- * baseline from its own softmax (P differs by ~|lse| 6e-8 relative), and
- * dS = P (dP - D) cancels where dP is near D. */
-static void compare(const void *got, scree_dtype dt, const double *want, long tokens,
-                    long heads, long d, long ts, long hs, const char *name, const char *what) {
-  double big = 0;
-  for (long i = 0; i < tokens * heads * d; i++) big = fabs(want[i]) > big ? fabs(want[i]) : big;
+/* How a dense computation treats P and dS (the kernel's dS, P (dP - D) f,
+ * without the scale) in fp16 and bf16: as the kernel and the reference do
+ * (rounded to the dtype, dS before the scale), unrounded, or with the
+ * scale applied before dS is rounded (a plausible mistake). fp32 never
+ * rounds them. */
+enum { ROUND_KERNEL, ROUND_NONE, ROUND_SCALED_DS };
+
+/* Dense gradients in double, [tokens, heads, d], and per element the sum
+ * of its terms' magnitudes (for the margin of compare). */
+typedef struct dense {
+  double *dq, *dk, *dv, *aq, *ak, *av;
+} dense;
+
+static void dense_free(dense *g) {
+  free(g->dq), free(g->dk), free(g->dv), free(g->aq), free(g->ak), free(g->av);
+}
+
+/* got (the reference, rounded to the dtype) is want rounded to the dtype,
+ * unless want lies within 1e-12 of its terms' magnitudes of a rounding
+ * boundary, where either side is right: both sums are double over the same
+ * P and dS (computed the same way; up to 800 terms here, each adding up to
+ * 2^-53 of the magnitudes), in orders that may differ. Returns the number
+ * of elements that are not; fail: abort at the first. */
+static long compare(const void *got, scree_dtype dt, const double *want, const double *mag,
+                    long tokens, long heads, long d, long ts, long hs, int fail,
+                    const char *name, const char *what) {
+  long bad = 0;
   for (long t = 0; t < tokens; t++)
     for (long h = 0; h < heads; h++)
       for (long e = 0; e < d; e++) {
-        const double w = want[(t * heads + h) * d + e], g = ld(got, dt, t * ts + h * hs + e);
+        const long o = (t * heads + h) * d + e;
+        const double w = want[o], m = 1e-12 * mag[o], g = ld(got, dt, t * ts + h * hs + e);
         CHECK(!isnan(g), "%s: %s[t=%ld, h=%ld, %ld] not written", what, name, t, h, e);
-        CHECK(fabs(g - w) <= ulp(dt) * fabs(w) + 1e-6 * big,
-              "%s: %s[t=%ld, h=%ld, %ld] = %.9g, dense %.9g", what, name, t, h, e, g, w);
+        const double r = scree__round_elem(dt, w);
+        if (g == r || scree__round_elem(dt, w - m) != scree__round_elem(dt, w + m)) continue;
+        bad++;
+        CHECK(!fail, "%s: %s[t=%ld, h=%ld, %ld] = %.9g, dense %.17g rounds to %.9g", what,
+              name, t, h, e, g, w, r);
       }
+  return bad;
 }
 
-/* The gradients from dense matrices, per sequence and query head: S, P by
- * softmax (its own, not the forward's lse), dP = dO V^T, D = rowsum(dO * O)
- * from the stored out (the reference's convention), dS = P (dP - D), dX =
- * dS ds/dx, dQ = dX K, dK += dX^T Q and dV += P^T dO over the group. */
-static void dense_case(const bcase *c) {
-  char what[512];
-  describe(c, what, sizeof what);
-  prob p;
-  setup(&p, c);
-  bwd(&p);
+/* The gradients from dense matrices, per sequence and query head: S, its
+ * own softmax (checked against P = exp(S - lse) with the forward's lse,
+ * which is then used: the kernel's and the reference's convention, and
+ * the dtype rounding of P needs the same P), dP = dO V^T, D = rowsum(dO *
+ * O) from the stored out (the reference's convention), dS = P (dP - D) f,
+ * dQ = scale dS K, dK += scale dS^T Q and dV += P^T dO over the group,
+ * with P and dS treated as `mode` says. */
+static void dense_grads(const prob *p, int mode, const char *what, dense *o) {
+  const bcase *c = p->c;
   const long d = c->d, hq = c->hq, hkv = c->hkv, group = hq / hkv;
   const scree_dtype dt = c->dt;
+  const int round = dt != SCREE_DTYPE_FP32 && mode != ROUND_NONE;
   const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)d);
-  double *dq = calloc((size_t)(p.tq * hq * d), sizeof(double));
-  double *dk = calloc((size_t)(p.tk * hkv * d), sizeof(double));
-  double *dv = calloc((size_t)(p.tk * hkv * d), sizeof(double));
+  o->dq = calloc((size_t)(p->tq * hq * d), sizeof(double));
+  o->aq = calloc((size_t)(p->tq * hq * d), sizeof(double));
+  o->dk = calloc((size_t)(p->tk * hkv * d), sizeof(double));
+  o->ak = calloc((size_t)(p->tk * hkv * d), sizeof(double));
+  o->dv = calloc((size_t)(p->tk * hkv * d), sizeof(double));
+  o->av = calloc((size_t)(p->tk * hkv * d), sizeof(double));
   long mq = 1, mk = 1;
   for (int b = 0; b < c->nseq; b++) {
-    mq = p.cu_q[b + 1] - p.cu_q[b] > mq ? p.cu_q[b + 1] - p.cu_q[b] : mq;
-    mk = p.cu_k[b + 1] - p.cu_k[b] > mk ? p.cu_k[b + 1] - p.cu_k[b] : mk;
+    mq = p->cu_q[b + 1] - p->cu_q[b] > mq ? p->cu_q[b + 1] - p->cu_q[b] : mq;
+    mk = p->cu_k[b + 1] - p->cu_k[b] > mk ? p->cu_k[b + 1] - p->cu_k[b] : mk;
   }
   double *S = malloc(sizeof(double) * (size_t)(mq * mk));  /* S, then P */
-  double *X = malloc(sizeof(double) * (size_t)(mq * mk));  /* ds/dx, then dX */
+  double *F = malloc(sizeof(double) * (size_t)(mq * mk));  /* f */
+  double *X = malloc(sizeof(double) * (size_t)(mq * mk));  /* scale dS */
+  double *PR = malloc(sizeof(double) * (size_t)(mq * mk)); /* P as dV uses it */
   for (int b = 0; b < c->nseq; b++) {
-    const long q0 = p.cu_q[b], k0 = p.cu_k[b];
-    const long lq = p.cu_q[b + 1] - q0, lk = p.cu_k[b + 1] - k0;
+    const long q0 = p->cu_q[b], k0 = p->cu_k[b];
+    const long lq = p->cu_q[b + 1] - q0, lk = p->cu_k[b + 1] - k0;
     for (long h = 0; h < hq; h++) {
       const long g = h / group;
       for (long i = 0; i < lq; i++) {
@@ -342,56 +368,87 @@ static void dense_case(const bcase *c) {
         for (long j = 0; j < lk; j++) {
           double x = 0;
           for (long e = 0; e < d; e++)
-            x += ld(p.q, dt, (q0 + i) * p.qt + h * p.qh + e) *
-                 ld(p.k, dt, (k0 + j) * p.kt + g * p.kh + e);
-          double s = scale * x, dsdx = scale;
+            x += ld(p->q, dt, (q0 + i) * p->qt + h * p->qh + e) *
+                 ld(p->k, dt, (k0 + j) * p->kt + g * p->kh + e);
+          double s = scale * x, f = 1;
           if (c->softcap > 0) {
             const double th = tanh(s / c->softcap);
-            s = c->softcap * th, dsdx = scale * (1 - th * th);
+            s = c->softcap * th, f = 1 - th * th;
           }
           S[i * lk + j] = visible(c, i, j, lq, lk) ? s : -INFINITY;
-          X[i * lk + j] = dsdx;
+          F[i * lk + j] = f;
           m = S[i * lk + j] > m ? S[i * lk + j] : m;
         }
         if (m == -INFINITY) { /* no key: P = 0 */
           for (long j = 0; j < lk; j++) S[i * lk + j] = 0;
           continue;
         }
+        /* The softmax, and P from the forward's fp32 lse: they agree to
+         * lse's rounding (2^-24 |lse| relative). */
+        const double lse = p->lse[h * p->tq + q0 + i];
         double sum = 0;
-        for (long j = 0; j < lk; j++) sum += S[i * lk + j] = exp(S[i * lk + j] - m);
-        for (long j = 0; j < lk; j++) S[i * lk + j] /= sum;
+        for (long j = 0; j < lk; j++) sum += exp(S[i * lk + j] - m);
+        for (long j = 0; j < lk; j++) {
+          const double soft = exp(S[i * lk + j] - m) / sum, pl = exp(S[i * lk + j] - lse);
+          CHECK(fabs(pl - soft) <= 1e-7 * (1 + fabs(lse)) * soft,
+                "%s: seq %d h %ld row %ld key %ld: softmax %.17g, exp(s - lse) %.17g", what, b,
+                h, i, j, soft, pl);
+          S[i * lk + j] = pl;
+        }
       }
       for (long i = 0; i < lq; i++) {
         const long t = q0 + i;
         double D = 0;
         for (long e = 0; e < d; e++)
-          D += ld(p.dout, dt, t * p.dot + h * p.doh + e) * ld(p.out, dt, t * p.ot + h * p.oh + e);
+          D += ld(p->dout, dt, t * p->dot + h * p->doh + e) *
+               ld(p->out, dt, t * p->ot + h * p->oh + e);
         for (long j = 0; j < lk; j++) {
           double dp = 0;
           for (long e = 0; e < d; e++)
-            dp += ld(p.dout, dt, t * p.dot + h * p.doh + e) *
-                  ld(p.v, dt, (k0 + j) * p.vt + g * p.vh + e);
-          X[i * lk + j] *= S[i * lk + j] * (dp - D);
+            dp += ld(p->dout, dt, t * p->dot + h * p->doh + e) *
+                  ld(p->v, dt, (k0 + j) * p->vt + g * p->vh + e);
+          const double P = S[i * lk + j], ds = P * (dp - D) * F[i * lk + j];
+          PR[i * lk + j] = round ? scree__round_elem(dt, P) : P;
+          X[i * lk + j] = !round                   ? ds * scale
+                          : mode == ROUND_KERNEL ? scree__round_elem(dt, ds) * scale
+                                                 : scree__round_elem(dt, ds * scale);
         }
       }
       for (long i = 0; i < lq; i++)
         for (long j = 0; j < lk; j++)
           for (long e = 0; e < d; e++) {
             const long t = q0 + i, tk = k0 + j;
-            dq[(t * hq + h) * d + e] += X[i * lk + j] * ld(p.k, dt, tk * p.kt + g * p.kh + e);
-            dk[(tk * hkv + g) * d + e] += X[i * lk + j] * ld(p.q, dt, t * p.qt + h * p.qh + e);
-            dv[(tk * hkv + g) * d + e] +=
-                S[i * lk + j] * ld(p.dout, dt, t * p.dot + h * p.doh + e);
+            const long oq = (t * hq + h) * d + e, ok = (tk * hkv + g) * d + e;
+            const double xq = X[i * lk + j] * ld(p->k, dt, tk * p->kt + g * p->kh + e);
+            const double xk = X[i * lk + j] * ld(p->q, dt, t * p->qt + h * p->qh + e);
+            const double xv = PR[i * lk + j] * ld(p->dout, dt, t * p->dot + h * p->doh + e);
+            o->dq[oq] += xq, o->aq[oq] += fabs(xq);
+            o->dk[ok] += xk, o->ak[ok] += fabs(xk);
+            o->dv[ok] += xv, o->av[ok] += fabs(xv);
           }
     }
   }
-  compare(p.dq, dt, dq, p.tq, hq, d, p.dqt, p.dqh, "dq", what);
-  compare(p.dk, dt, dk, p.tk, hkv, d, p.dkt, p.dkh, "dk", what);
-  compare(p.dv, dt, dv, p.tk, hkv, d, p.dvt, p.dvh, "dv", what);
-  check_gaps(p.dq, dt, p.ndq, p.tq, hq, d, p.dqt, p.dqh, "dq", what);
-  check_gaps(p.dk, dt, p.ndk, p.tk, hkv, d, p.dkt, p.dkh, "dk", what);
-  check_gaps(p.dv, dt, p.ndv, p.tk, hkv, d, p.dvt, p.dvh, "dv", what);
-  free(S), free(X), free(dq), free(dk), free(dv);
+  free(S), free(F), free(X), free(PR);
+}
+
+/* The reference against the dense gradients computed as the kernel does
+ * (P and dS rounded in fp16 and bf16): every element exactly rounded. */
+static void dense_case(const bcase *c) {
+  char what[512];
+  describe(c, what, sizeof what);
+  prob p;
+  setup(&p, c);
+  bwd(&p);
+  const long d = c->d, hq = c->hq, hkv = c->hkv;
+  dense g;
+  dense_grads(&p, ROUND_KERNEL, what, &g);
+  compare(p.dq, c->dt, g.dq, g.aq, p.tq, hq, d, p.dqt, p.dqh, 1, "dq", what);
+  compare(p.dk, c->dt, g.dk, g.ak, p.tk, hkv, d, p.dkt, p.dkh, 1, "dk", what);
+  compare(p.dv, c->dt, g.dv, g.av, p.tk, hkv, d, p.dvt, p.dvh, 1, "dv", what);
+  check_gaps(p.dq, c->dt, p.ndq, p.tq, hq, d, p.dqt, p.dqh, "dq", what);
+  check_gaps(p.dk, c->dt, p.ndk, p.tk, hkv, d, p.dkt, p.dkh, "dk", what);
+  check_gaps(p.dv, c->dt, p.ndv, p.tk, hkv, d, p.dvt, p.dvh, "dv", what);
+  dense_free(&g);
   teardown(&p);
 }
 
@@ -419,6 +476,56 @@ START_TEST(dense_baseline) {
                      .padded = (int)((i + 1) % 2 || i == 4)};
     dense_case(&c);
   }
+}
+END_TEST
+
+/* The reference rounds P and dS as the kernel does. On 16-bit problems at
+ * head_dim 32 (scale 2^-2.5, not a power of two, so rounding dS before or
+ * after the scale differs), with and without a softcap, it matches the
+ * dense gradients with the kernel's rounding exactly (compare), while in
+ * at least 20% of the elements of each gradient the rounding changes the
+ * result: the unrounded gradients (dq, dk, dv) and those with dS rounded
+ * after the scale (dq, dk; dv has no dS) are not what the reference gives.
+ * A reference that stopped rounding, or rounded scale dS, fails here. */
+START_TEST(rounds_p_and_ds_as_the_kernel) {
+  static const int lq[] = {150, 3, 64};
+  static const int lk[] = {150, 40, 100};
+  for (int dt = SCREE_DTYPE_FP16; dt <= SCREE_DTYPE_BF16; dt++)
+    for (int capped = 0; capped < 2; capped++) {
+      const bcase c = {.name = "rounds_p_and_ds_as_the_kernel", .nseq = 3, .lq = lq, .lk = lk,
+                       .hq = 4, .hkv = 2, .d = 32, .dt = (scree_dtype)dt, .causal = 1,
+                       .wl = -1, .wr = -1, .softcap = capped ? 3.0f : 0.0f,
+                       .in_std = capped ? 1.5 : 1};
+      char what[512];
+      describe(&c, what, sizeof what);
+      prob p;
+      setup(&p, &c);
+      bwd(&p);
+      const long d = c.d, nq = p.tq * c.hq * d, nk = p.tk * c.hkv * d;
+      for (int mode = ROUND_KERNEL; mode <= ROUND_SCALED_DS; mode++) {
+        dense g;
+        dense_grads(&p, mode, what, &g);
+        const int fail = mode == ROUND_KERNEL;
+        const long bq = compare(p.dq, c.dt, g.dq, g.aq, p.tq, c.hq, d, p.dqt, p.dqh, fail,
+                                "dq", what);
+        const long bk = compare(p.dk, c.dt, g.dk, g.ak, p.tk, c.hkv, d, p.dkt, p.dkh, fail,
+                                "dk", what);
+        const long bv = compare(p.dv, c.dt, g.dv, g.av, p.tk, c.hkv, d, p.dvt, p.dvh, fail,
+                                "dv", what);
+        if (mode != ROUND_KERNEL) {
+          printf("%s, %s: differs in dq %ld/%ld, dk %ld/%ld, dv %ld/%ld\n", what,
+                 mode == ROUND_NONE ? "unrounded" : "dS rounded after the scale", bq, nq, bk,
+                 nk, bv, nk);
+          CHECK(bq >= nq / 5 && bk >= nk / 5, "%s: the rounding mode %d moves too few dq "
+                "(%ld of %ld) or dk (%ld of %ld) elements to tell it apart", what, mode, bq,
+                nq, bk, nk);
+          CHECK(mode == ROUND_SCALED_DS ? bv == 0 : bv >= nk / 5,
+                "%s: rounding mode %d: %ld of %ld dv elements differ", what, mode, bv, nk);
+        }
+        dense_free(&g);
+      }
+      teardown(&p);
+    }
 }
 END_TEST
 
@@ -615,5 +722,6 @@ START_TEST(gqa_sums_the_group) {
 END_TEST
 
 SCREE_TEST_MAIN(.name = "attention_backward_ref", .timeout = 120,
-                .tests = SCREE_TESTS(finite_differences, dense_baseline, rows_without_keys,
+                .tests = SCREE_TESTS(finite_differences, dense_baseline,
+                                     rounds_p_and_ds_as_the_kernel, rows_without_keys,
                                      gqa_sums_the_group))
