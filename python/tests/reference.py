@@ -111,9 +111,11 @@ def positions_from_cu(cu_seqlens, total, device):
 
 
 def rope(q, k=None, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=None,
-         interleaved=False, cos_sin=None, inverse=False):
+         interleaved=False, cos_sin=None, inverse=False, keep_double=False):
     """(q, k) rotated, new tensors; inverse: rotated back (angle -a, the
-    backward's rotation of the gradients)."""
+    backward's rotation of the gradients). Plain torch ops in float64, so
+    autograd goes through it; keep_double returns the float64 result
+    instead of rounding it to the inputs' dtype."""
     d = q.shape[-1]
     rd = rotary_dim or d
     pos = positions.long() if positions is not None else positions_from_cu(
@@ -140,7 +142,8 @@ def rope(q, k=None, cu_seqlens=None, positions=None, theta=10000.0, rotary_dim=N
         else:
             x1, x2 = r[..., :rd // 2], r[..., rd // 2:]
             o = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
-        return torch.cat((o, rest), -1).to(x.dtype)
+        o = torch.cat((o, rest), -1)
+        return o if keep_double else o.to(x.dtype)
 
     return rot(q), rot(k)
 

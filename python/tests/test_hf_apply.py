@@ -53,6 +53,12 @@ def _compare(gen, kind, device, dtype, atol):
         parts.append(out.detach())
         start += n
     torch.testing.assert_close(a.detach(), torch.cat(parts), atol=atol, rtol=0)
+    _same_grads(ours, ref, atol)
+
+
+def _same_grads(ours, ref, atol):
+    """Every parameter's gradient of ours as ref's, within atol times the
+    larger of 1 and the gradient's largest magnitude."""
     got = dict(ours.named_parameters())
     for name, p in ref.named_parameters():
         g = got[name].grad
@@ -201,13 +207,7 @@ def _training_compare(gen, kind, device, dtype, atol, num_items=False, shift=Fal
     assert got.logits is None and want.logits is not None
     got.loss.backward()
     torch.testing.assert_close(got.loss.float(), want.loss.float(), atol=atol, rtol=0)
-    params = dict(ours.named_parameters())
-    for name, p in ref.named_parameters():
-        g = params[name].grad
-        assert g is not None, name
-        scale = max(p.grad.abs().max().item(), 1.0)
-        torch.testing.assert_close(g.float(), p.grad.float(), atol=atol * scale, rtol=0,
-                                   msg=name)
+    _same_grads(ours, ref, atol)
     # Eval (or no labels): the model's own forward, logits included.
     ours.eval()
     ref.eval()

@@ -22,29 +22,9 @@ BF16 = torch.bfloat16
 def _rope_want(q, k, pos, theta, rd, interleaved, cos_sin):
     """RoPE in float64 with plain torch ops (autograd's reference): HF's
     rotate-half formula, or GPT-J's interleaved pairs."""
-    d = q.shape[-1]
-    if cos_sin is not None:
-        cos, sin = cos_sin[pos, :rd // 2].double(), cos_sin[pos, rd // 2:].double()
-    else:
-        inv = theta ** (-torch.arange(0, rd, 2, dtype=torch.float64, device=q.device) / rd)
-        ang = pos.double()[:, None] * inv
-        cos, sin = ang.cos(), ang.sin()
-    cos, sin = cos[:, None], sin[:, None]
-
-    def rot(x):
-        if x is None:
-            return None
-        x = x.double()
-        r, rest = x[..., :rd], x[..., rd:]
-        if interleaved:
-            x1, x2 = r[..., 0::2], r[..., 1::2]
-            o = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1).flatten(-2)
-        else:
-            x1, x2 = r[..., :rd // 2], r[..., rd // 2:]
-            o = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), -1)
-        return torch.cat((o, rest), -1)
-    assert rd <= d
-    return rot(q), rot(k)
+    assert rd <= q.shape[-1]
+    return ref.rope(q, k, positions=pos, theta=theta, rotary_dim=rd, interleaved=interleaved,
+                    cos_sin=cos_sin, keep_double=True)
 
 
 def _rope_case(gen, device, dtype, lens, hq, hk, d, rd, interleaved, use_cos_sin, use_positions):

@@ -1166,16 +1166,21 @@ _CE_NAMES = {"logits": "input", "targets": "target", "dtype": "input", "vocab": 
 _REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}  # scree_reduction
 
 
-def _ce_check(op, input, target):
-    if input.dim() != 2:
-        raise ValueError(f"scree.{op}: argument 'input' must be [rows, classes], got shape "
-                         f"{tuple(input.shape)}")
-    if target.dim() != 1 or target.shape[0] != input.shape[0]:
-        raise ValueError(f"scree.{op}: argument 'target' must be [rows] = [{input.shape[0]}], "
+def _target_check(op, target, rows):
+    """target: class indices, one a row."""
+    if target.dim() != 1 or target.shape[0] != rows:
+        raise ValueError(f"scree.{op}: argument 'target' must be [rows] = [{rows}], "
                          f"got shape {tuple(target.shape)}")
     if target.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"scree.{op}: argument 'target' has dtype {target.dtype}; class "
                         "indices (int64) are needed")
+
+
+def _ce_check(op, input, target):
+    if input.dim() != 2:
+        raise ValueError(f"scree.{op}: argument 'input' must be [rows, classes], got shape "
+                         f"{tuple(input.shape)}")
+    _target_check(op, target, input.shape[0])
 
 
 def _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dlogits,
@@ -1350,12 +1355,7 @@ def _lce_check(op, hidden, weight, target, bias, chunk_size):
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
         raise ValueError(f"scree.{op}: argument 'weight' must be [vocab, {hidden.shape[1]}] "
                          f"(hidden's last dimension), got shape {tuple(weight.shape)}")
-    if target.dim() != 1 or target.shape[0] != hidden.shape[0]:
-        raise ValueError(f"scree.{op}: argument 'target' must be [rows] = [{hidden.shape[0]}], "
-                         f"got shape {tuple(target.shape)}")
-    if target.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"scree.{op}: argument 'target' has dtype {target.dtype}; class "
-                        "indices (int64) are needed")
+    _target_check(op, target, hidden.shape[0])
     _dtype_code(op, "hidden", hidden)
     for name, t, shape in (("weight", weight, None), ("bias", bias, (weight.shape[0],))):
         if t is None:
