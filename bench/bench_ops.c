@@ -12,7 +12,7 @@
  *
  *   bench_ops [--file F] [--json-configs F] [--op NAME] [--only NAME]
  *             [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep]
- *             [--sweep-impl NAME] [--sweep-grep A,B]
+ *             [--sweep-impl NAME] [--sweep-grep A,B] [--regret]
  *
  * --check-entries parses every case (op, variant, shape, lengths) and builds
  * its problem on the host, without a GPU: a CPU test runs it, so a typo in
@@ -24,6 +24,12 @@
  * safe_configs/ (tools/make_safelist.py). --sweep-impl NAME sweeps only the
  * configs of that implementation (impl=NAME); --sweep-grep A,B only those
  * whose config string holds every field A, B ("vec=8,band=1").
+ *
+ * --regret sweeps as --sweep does, but the case's first call tunes its
+ * bucket as a user's would (the safelist, the bucket's tuning batch), and
+ * each case ends with a line "regret: X% (pick ... ; best ...)": the
+ * sweep's time of the tuned pick over the fastest config of the whole
+ * space on this case (bench/regret.py tabulates them).
  *
  * Method: a private cache and the tune-on-miss policy, so the first call of
  * each case tunes its bucket (printed: how long it took); then --reps
@@ -242,7 +248,8 @@ static int sweep_wanted(const char *cs) {
 /* Every config this device can run on the case (of --sweep-impl, holding
  * --sweep-grep's fields), checked then timed. */
 static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *var,
-                      const void *call, scree__run *big, CUstream stream, FILE *csv) {
+                      const void *call, scree__run *big, CUstream stream, FILE *csv,
+                      const char *pick) {
   const int total = scree__config_space(c->op, NULL, 0);
   scree__config *all = calloc((size_t)total, sizeof *all);
   swept *s = calloc((size_t)total, sizeof *s);
@@ -298,6 +305,25 @@ static int sweep_case(scree_context *ctx, const bcase *c, const scree__variant *
               c->op->name, c->variant, c->shape, s[i].us, big->p.flops > 0 ? tf : 0, gb, cs);
   }
   printf("  sweep: %d configs timed, %d failed\n", shown, bad);
+  /* --regret: the call's own pick (tuned over the safelist on the bucket's
+   * tuning batch) against the fastest config of the whole space on this
+   * case, both timed by the sweep above. */
+  if (pick) {
+    double best = -1, mine = -1;
+    char bs[128] = "";
+    for (int i = 0; i < n; i++) {
+      if (s[i].us < 0) continue;
+      char cs[128];
+      scree__config_str(c->op, &s[i].cfg, cs, sizeof cs);
+      if (best < 0) best = s[i].us, snprintf(bs, sizeof bs, "%s", cs);
+      if (!strcmp(cs, pick)) mine = s[i].us;
+    }
+    if (best > 0 && mine > 0)
+      printf("  regret: %.2f%% (pick %.2f us %s; best %.2f us %s)\n", 100 * (mine / best - 1),
+             mine, pick, best, bs);
+    else
+      printf("  regret: pick %s not among the swept configs\n", pick);
+  }
   free(all);
   free(s);
   return bad;
@@ -307,7 +333,7 @@ int main(int argc, char **argv) {
   const char *file = "", *json = SCREE_BENCH_JSON, *only_op = NULL, *only = NULL;
   int registry = !*json; /* bench_ops: every op's own entries */
   const char *csv_path = NULL, *keep_cache = NULL;
-  int reps = 30, inner = 10, sweep = 0, check_only = 0;
+  int reps = 30, inner = 10, sweep = 0, check_only = 0, regret = 0;
   /* Each case's first call tunes its bucket: the shipped tuned configs
    * (caches/) must not answer instead, unless SCREE_TUNED_CONFIGS is set. */
   setenv("SCREE_TUNED_CONFIGS", "none", 0);
@@ -328,6 +354,8 @@ int main(int argc, char **argv) {
       check_only = 1;
     else if (!strcmp(argv[i], "--sweep"))
       sweep = 1;
+    else if (!strcmp(argv[i], "--regret"))
+      sweep = regret = 1;
     else if (!strcmp(argv[i], "--sweep-impl") && i + 1 < argc)
       sweep = 1, g_sweep_impl = argv[++i];
     else if (!strcmp(argv[i], "--sweep-grep") && i + 1 < argc)
@@ -340,7 +368,7 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--file CASES | --json-configs attention_configs.json] [--op NAME] "
               "[--only NAME] [--reps N] [--inner N] [--csv F] [--cache DB] [--sweep] "
-              "[--sweep-impl NAME] [--sweep-grep A,B] [--check-entries]\n",
+              "[--sweep-impl NAME] [--sweep-grep A,B] [--regret] [--check-entries]\n",
               argv[0]);
       return 2;
     }
@@ -384,8 +412,9 @@ int main(int argc, char **argv) {
    * holds already is not tuned again. */
   o.cache_path = keep_cache ? keep_cache : db;
   o.cache_search_path = "";
-  /* A sweep times the whole space itself: its first calls take the default. */
-  o.miss_policy = sweep ? SCREE_MISS_DEFAULT : SCREE_MISS_TUNE;
+  /* A sweep times the whole space itself: its first calls take the default;
+   * --regret's first calls tune, as a user's would. */
+  o.miss_policy = sweep && !regret ? SCREE_MISS_DEFAULT : SCREE_MISS_TUNE;
   scree_context *ctx;
   char why[1024];
   scree_status st = scree_create(&o, &ctx, why, sizeof why);
@@ -475,7 +504,8 @@ int main(int argc, char **argv) {
                 c->op->name, c->variant, c->shape, us, big.p.flops > 0 ? tf : 0, gb, tune_s, cs,
                 sgb);
     }
-    if (sweep && !st) failures += sweep_case(ctx, c, &var, call, &big, stream, csv);
+    if (sweep && !st)
+      failures += sweep_case(ctx, c, &var, call, &big, stream, csv, regret ? cs : NULL);
     fflush(stdout);
     if (csv) fflush(csv);
     scree__run_free(ctx, &big);
