@@ -58,6 +58,11 @@ typedef struct scree__trials_info {
 /* Loads t's cubin into a module of its own, checks the config on chk,
  * times it on tp and unloads; fills t's outcome. Needs the primary context
  * current. */
+/* How many back-to-back calls one event pair of a trial's timing covers,
+ * from one call's time measured alone (1 for calls of 40 us or more, at
+ * most 32). */
+int scree__trial_per_event(double one_call_us);
+
 void scree__trial_run(scree_context *ctx, const scree__op *op, const scree__variant *var,
                       scree__run *chk, scree__run *tp, CUstream stream,
                       const scree__trial_opts *o, scree__trial *t);

@@ -2,7 +2,7 @@
  * the default policy's candidate list (safelist order, the default
  * appended, adapting that merges configs, pruning by check, worth_timing,
  * deny and bad records), the whole space, the winner within the noise band
- * and its tie-break, every op's list against the documented rules, and a
+ * and its tie-break, how many calls one timing interval covers, every op's list against the documented rules, and a
  * second policy built from the first one's parts. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "test_util.h"
+#include "tuner/trial.h"
 
 static char g_dir[64];
 
@@ -307,6 +308,19 @@ static int by_the_rules(scree_context *ctx, const scree__op *op, const scree__va
  * unaligned shapes, with
  * every 7th config of its space recorded bad: the built-in policies' lists
  * are what the rules say, entry for entry. */
+/* Short calls are timed over several back-to-back calls per event pair
+ * (src/tuner/trial.c), so that launch time does not rank them. */
+START_TEST(short_calls_timed_back_to_back) {
+  ck_assert_int_eq(scree__trial_per_event(400.0), 1);
+  ck_assert_int_eq(scree__trial_per_event(40.0), 1);
+  ck_assert_int_eq(scree__trial_per_event(39.0), 2);
+  ck_assert_int_eq(scree__trial_per_event(10.0), 4);
+  ck_assert_int_eq(scree__trial_per_event(4.1), 10);
+  ck_assert_int_eq(scree__trial_per_event(1.0), 32);
+  ck_assert_int_eq(scree__trial_per_event(0.0), 1); /* no estimate: one call */
+}
+END_TEST
+
 START_TEST(every_op_follows_the_rules) {
   static const char *const archs[] = {"sm_80", "sm_90"};
   static const int64_t sizes[] = {1, 4095, 8192};
@@ -444,6 +458,7 @@ int main(void) {
   tcase_add_test(tc, default_follows_the_safelist);
   tcase_add_test(tc, whole_space_when_the_safelist_has_nothing);
   tcase_add_test(tc, winner_within_the_noise_band);
+  tcase_add_test(tc, short_calls_timed_back_to_back);
   tcase_add_test(tc, every_op_follows_the_rules);
   tcase_add_test(tc, a_second_policy_plugs_in);
   suite_add_tcase(s, tc);

@@ -106,7 +106,7 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
 
 /* ---- problems ------------------------------------------------------------ */
 
-/* Tuned on the bucket's largest row count, capped at 256 MiB of x and
+/* Tuned on the bucket's largest row count, capped at 1 GiB of x and
  * residual together. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {

@@ -109,7 +109,7 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
 
 /* ---- problems ------------------------------------------------------------ */
 
-/* Tuned on the bucket's largest row count, capped at 256 MiB of x. */
+/* Tuned on the bucket's largest row count, capped at 1 GiB of x. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {
   scree__rowwise_representative(&scree__op_layernorm, b, var, check, 0, args);

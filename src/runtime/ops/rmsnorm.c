@@ -80,7 +80,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k,
 
 /* ---- problems ------------------------------------------------------------ */
 
-/* Tuned on the bucket's largest row count, capped at 256 MiB of x. */
+/* Tuned on the bucket's largest row count, capped at 1 GiB of x. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {
   scree__rowwise_representative(&scree__op_rmsnorm, b, var, check, 0, args);

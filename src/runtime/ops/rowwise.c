@@ -215,7 +215,7 @@ void scree__rowwise_representative(const scree__op *op, const scree__bucket *b,
   for (int d = 0; d < op->ndims; d++) put_i64(args, op->dims[d].arg, b->v[d]);
   scree__variant_dtypes(op->vfields, op->nvfields, var, args);
   int64_t rows = b->v[0];
-  const int64_t cap = ((int64_t)256 << 20) / row_bytes(op, args);
+  const int64_t cap = SCREE__ROWWISE_TUNE_BYTES / row_bytes(op, args);
   if (rows > cap) rows = cap > 0 ? cap : 1;
   if (check) rows = check_rows(rows, b->v[1], elems);
   put_i64(args, op->dims[0].arg, rows);

@@ -118,10 +118,14 @@ void scree__rowwise_shape_rows(void *x, int dtype, int64_t rows, int64_t cols, i
  *
  * The representative of a bucket: its cols, and its rows capped so that
  * the inputs read per row (the IN tensors with a dtype whose outer extent
- * is rows) take at most 256 MiB, past which time per byte no longer
- * changes; to check, at most 97 rows and, when elems is not 0, elems
+ * is rows) take at most SCREE__ROWWISE_TUNE_BYTES (1 GiB). Time per byte
+ * stops changing well below that, but the grid's shape does not: with a
+ * 256 MiB cap, cross-entropy over 128256 columns was tuned on 1046 rows
+ * for its rows <= 4096 bucket and picked 4 rows a CTA, 4.3% slower than
+ * the best at 4096 rows and 15% at 2650 (bench/regret.py). To check, at most 97 rows and, when elems is not 0, elems
  * elements (a quick CPU reference). The dtypes from var, the scalars at
  * their examples. */
+#define SCREE__ROWWISE_TUNE_BYTES ((int64_t)1 << 30)
 void scree__rowwise_representative(const scree__op *op, const scree__bucket *b,
                                    const scree__variant *var, int check, int64_t elems,
                                    void *args);

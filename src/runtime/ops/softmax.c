@@ -110,7 +110,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 
 /* ---- problems ------------------------------------------------------------ */
 
-/* Tuned on the bucket's largest row count, capped at 256 MiB of x; checked
+/* Tuned on the bucket's largest row count, capped at 1 GiB of x; checked
  * on at most 97 rows and 4M elements, so the reference is quick. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {

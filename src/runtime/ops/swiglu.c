@@ -151,7 +151,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 /* ---- problems ------------------------------------------------------------ */
 
 /* Tuned on the bucket's largest row count in the one-tensor form, capped at
- * 256 MiB of gate and up together. */
+ * 1 GiB of gate and up together. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {
   scree__rowwise_representative(&scree__op_swiglu, b, var, check, 0, args);

@@ -161,7 +161,7 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
 /* ---- problems ------------------------------------------------------------ */
 
 /* Tuned on the bucket's largest row count in the fused forms, capped at
- * 256 MiB of the inputs read per row. */
+ * 1 GiB of the inputs read per row. */
 static void representative(const scree__bucket *b, const scree__variant *var, int check,
                            void *args) {
   scree__rowwise_representative(&scree__op_swiglu_backward, b, var, check, 0, args);
