@@ -4,9 +4,10 @@
     python3 bench/regret.py regret.csv [--cases bench/regret_cases.txt]
 
 For each case: the config the case's first call tuned (its bucket's pick,
-tuned on the bucket's tuning batch over the safelist), that config's time in
-the sweep of the whole config space on the case, the sweep's fastest, and
-regret = pick / fastest - 1. Then the median and worst regret per op and
+tuned on the bucket's tuning batch over the safelist), the fastest config of
+the sweep of the whole config space on the case, their times (from the
+head-to-head re-timing after the sweep where the CSV has it, else the
+sweep's), and regret = pick / fastest - 1. Then the median and worst regret per op and
 over all cases, as markdown. A case whose pick the sweep did not time is
 listed and left out of the summary.
 """
@@ -50,6 +51,8 @@ def self_test():
                     'rmsnorm:5,rmsnorm,"v","s",12.0,0,1,0.0,"bm=1",1\n'
                     'rmsnorm:5,rmsnorm,"v","s",12.0,0,1,,"sweep bm=1"\n'
                     'rmsnorm:5,rmsnorm,"v","s",10.0,0,1,,"sweep bm=2"\n'
+                    'rmsnorm:5,rmsnorm,"v","s",11.0,,,,"h2h pick bm=1"\n'
+                    'rmsnorm:5,rmsnorm,"v","s",10.0,,,,"h2h best bm=2"\n'
                     'swiglu:6,swiglu,"v","s",5.0,0,1,0.1,"w=9",1\n'
                     'swiglu:6,swiglu,"v","s",5.0,0,1,,"sweep w=1"\n')
         out = io.StringIO()
@@ -57,8 +60,8 @@ def self_test():
             rc = main([data, "--cases", cases])
         text = out.getvalue()
     want = ["| a-tb | `bm=1` | 10.00 | 10.00 | (the pick) | 0.00% | 2 |",
-            "| a-away | `bm=1` | 12.00 | 10.00 | `bm=2` | 20.00% | 2 |",
-            "| rmsnorm | 2 | 10.00% | 20.00% |", "| all | 2 | 10.00% | 20.00% |",
+            "| a-away | `bm=1` | 11.00 | 10.00 | `bm=2` | 10.00% | 2 |",
+            "| rmsnorm | 2 | 5.00% | 10.00% |", "| all | 2 | 5.00% | 10.00% |",
             "swiglu:6: the pick `w=9` was not timed by the sweep (left out)"]
     bad = [w for w in want if w not in text]
     if rc != 0 or bad:
@@ -79,12 +82,15 @@ def main(argv=None):
     if not a.csv:
         ap.error("the CSV of bench_ops --regret is required")
     names = case_names(a.cases)
-    picks, sweeps, order = {}, {}, []
+    picks, sweeps, h2h, order = {}, {}, {}, []
     with open(a.csv) as f:
         for r in csv.DictReader(f):
             c = r["case"]
             if r["config"].startswith("sweep "):
                 sweeps.setdefault(c, {})[r["config"][6:]] = float(r["us"])
+            elif r["config"].startswith("h2h "):
+                kind, cfg = r["config"][4:].split(" ", 1)
+                h2h.setdefault(c, {})[kind] = (cfg, float(r["us"]))
             else:
                 picks[c] = (r["op"], r["config"], float(r["us"]))
                 order.append(c)
@@ -96,8 +102,12 @@ def main(argv=None):
             missing.append((names.get(c, c), pick))
             continue
         best_cfg = min(sw, key=sw.get)
-        reg = sw[pick] / sw[best_cfg] - 1
-        rows.append((names.get(c, c), op, pick, sw[pick], sw[best_cfg], best_cfg, reg, len(sw)))
+        pu, bu = sw[pick], sw[best_cfg]
+        hh = h2h.get(c, {})
+        if "pick" in hh and "best" in hh:  # timed again side by side: use those
+            pu, (best_cfg, bu) = hh["pick"][1], hh["best"]
+        reg = pu / bu - 1
+        rows.append((names.get(c, c), op, pick, pu, bu, best_cfg, reg, len(sw)))
         by_op.setdefault(op, []).append(reg)
     print("| case | pick | pick us | best us | best config | regret | configs |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
