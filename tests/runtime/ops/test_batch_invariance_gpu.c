@@ -494,20 +494,20 @@ typedef struct tcase {
 } tcase;
 
 static const tcase cases[] = {
-    {"rmsnorm", c_rmsnorm, 1, 1, 1},
-    {"add_rmsnorm", c_add_rmsnorm, 1, 1, 1},
-    {"layernorm", c_layernorm, 1, 1, 1},
-    {"softmax", c_softmax, 1, 1, 1},
-    {"swiglu", c_swiglu, 1, 1, 1},
-    {"cross_entropy", c_cross_entropy, 1, 1, 1},
-    {"ragged_softmax", c_ragged_softmax, 300, 1, 700},
-    {"rope", c_rope, 77, 1, 300},
-    {"kv_append", c_kv_append, 77, 1, 300},
+    {"rmsnorm", c_rmsnorm, 1, 1, 1, ATTN_PUBLIC, 0},
+    {"add_rmsnorm", c_add_rmsnorm, 1, 1, 1, ATTN_PUBLIC, 0},
+    {"layernorm", c_layernorm, 1, 1, 1, ATTN_PUBLIC, 0},
+    {"softmax", c_softmax, 1, 1, 1, ATTN_PUBLIC, 0},
+    {"swiglu", c_swiglu, 1, 1, 1, ATTN_PUBLIC, 0},
+    {"cross_entropy", c_cross_entropy, 1, 1, 1, ATTN_PUBLIC, 0},
+    {"ragged_softmax", c_ragged_softmax, 300, 1, 700, ATTN_PUBLIC, 0},
+    {"rope", c_rope, 77, 1, 300, ATTN_PUBLIC, 0},
+    {"kv_append", c_kv_append, 77, 1, 300, ATTN_PUBLIC, 0},
     {"attention", c_attention, 200, 1, 400, ATTN_PUBLIC, 0},
     {"attention generic", c_attention, 200, 1, 400, ATTN_GENERIC, 0},
     {"attention hopper", c_attention, 200, 1, 400, ATTN_HOPPER, 0},
-    {"paged_attention decode", c_paged, 1, 1, 1, 0, 1},
-    {"paged_attention multi-query", c_paged, 4, 1, 8, 0, 1},
+    {"paged_attention decode", c_paged, 1, 1, 1, ATTN_PUBLIC, 1},
+    {"paged_attention multi-query", c_paged, 4, 1, 8, ATTN_PUBLIC, 1},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 #define MAX_OUT ((size_t)64 << 20)
