@@ -228,6 +228,17 @@ typedef struct scree_options {
    * a scree cache makes scree_create fail (SCREE_ERROR_NOT_FOUND or
    * SCREE_ERROR_CACHE) with its name in `why`. The string is copied. */
   const char *pin_path;
+  /* Batch-invariant mode (docs/cache.md#batch-invariant-mode): 1 (or
+   * $SCREE_BATCH_INVARIANT=1) makes every forward op give each sequence
+   * (each row, for the row-wise ops) bitwise the same output whatever else
+   * is in the batch and in whatever order: a call's config is chosen from
+   * what is fixed for a sequence (dtypes, head sizes, columns, page size),
+   * never from the batch's sizes, and paged attention splits a sequence's
+   * keys into chunks of a fixed size. Costs speed where the tuned config of
+   * a batch size would have been faster. 0 (default) reads
+   * $SCREE_BATCH_INVARIANT (unset, "" or "0": off); -1 is off whatever
+   * $SCREE_BATCH_INVARIANT says. Backward ops are not covered. */
+  int batch_invariant;
 } scree_options;
 
 /* Fills `opts` with defaults (reading no environment; that happens in

@@ -33,7 +33,9 @@
  * can add) and target = SPLIT x SMs x CTAs per SM (the host passes it), so
  * the grid fills every SM in whole waves whatever the batch, and long
  * sequences get more chunks than short ones (target in place of target -
- * G when the groups pass a quarter of it).
+ * G when the groups pass a quarter of it). In batch-invariant mode the host
+ * passes target = -chunk instead: chunks of a fixed size, so that a
+ * sequence's splits do not depend on the rest of the batch.
  * Items of one (sequence, row tile, KV head) are consecutive; each writes
  * its normalised partial output and LSE (fp32) to the workspace, and the
  * last of them to finish (a counter per group, atomics, fences) merges all
@@ -80,7 +82,8 @@
  *   SCREE_BN         32, 64, 128: keys per tile
  *   SCREE_WARPS      4, 8
  *   SCREE_STAGES     2, 3, 4
- *   SCREE_SPLIT      0 (one chunk per sequence), 1, 2, 4, 8 (items per SM slot)
+ *   SCREE_SPLIT      0 (one chunk per sequence), 1, 2, 4, 8 (items per SM slot;
+ *                    in batch-invariant mode chunks of 4096 / SCREE_SPLIT keys)
  * Constraints (static_assert below; the host's check mirrors them):
  *   KN = BN / KW a multiple of 16; MT * (D / 2 + KN / 2) <= 160 registers
  *   of accumulators; shared memory within the architecture's opt-in limit.
@@ -287,7 +290,12 @@ __device__ __forceinline__ void make_plan(const int *cu_q, const int *seqlens_k,
    * keeps its many chunks (64 sequences around 1k keys and one of 32k:
    * 129 us, 189 with W / (target / 4)). */
   long long chunk = 0x7fffffff;
-  if (SCREE_SPLIT && target > 0) {
+  /* Batch-invariant mode (the host passes target = -chunk): a fixed chunk
+   * of keys, a multiple of BN, so that a sequence's split count and so its
+   * merge order come from its own keys alone, whatever the batch. */
+  if (SCREE_SPLIT && target < 0) {
+    chunk = -target;
+  } else if (SCREE_SPLIT && target > 0) {
     const long long aim = 4 * G <= target ? target - G : target;
     chunk = cdivll(cdivll(W, aim), BN) * BN;
     if (chunk < BN) chunk = BN;

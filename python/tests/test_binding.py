@@ -261,20 +261,23 @@ def test_options():
     with pytest.raises(ValueError, match="log_level"):
         scree.options(log_level="loud")
     prev = scree.options(miss_policy="error", cache_path="/tmp/x.db", validate=True,
-                         disable_cache=False, pin_path="/tmp/pinned.db")
+                         disable_cache=False, pin_path="/tmp/pinned.db",
+                         batch_invariant=True)
     try:
         o = _context._make_options(1)
         assert (o.device, o.miss_policy, o.cache_path, o.validate, o.disable_cache) == \
             (1, 2, b"/tmp/x.db", 1, 0)
-        # pin_path is the last field of scree_options, as in scree.h
-        assert _lib.Options._fields_[-1][0] == "pin_path"
+        # batch_invariant is the last field of scree_options, as in scree.h
+        assert _lib.Options._fields_[-1][0] == "batch_invariant"
         assert o.pin_path == b"/tmp/pinned.db"
+        assert o.batch_invariant == 1
         assert scree.current_options()["miss_policy"] == "error"
     finally:
         scree.options(**{k: None for k in scree.current_options()})
         scree.options(**prev)
     o = _context._make_options(0)
-    assert (o.miss_policy, o.cache_path, o.validate, o.pin_path) == (0, None, 0, None)
+    assert (o.miss_policy, o.cache_path, o.validate, o.pin_path, o.batch_invariant) == \
+        (0, None, 0, None, 0)
 
 
 def test_options_retire_existing_contexts(monkeypatch):

@@ -159,7 +159,9 @@ scree_status scree__run_make_bucket(scree_context *ctx, const scree__op *op,
                                     int check, uint64_t seed, scree__run *r) {
   _Alignas(16) unsigned char args[SCREE__ARGS_MAX];
   memset(args, 0, sizeof args);
-  op->representative(bk, var, check, args);
+  scree__bucket cb; /* a batch-invariant bucket: its representative batch */
+  scree__bucket_concrete(op, bk, &cb);
+  op->representative(&cb, var, check, args);
   return scree__run_make(ctx, op, var, args, check, seed, NULL, r);
 }
 

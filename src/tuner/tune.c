@@ -374,7 +374,9 @@ scree_status scree__tune(scree_context *ctx, const scree__op *op, const scree__v
   res->tuned = 1;
   _Alignas(16) unsigned char rep[SCREE__ARGS_MAX];
   memset(rep, 0, sizeof rep);
-  op->representative(b, var, 0, rep);
+  scree__bucket cb; /* a batch-invariant bucket: its representative batch */
+  scree__bucket_concrete(op, b, &cb);
+  op->representative(&cb, var, 0, rep);
 
   const scree__policy *pol = o.policy    ? o.policy
                               : o.explore ? &scree__policy_explore
@@ -450,7 +452,9 @@ scree_status scree__verify_config(scree_context *ctx, const scree__op *op,
   /* A config that this bucket's calls would narrow cannot run as stored. */
   _Alignas(16) unsigned char rep[SCREE__ARGS_MAX];
   memset(rep, 0, sizeof rep);
-  op->representative(b, var, 0, rep);
+  scree__bucket cb; /* a batch-invariant bucket: its representative batch */
+  scree__bucket_concrete(op, b, &cb);
+  op->representative(&cb, var, 0, rep);
   scree__config adapted = *cfg;
   const scree__impl *im = &op->impls[cfg->impl];
   if (im->adapt) im->adapt(&adapted, var, rep);

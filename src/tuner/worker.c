@@ -190,6 +190,9 @@ static int serve_one(scree_context *ctx, rbuf *in, int out, const char *line) {
     goto done;
   }
   if (rc) goto done;
+  /* A batch-invariant bucket's candidates run as its calls will (paged
+   * attention's fixed key chunks). */
+  ctx->batch_invariant = scree__bucket_is_invariant(op, &b);
   const scree__trial_opts o = {.reps = reps, .warmup = warmup, .time_limit_ms = limit_ms};
   const int pushed = scree__ctx_enter(ctx);
   scree__run chk, tp;

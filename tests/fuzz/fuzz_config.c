@@ -77,7 +77,8 @@ static void bucket_line(const scree__op *op, const char *s) {
     return;
   }
   for (int i = 0; i < op->ndims; i++)
-    FUZZ_CHECK(b.v[i] >= 0 && (!op->dims[i].pow2 || (b.v[i] >= 1 && !(b.v[i] & (b.v[i] - 1)))),
+    FUZZ_CHECK((b.v[i] == SCREE__BUCKET_ANY && op->dims[i].any) ||
+               (b.v[i] >= 0 && (!op->dims[i].pow2 || (b.v[i] >= 1 && !(b.v[i] & (b.v[i] - 1))))),
                "%s bucket \"%s\": %s is %lld", op->name, s, op->dims[i].name,
                (long long)b.v[i]);
   scree__bucket_str(op, &b, text, sizeof text);

@@ -3,7 +3,8 @@ every thread (scree's op entries are thread-safe on one context).
 
 The options start from scree's defaults, which scree_create completes from
 the environment (SCREE_MISS_POLICY, SCREE_CACHE_DIR, SCREE_CACHE_PATH,
-SCREE_NO_CACHE, SCREE_LOG_LEVEL, SCREE_VALIDATE, SCREE_NVRTC_OPTIONAL);
+SCREE_NO_CACHE, SCREE_LOG_LEVEL, SCREE_VALIDATE, SCREE_NVRTC_OPTIONAL,
+SCREE_BATCH_INVARIANT);
 scree.options(...) changes them for the contexts made after it.
 """
 import ctypes
@@ -17,7 +18,7 @@ _retired = []   # contexts replaced by options(): kept, never destroyed (see opt
 _settings = {}  # what options() was given, as scree_options fields
 
 _OPTION_NAMES = ("miss_policy", "cache_path", "cache_search_path", "disable_cache", "log_level",
-                 "validate", "nvrtc_optional", "pin_path")
+                 "validate", "nvrtc_optional", "pin_path", "batch_invariant")
 
 
 def options(**changes):
@@ -37,11 +38,15 @@ def options(**changes):
     pin_path: a pinned cache file, the only source of tuned configs, read
         only; a call whose bucket it lacks raises (default $SCREE_PIN;
         docs/cache.md, "A pinned cache").
+    batch_invariant: True for batch-invariant mode: each sequence's output of
+        every forward op bitwise the same whatever else is in the batch
+        (docs/cache.md, "Batch-invariant mode").
     None for a value goes back to the default.
 
     As in the C API, the environment variables, when set, take precedence
     over these (SCREE_MISS_POLICY, SCREE_LOG_LEVEL) or turn the flags on
-    (SCREE_NO_CACHE, SCREE_VALIDATE, SCREE_NVRTC_OPTIONAL), so an operator
+    (SCREE_NO_CACHE, SCREE_VALIDATE, SCREE_NVRTC_OPTIONAL,
+    SCREE_BATCH_INVARIANT), so an operator
     can still change a deployed program. Contexts already made are retired:
     calls from now on get new ones (the old ones stay alive until the
     process exits, since another thread may still be using one).
@@ -88,7 +93,7 @@ def _make_options(device):
         o.cache_search_path = str(s["cache_search_path"]).encode()
     if "pin_path" in s:
         o.pin_path = str(s["pin_path"]).encode()
-    for flag in ("disable_cache", "validate", "nvrtc_optional"):
+    for flag in ("disable_cache", "validate", "nvrtc_optional", "batch_invariant"):
         if flag in s:
             setattr(o, flag, 1 if s[flag] else 0)
     return o

@@ -109,7 +109,8 @@ class Options(ctypes.Structure):
                 ("log_user", ctypes.c_void_p),
                 ("nvrtc_optional", ctypes.c_int),
                 ("validate", ctypes.c_int),
-                ("pin_path", ctypes.c_char_p)]
+                ("pin_path", ctypes.c_char_p),
+                ("batch_invariant", ctypes.c_int)]
 
 
 class DeviceInfo(ctypes.Structure):

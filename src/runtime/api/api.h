@@ -34,6 +34,25 @@ scree__cache *scree__user_cache(scree_context *ctx);
  * set and not empty, else NULL. */
 const char *scree__options_pin(const scree_options *opts);
 
+/* Whether a context of opts runs in batch-invariant mode: opts->batch_invariant
+ * when it is nonzero (1 on, -1 off), else $SCREE_BATCH_INVARIANT set, not
+ * empty and not "0". */
+int scree__options_batch_invariant(const scree_options *opts);
+
+/* The bucket of a call on ctx (dispatch.c): scree__bucket_of, with the
+ * batch dimensions "any" (SCREE__BUCKET_ANY) in batch-invariant mode, so
+ * that the plan, the cache key and so the config are the same for every
+ * batch. */
+void scree__call_bucket(const scree_context *ctx, const scree__op *op, const scree__variant *var,
+                        const void *args, scree__bucket *b);
+/* The args a bucket's default config is chosen for: the call's, or for a
+ * batch-invariant bucket the representative batch of its any values
+ * (written to rep, SCREE__ARGS_MAX bytes), so that the default does not
+ * depend on the call's batch either. The call's own args still adapt it
+ * (to its alignment, which no batch size changes). */
+const void *scree__default_args(const scree__op *op, const scree__variant *var,
+                                const scree__bucket *b, const void *args, void *rep);
+
 /* A cache winner as a row of the administration interface (admin.c);
  * with_cubin: e's cubin was read, and its cubin_ok holds. */
 struct scree__admin_row;

@@ -127,6 +127,12 @@ const char *scree__options_pin(const scree_options *opts) {
   return e && *e ? e : NULL;
 }
 
+int scree__options_batch_invariant(const scree_options *opts) {
+  if (opts && opts->batch_invariant) return opts->batch_invariant > 0;
+  const char *e = getenv("SCREE_BATCH_INVARIANT");
+  return e && *e && strcmp(e, "0") ? 1 : 0;
+}
+
 static scree_miss_policy env_miss_policy(scree_miss_policy dflt) {
   const char *e = getenv("SCREE_MISS_POLICY");
   if (!e || !*e) return dflt;
@@ -235,6 +241,10 @@ scree_status scree_create(const scree_options *opts_in, scree_context **out,
   ctx->miss_policy = env_miss_policy(opts.miss_policy);
   const char *val = getenv("SCREE_VALIDATE");
   ctx->validate = opts.validate || (val && *val && strcmp(val, "0"));
+  ctx->batch_invariant = scree__options_batch_invariant(&opts);
+  if (ctx->batch_invariant)
+    scree__log(ctx, SCREE_LOG_INFO,
+               "batch-invariant mode: configs chosen per sequence, not per batch");
   if (scree__modtab_create(ctx) || scree__tuner_create(ctx) || scree__plans_create(ctx)) {
     set_why(why, why_size, "cannot allocate the context's tables");
     scree_destroy(ctx);

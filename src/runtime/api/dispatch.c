@@ -35,14 +35,31 @@ void scree__plans_free(scree_context *ctx) {
   ctx->plans = NULL;
 }
 
-/* The plan table's key of a call: op, variant, bucket, adapt class. */
-static void plan_key(const scree__op *op, const scree__variant *var, const void *args,
-                     pkey *key) {
+void scree__call_bucket(const scree_context *ctx, const scree__op *op, const scree__variant *var,
+                        const void *args, scree__bucket *b) {
+  scree__bucket_of(op, var, args, b);
+  if (ctx->batch_invariant) scree__bucket_invariant(op, b);
+}
+
+/* The plan table's key of a call: op, variant, bucket (scree__call_bucket),
+ * adapt class. */
+static void plan_key(const scree_context *ctx, const scree__op *op, const scree__variant *var,
+                     const void *args, pkey *key) {
   memset(key, 0, sizeof *key); /* hashed bytewise */
   key->op = op;
   key->var = *var;
-  scree__bucket_of(op, var, args, &key->b);
+  scree__call_bucket(ctx, op, var, args, &key->b);
   key->aclass = scree__adapt_class(op, var, args);
+}
+
+const void *scree__default_args(const scree__op *op, const scree__variant *var,
+                                const scree__bucket *b, const void *args, void *rep) {
+  if (!scree__bucket_is_invariant(op, b)) return args;
+  scree__bucket cb;
+  scree__bucket_concrete(op, b, &cb);
+  memset(rep, 0, SCREE__ARGS_MAX);
+  op->representative(&cb, var, 0, rep);
+  return rep;
 }
 
 /* Whether a cache stack entry gives this call its config (in cfg): it
@@ -114,6 +131,8 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op, const sc
   scree__ckey key;
   scree__make_key(ctx, op, var, b, &key);
   *temporary = 0;
+  _Alignas(16) unsigned char rep[SCREE__ARGS_MAX];
+  const void *dargs = scree__default_args(op, var, b, args, rep);
   char pinned[1024];
   if (from_cache(ctx, op, var, args, &key, &cfg)) {
     /* the cache stack answers; a config it holds no usable cubin for is
@@ -140,13 +159,13 @@ static scree_status plan_build(scree_context *ctx, const scree__op *op, const sc
     if (res.busy) {
       /* Another process is tuning this bucket: the default config for now,
        * and no plan, so that a later call finds its result. */
-      scree__default_config(ctx, op, var, args, &cfg);
+      scree__default_config(ctx, op, var, dargs, &cfg);
       *temporary = 1;
       scree__log(ctx, SCREE_LOG_DEBUG, "%s %s %s: another process is tuning it, default config",
                  op->name, key.bucket, key.dtype);
     }
   } else {
-    scree__default_config(ctx, op, var, args, &cfg);
+    scree__default_config(ctx, op, var, dargs, &cfg);
     scree__count(&ctx->counters.safelist_defaults);
     char shape[256];
     scree__shape_str(op, args, shape, sizeof shape);
@@ -167,7 +186,7 @@ static scree_status dispatch(scree_context *ctx, const scree__op *op, const scre
   if (!ctx->cu)
     return scree__fail(ctx, SCREE_ERROR_NO_DEVICE, "this context has no device (offline)");
   pkey key;
-  plan_key(op, var, args, &key);
+  plan_key(ctx, op, var, args, &key);
   pval v;
   if (scree__ltab_get(ctx->plans, &key, &v)) {
     scree__count(&ctx->counters.memory_hits);
@@ -196,7 +215,7 @@ launch:;
 int scree__plan_config(scree_context *ctx, const scree__op *op, const scree__variant *var,
                        const void *args, scree__config *cfg) {
   pkey key;
-  plan_key(op, var, args, &key);
+  plan_key(ctx, op, var, args, &key);
   pval v;
   if (!scree__ltab_get(ctx->plans, &key, &v)) return 0;
   *cfg = v.cfg;

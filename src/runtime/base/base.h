@@ -53,6 +53,7 @@ struct scree_context {
   void *log_user;
   scree_miss_policy miss_policy;
   int validate;                  /* check device-side arguments on the host */
+  int batch_invariant;           /* configs per sequence, not per batch (docs/cache.md) */
 
   scree_counters counters;       /* updated with relaxed atomics */
 

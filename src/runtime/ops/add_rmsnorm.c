@@ -44,8 +44,10 @@ static const scree__vfield vfields[] = {
 };
 
 /* Bucket: rows rounded up to a power of two, cols exact. In place and out
- * of place share the bucket's config (the same bytes move). */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
+ * of place share the bucket's config (the same bytes move). rows is a batch
+ * dimension: batch-invariant mode tunes on 1024 rows. */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 1024},
+                                   {"cols", 0, SCREE__AT(cols), 0}};
 
 /* Hand-picked default, the same on sm_80 and sm_90 until measurements say
  * otherwise: RMSNorm's (about four vectors in flight per thread, the whole

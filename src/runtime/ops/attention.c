@@ -456,9 +456,11 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
 /* Bucket: the GQA group and the number of KV heads exact; the longest query
  * and key sequences and the query tokens rounded up to powers of two (the
  * grid grows with heads and tokens). head_dim, dtype, causal and window are
- * the variant. */
+ * the variant. The three rounded ones depend on the batch: batch-invariant
+ * mode tunes on max_q 1024, max_k 1024, total_q 16384 (prefill). */
 static const scree__bdim dims[] = {
-    {"group", 0, 0}, {"heads_kv", 0, 0}, {"max_q", 1, 0}, {"max_k", 1, 0}, {"total_q", 1, 0}};
+    {"group", 0, 0, 0},    {"heads_kv", 0, 0, 0},     {"max_q", 1, 0, 1024},
+    {"max_k", 1, 0, 1024}, {"total_q", 1, 0, 16384}};
 
 static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   (void)var;

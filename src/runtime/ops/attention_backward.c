@@ -471,7 +471,8 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
 /* The forward's buckets: group and kv heads exact, the longest sequences
  * and the query tokens rounded up to powers of two. */
 static const scree__bdim dims[] = {
-    {"group", 0, 0}, {"heads_kv", 0, 0}, {"max_q", 1, 0}, {"max_k", 1, 0}, {"total_q", 1, 0}};
+    {"group", 0, 0, 0}, {"heads_kv", 0, 0, 0}, {"max_q", 1, 0, 0},
+    {"max_k", 1, 0, 0}, {"total_q", 1, 0, 0}};
 
 static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   (void)var;

@@ -277,12 +277,33 @@ void scree__bucket_of(const scree__op *op, const scree__variant *var, const void
     if (op->dims[i].pow2) b->v[i] = scree__pow2_ceil(b->v[i]);
 }
 
+void scree__bucket_invariant(const scree__op *op, scree__bucket *b) {
+  for (int i = 0; i < op->ndims; i++)
+    if (op->dims[i].any) b->v[i] = SCREE__BUCKET_ANY;
+}
+
+int scree__bucket_is_invariant(const scree__op *op, const scree__bucket *b) {
+  for (int i = 0; i < op->ndims; i++)
+    if (b->v[i] == SCREE__BUCKET_ANY) return 1;
+  return 0;
+}
+
+void scree__bucket_concrete(const scree__op *op, const scree__bucket *b, scree__bucket *out) {
+  if (out != b) *out = *b;
+  for (int i = 0; i < op->ndims; i++)
+    if (out->v[i] == SCREE__BUCKET_ANY) out->v[i] = op->dims[i].any;
+}
+
 void scree__bucket_str(const scree__op *op, const scree__bucket *b, char *buf, size_t size) {
   size_t n = 0;
   buf[0] = 0;
-  for (int i = 0; i < op->ndims && n < size; i++)
-    n += (size_t)snprintf(buf + n, size - n, "%s%s%s%lld", i ? "," : "", op->dims[i].name,
-                          op->dims[i].pow2 ? "<=" : "=", (long long)b->v[i]);
+  for (int i = 0; i < op->ndims && n < size; i++) {
+    if (b->v[i] == SCREE__BUCKET_ANY)
+      n += (size_t)snprintf(buf + n, size - n, "%s%s=any", i ? "," : "", op->dims[i].name);
+    else
+      n += (size_t)snprintf(buf + n, size - n, "%s%s%s%lld", i ? "," : "", op->dims[i].name,
+                            op->dims[i].pow2 ? "<=" : "=", (long long)b->v[i]);
+  }
 }
 
 int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b, char *why,
@@ -292,6 +313,25 @@ int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b, ch
   for (int i = 0; i < op->ndims; i++) {
     const size_t nl = strlen(op->dims[i].name);
     const char *sep = op->dims[i].pow2 ? "<=" : "=";
+    if (!strncmp(p, op->dims[i].name, nl) && !strncmp(p + nl, "=any", 4)) {
+      /* a batch-invariant bucket's batch dimension */
+      if (!op->dims[i].any) {
+        set_why(why, why_size, "%s bucket \"%s\": %s=any: %s is not a batch dimension",
+                op->name, s, op->dims[i].name, op->dims[i].name);
+        return -1;
+      }
+      b->v[i] = SCREE__BUCKET_ANY;
+      p += nl + 4;
+      if (i + 1 < op->ndims) {
+        if (*p != ',') {
+          set_why(why, why_size, "%s bucket \"%s\": expected ',' after %s", op->name, s,
+                  op->dims[i].name);
+          return -1;
+        }
+        p++;
+      }
+      continue;
+    }
     if (strncmp(p, op->dims[i].name, nl) || strncmp(p + nl, sep, strlen(sep))) {
       set_why(why, why_size, "%s bucket \"%s\": expected %s%s... at \"%s\"", op->name, s,
               op->dims[i].name, sep, p);

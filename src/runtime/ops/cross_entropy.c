@@ -69,8 +69,10 @@ static scree_status validate(scree_context *ctx, const void *args) {
 }
 
 /* Bucket: rows rounded up to a power of two, vocab exact (the row length
- * decides the launch shape and the number of batches per row). */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"vocab", 0, SCREE__AT(vocab)}};
+ * decides the launch shape and the number of batches per row). rows is a
+ * batch dimension: batch-invariant mode tunes on 1024 rows. */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 1024},
+                                   {"vocab", 0, SCREE__AT(vocab), 0}};
 
 /* Validation on: the targets, copied to the host, each ignore_index or in
  * [0, vocab). */

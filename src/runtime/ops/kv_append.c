@@ -72,10 +72,11 @@ static const scree__vfield vfields[] = {
 
 /* Bucket: tokens and kv heads rounded up to powers of two (their product
  * is the number of rows), head_dim exact (the vectors of a row). The page
- * size and the layouts are not part of it: they move the same bytes. */
-static const scree__bdim dims[] = {{"total_new", 1, SCREE__AT(total_new)},
-                                   {"heads_kv", 1, SCREE__AT(heads_kv)},
-                                   {"head_dim", 0, SCREE__AT(head_dim)}};
+ * size and the layouts are not part of it: they move the same bytes.
+ * total_new depends on the batch: batch-invariant mode tunes on 4096. */
+static const scree__bdim dims[] = {{"total_new", 1, SCREE__AT(total_new), 4096},
+                                   {"heads_kv", 1, SCREE__AT(heads_kv), 0},
+                                   {"head_dim", 0, SCREE__AT(head_dim), 0}};
 
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 

@@ -74,12 +74,20 @@ typedef struct scree__vfield {
 
 /* A bucket dimension: exact ("cols=4096") or rounded up to a power of two
  * ("rows<=16384"); arg, a link to the int64 args field it is (SCREE__AT),
- * when the op has no bucket hook. */
+ * when the op has no bucket hook. any, nonzero for a dimension that
+ * depends on the batch (rows, tokens, sequences, the batch's longest
+ * lengths): in batch-invariant mode the bucket holds it as "any"
+ * (SCREE__BUCKET_ANY, "rows=any") and the config is tuned on a batch of
+ * this size (docs/cache.md#batch-invariant-mode). */
 typedef struct scree__bdim {
   const char *name;
   int pow2;
   uint16_t arg;
+  int64_t any;
 } scree__bdim;
+
+/* The value of a batch dimension in a batch-invariant bucket. */
+#define SCREE__BUCKET_ANY ((int64_t)-1)
 
 /* ---- argument schemas ---------------------------------------------------------
  * Each op declares the fields of its args struct once, as a table of
@@ -450,7 +458,16 @@ int scree__variant_causal(const scree__op *op, const scree__variant *var);
 /* The call's bucket (the hot path: one hook call and a rounding loop). */
 void scree__bucket_of(const scree__op *op, const scree__variant *var,
                       const void *args, scree__bucket *b);
-/* "rows<=16384,cols=4096" and its parser (values must be as rounded). */
+/* Batch-invariant mode: every batch dimension (scree__bdim.any) of b set
+ * to SCREE__BUCKET_ANY. */
+void scree__bucket_invariant(const scree__op *op, scree__bucket *b);
+/* 1 if b holds a batch dimension as SCREE__BUCKET_ANY. */
+int scree__bucket_is_invariant(const scree__op *op, const scree__bucket *b);
+/* b with each SCREE__BUCKET_ANY replaced by its dimension's any value: the
+ * bucket a batch-invariant config is tuned and checked on (out may be b). */
+void scree__bucket_concrete(const scree__op *op, const scree__bucket *b, scree__bucket *out);
+/* "rows<=16384,cols=4096" ("rows=any,cols=4096" in batch-invariant mode)
+ * and its parser (values must be as rounded). */
 void scree__bucket_str(const scree__op *op, const scree__bucket *b, char *buf,
                        size_t size);
 int scree__bucket_parse(const scree__op *op, const char *s, scree__bucket *b,
@@ -590,6 +607,16 @@ void scree__json_syntax_error(const char *text, char *why, size_t why_size);
  * its op file (ops/<op>.c): args and host copies of the buffers in the
  * problem's order. The op file and the tests declare it with this macro. */
 #define SCREE__REFERENCE(name) void scree__ref_##name(const void *args, void *const *host)
+
+/* ---- paged_attention.c: batch-invariant splits ----------------------------------
+ * In batch-invariant mode paged attention's split field names a fixed chunk
+ * of keys (4096 / split; 0 for split 0: one item a sequence). The items a
+ * launch needs at most (groups of (sequence, row tile, KV head), each
+ * max_seqlen_k keys at most, in chunks), and a sequence's split count from
+ * its span of keys and the key tile bn alone (the plan kernel's rule). */
+int64_t scree__paged_invariant_chunk(int split);
+int64_t scree__paged_invariant_items(int64_t groups, int64_t max_seqlen_k, int64_t chunk);
+int64_t scree__paged_invariant_splits(int64_t span, int64_t chunk, int bn);
 
 /* The checks compiled for each op (SCREE__DEFINE_OP). */
 #include "ops/args_check.h"

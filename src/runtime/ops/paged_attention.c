@@ -292,6 +292,33 @@ static int64_t plan_ints(const scree_paged_attention_args *a, int64_t groups) {
   return 6 + 4 * a->batch + groups;
 }
 
+/* Batch-invariant mode (docs/cache.md#batch-invariant-mode): the split
+ * field names a fixed chunk of keys instead of items per SM slot, so that
+ * a sequence's split count, and so the order of its merge, comes from its
+ * own key count alone. 0: no chunk (one item per sequence). */
+int64_t scree__paged_invariant_chunk(int split) { return split > 0 ? 4096 / split : 0; }
+
+/* The items a batch-invariant launch needs at most: each group's keys
+ * (at most max_seqlen_k, which bounds every seqlens_k) in chunks, at
+ * least one item a group. INT64_MAX past 2^62. */
+int64_t scree__paged_invariant_items(int64_t groups, int64_t max_seqlen_k, int64_t chunk) {
+  const int64_t per = chunk > 0 && max_seqlen_k > chunk ? scree__cdiv(max_seqlen_k, chunk) : 1;
+  int64_t r;
+  return __builtin_mul_overflow(groups, per, &r) ? INT64_MAX : r;
+}
+
+/* The split count of a sequence of span keys (from its first key tile to
+ * its last visible key) in batch-invariant mode, as the plan kernel
+ * (make_plan, kernels/paged_attention.cu) takes it: ceil(span / chunk), at
+ * most 256, the chunks then evened out to a multiple of the key tile bn. */
+int64_t scree__paged_invariant_splits(int64_t span, int64_t chunk, int bn) {
+  if (span <= 0 || chunk <= 0) return 1;
+  int64_t ns = scree__cdiv(span, chunk);
+  if (ns > 256) ns = 256;
+  const int64_t ch = scree__cdiv(scree__cdiv(span, ns), bn) * bn;
+  return scree__cdiv(span, ch);
+}
+
 /* Merge counters of a self-planned launch at most (a 256 KiB zeroed
  * buffer a stream); more groups take the plan kernel. */
 #define SELF_PLAN_GROUPS ((int64_t)1 << 16)
@@ -304,7 +331,13 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   const int64_t groups = tile_cap(a, bm) * a->heads_kv;
   const int64_t slots = (int64_t)ctx->info.sm_count * (k->occupancy > 0 ? k->occupancy : 1);
   long long target = c->v[F_SPLIT] ? (long long)c->v[F_SPLIT] * slots : 0;
-  const int64_t bound = groups + target;
+  int64_t bound = groups + target;
+  if (ctx->batch_invariant && c->v[F_SPLIT]) {
+    /* a fixed chunk (the kernel reads target = -chunk), not the SM count */
+    const int64_t chunk = scree__paged_invariant_chunk(c->v[F_SPLIT]);
+    target = -(long long)chunk;
+    bound = scree__paged_invariant_items(groups, a->max_seqlen_k, chunk);
+  }
   if (bound > 0x7fffffff)
     return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
                        "%lld work items exceed a grid of 2^31 CTAs", (long long)bound);
@@ -620,9 +653,11 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
 
 /* Bucket: the batch, the longest query and key sequences rounded up to
  * powers of two; the GQA group, the KV heads and the page size exact.
- * dtype and head_dim are the variant. */
-static const scree__bdim dims[] = {{"batch", 1, 0}, {"group", 0, 0},  {"heads_kv", 0, 0},
-                                   {"page", 0, 0},  {"max_q", 1, 0}, {"max_k", 1, 0}};
+ * dtype and head_dim are the variant. The batch and the longest lengths
+ * depend on the batch: batch-invariant mode tunes on a decode step of 64
+ * sequences of up to 4096 keys. */
+static const scree__bdim dims[] = {{"batch", 1, 0, 64}, {"group", 0, 0, 0}, {"heads_kv", 0, 0, 0},
+                                   {"page", 0, 0, 0},   {"max_q", 1, 0, 1}, {"max_k", 1, 0, 4096}};
 
 static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   (void)var;

@@ -321,8 +321,14 @@ static scree_status smem_launch(scree_context *ctx, const scree__kernel *k,
   if (a->batch == 0 || a->total == 0) return SCREE_OK; /* no token: nothing to write */
   const int tpr = c->v[S_TPR], rows = c->v[S_ROWS], stok = c->v[S_STOK], split = c->v[S_SPLIT];
   const int span = tpr * c->v[S_VEC];
-  /* Each CTA of a sequence's SPLIT takes about 1 / SPLIT of its tokens. */
-  const int64_t want = a->max_seqlen > 0 ? scree__cdiv(scree__cdiv(a->max_seqlen, split), rows) * rows : stok;
+  /* Each CTA of a sequence's SPLIT takes about 1 / SPLIT of its tokens.
+   * In batch-invariant mode the whole STOK: a sequence's tokens past the
+   * stage are reduced in another order (streamed), so the stage must not
+   * follow the batch's longest sequence. */
+  const int64_t want = ctx->batch_invariant ? stok
+                       : a->max_seqlen > 0
+                           ? scree__cdiv(scree__cdiv(a->max_seqlen, split), rows) * rows
+                           : stok;
   int stage = want < stok ? (int)want : stok;
   const unsigned smem = (unsigned)((size_t)stage * smem_token_bytes(c, var));
   uint64_t x = a->x, y = a->y, cu = a->cu_seqlens;
@@ -485,10 +491,12 @@ static scree_status cluster_launch(scree_context *ctx, const scree__kernel *k,
 
 /* Bucket: cols exact; the total tokens and the longest sequence rounded up
  * to powers of two (the grid grows with the batch and the columns, the
- * passes a CTA makes with its sequence's length). */
-static const scree__bdim dims[] = {{"cols", 0, SCREE__AT(cols)},
-                                   {"total", 1, SCREE__AT(total)},
-                                   {"max_seqlen", 1, SCREE__AT(max_seqlen)}};
+ * passes a CTA makes with its sequence's length). Both rounded ones depend
+ * on the batch: batch-invariant mode tunes on 16384 tokens, sequences of up
+ * to 1024. */
+static const scree__bdim dims[] = {{"cols", 0, SCREE__AT(cols), 0},
+                                   {"total", 1, SCREE__AT(total), 16384},
+                                   {"max_seqlen", 1, SCREE__AT(max_seqlen), 1024}};
 
 /* Tuned on the bucket's largest token count and longest sequence, capped
  * at 256 MiB of x (past that time per byte no longer changes). The batch

@@ -35,8 +35,10 @@ static const scree__vfield vfields[] = {
     {"y", "SCREE_Y_DTYPE", 1, SCREE_DTYPE_FP16, 3, {0, 1, 2}, SCREE__AT(y_dtype)},
 };
 
-/* Bucket: rows rounded up to a power of two, cols exact. */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
+/* Bucket: rows rounded up to a power of two, cols exact. rows is a batch
+ * dimension: batch-invariant mode tunes on 1024 rows. */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 1024},
+                                   {"cols", 0, SCREE__AT(cols), 0}};
 
 /* Hand-picked default, the same on sm_80 and sm_90 until measurements say
  * otherwise: 16-byte accesses, about four vectors in flight per thread, the

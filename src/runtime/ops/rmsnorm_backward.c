@@ -42,7 +42,8 @@ static const scree__vfield vfields[] = {
 };
 
 /* Bucket: rows rounded up to a power of two, cols exact (the forward's). */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 0},
+                                   {"cols", 0, SCREE__AT(cols), 0}};
 
 /* Hand-picked default, the same on sm_80 and sm_90 until a sweep says
  * otherwise: scree__nb_default (ops/rowwise.c). */

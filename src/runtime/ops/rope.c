@@ -530,9 +530,11 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
  * exact. heads_kv is taken as given (a shape has no pointers to tell a
  * q-only call by), negative as 0: a q-only call that passes heads_kv 0
  * gets the q-only bucket. dtype, layout, table and the positions' source
- * are the variant. */
-static const scree__bdim dims[] = {{"total", 1, 0},    {"heads_q", 0, 0},    {"heads_kv", 0, 0},
-                                   {"head_dim", 0, 0}, {"rotary_dim", 0, 0}};
+ * are the variant. total depends on the batch: batch-invariant mode tunes
+ * RoPE (not its backward, which the mode does not cover) on 4096 tokens. */
+static const scree__bdim dims[] = {{"total", 1, 0, SCREE__ROPE_INVERSE ? 0 : 4096},
+                                   {"heads_q", 0, 0, 0}, {"heads_kv", 0, 0, 0},
+                                   {"head_dim", 0, 0, 0}, {"rotary_dim", 0, 0, 0}};
 
 static void bucket(const scree__variant *var, const void *args, int64_t *d) {
   (void)var;

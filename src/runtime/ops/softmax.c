@@ -31,8 +31,10 @@ static const scree__vfield vfields[] = {
 };
 
 /* Bucket: rows rounded up to a power of two, cols exact (the row length
- * decides the launch shape and how much of the row stays in registers). */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
+ * decides the launch shape and how much of the row stays in registers).
+ * rows is a batch dimension: batch-invariant mode tunes on 1024 rows. */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 1024},
+                                   {"cols", 0, SCREE__AT(cols), 0}};
 
 /* The kernel multiplies by scale * log2(e) in fp32: that must be finite
  * too (the schema has checked that scale is). */

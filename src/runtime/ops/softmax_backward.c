@@ -36,7 +36,8 @@ static const scree__vfield vfields[] = {
 
 /* Bucket: rows rounded up to a power of two, cols exact (the row length
  * decides the launch shape and how much of the row stays in registers). */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 0},
+                                   {"cols", 0, SCREE__AT(cols), 0}};
 
 /* The kernel multiplies by scale in fp32: scale is finite (schema). */
 

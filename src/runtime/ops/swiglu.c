@@ -37,8 +37,10 @@ static const scree__vfield vfields[] = {
 };
 
 /* Bucket: rows rounded up to a power of two, cols exact. The layout (one
- * tensor or two, strides) is not part of it: the same config serves both. */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
+ * tensor or two, strides) is not part of it: the same config serves both.
+ * rows is a batch dimension: batch-invariant mode tunes on 1024 rows. */
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 1024},
+                                   {"cols", 0, SCREE__AT(cols), 0}};
 
 /* Registers per thread, estimated as SCREE_EST_REGS of kernels/swiglu.cu:
  * about 40 for addresses, indices and silu, plus the CACHE vectors of gate

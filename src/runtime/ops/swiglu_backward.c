@@ -46,7 +46,8 @@ static const scree__vfield vfields[] = {
 
 /* Bucket: rows rounded up to a power of two, cols exact; the layouts are
  * not part of it (the same config serves every form). */
-static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows)}, {"cols", 0, SCREE__AT(cols)}};
+static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 0},
+                                   {"cols", 0, SCREE__AT(cols), 0}};
 
 /* Registers per thread, estimated as SCREE_EST_REGS of
  * kernels/swiglu_backward.cu: about 48 for addresses, indices and the math,
