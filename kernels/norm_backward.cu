@@ -31,9 +31,20 @@
  * config and grid. Each group asks the L2 for its next row (x and dy) as
  * it starts a row.
  *
+ * Implementation "smem" (SCREE_NB_SMEM=1): the cached columns' sums live
+ * in dynamic shared memory instead of registers, one fp32 per cached
+ * element and accumulator, laid out as the slot's workspace row
+ * (sacc[group][k][v * VEC + e]); each element is read and written only by
+ * the thread that owns it, in the same order as in registers, so no
+ * barrier and no atomics, and the sums are the registers' bit for bit.
+ * It frees VEC * CACHE * NACC registers a thread (more CTAs an SM, more
+ * loads in flight) for ROWS * NACC * TPR * VEC * CACHE * 4 bytes of
+ * shared memory a CTA (the host checks it against the target's limit).
+ *
  * Macros: SCREE_TPR, SCREE_ROWS, SCREE_VEC, SCREE_CACHE (the launch shape);
  * SCREE_X_DTYPE (x / h, dx / dh, dh_next), SCREE_W_DTYPE (w, dw, db),
- * SCREE_Y_DTYPE (dy); SCREE_NB_KIND (the implementation's define).
+ * SCREE_Y_DTYPE (dy); SCREE_NB_KIND and SCREE_NB_SMEM (the
+ * implementation's defines; SCREE_NB_SMEM 0 when absent).
  *
  * The host guarantees: every vector-accessed pointer aligned to VEC
  * elements, row strides multiples of VEC; dx either equal to dy (same
@@ -51,6 +62,14 @@
 #define NB_ADD (SCREE_NB_KIND == 1)
 #define NB_LN (SCREE_NB_KIND == 2)
 #define NACC (NB_LN ? 2 : 1)
+#ifndef SCREE_NB_SMEM
+#define SCREE_NB_SMEM 0
+#endif
+#if SCREE_NB_SMEM
+/* Elements of a row a thread group caches: a slot's shared sums per
+ * accumulator. */
+#define NB_COVER (SCREE_TPR * SCREE_VEC * SCREE_CACHE)
+#endif
 
 typedef scree_dtype_of<SCREE_X_DTYPE>::type xt;
 typedef scree_dtype_of<SCREE_W_DTYPE>::type wt;
@@ -135,11 +154,28 @@ scree_norm_backward(const xt *x, const wt *__restrict__ w, const yt *dy, const x
   float *sp = part + slot * NACC * (long long)cols; /* the slot's sums */
   const bool have_stats = rstd_in != nullptr && (!NB_LN || mean_in != nullptr);
 
+#if SCREE_NB_SMEM
+  /* The group's sums of its cached columns: [k][v * VEC + e]; each thread
+   * zeroes, updates and reads back only its own elements. */
+  extern __shared__ __align__(32) float nb_sacc[];
+  float *sa = nb_sacc + group * NACC * NB_COVER;
+  typedef scree_vec<float, SCREE_VEC> fv;
+#pragma unroll
+  for (int c = 0; c < SCREE_CACHE; c++) {
+    const int v = c * SCREE_TPR + lane;
+    fv z;
+#pragma unroll
+    for (int e = 0; e < SCREE_VEC; e++) z.v[e] = 0.f;
+    reinterpret_cast<fv *>(sa)[v] = z;
+    if (NB_LN) reinterpret_cast<fv *>(sa + NB_COVER)[v] = z;
+  }
+#else
   float acc0[SCREE_CACHE][SCREE_VEC], acc1[SCREE_CACHE][SCREE_VEC];
 #pragma unroll
   for (int c = 0; c < SCREE_CACHE; c++)
 #pragma unroll
     for (int e = 0; e < SCREE_VEC; e++) acc0[c][e] = acc1[c][e] = 0.f;
+#endif
   float tacc0 = 0.f, tacc1 = 0.f;
 
   for (long long base = (long long)blockIdx.x * SCREE_ROWS; base < rows;
@@ -292,10 +328,21 @@ scree_norm_backward(const xt *x, const wt *__restrict__ w, const yt *dy, const x
         if (v < nvec) {
           const wv g = wr[v];
           float o[SCREE_VEC];
+#if SCREE_NB_SMEM
+          fv a0 = reinterpret_cast<const fv *>(sa)[v], a1 = a0;
+          if (NB_LN) a1 = reinterpret_cast<const fv *>(sa + NB_COVER)[v];
+#pragma unroll
+          for (int e = 0; e < SCREE_VEC; e++)
+            o[e] = nb_dx(scree_to_float(xc[c].v[e]), scree_to_float(dc[c].v[e]),
+                         scree_to_float(g.v[e]), k, a0.v[e], a1.v[e]);
+          reinterpret_cast<fv *>(sa)[v] = a0;
+          if (NB_LN) reinterpret_cast<fv *>(sa + NB_COVER)[v] = a1;
+#else
 #pragma unroll
           for (int e = 0; e < SCREE_VEC; e++)
             o[e] = nb_dx(scree_to_float(xc[c].v[e]), scree_to_float(dc[c].v[e]),
                          scree_to_float(g.v[e]), k, acc0[c][e], acc1[c][e]);
+#endif
           if (NB_ADD && drow) {
             const xv q = drr[v];
 #pragma unroll
@@ -346,8 +393,13 @@ scree_norm_backward(const xt *x, const wt *__restrict__ w, const yt *dy, const x
     if (v < nvec)
 #pragma unroll
       for (int e = 0; e < SCREE_VEC; e++) {
+#if SCREE_NB_SMEM
+        sp[v * SCREE_VEC + e] = sa[v * SCREE_VEC + e];
+        if (NB_LN) sp[cols + v * SCREE_VEC + e] = sa[NB_COVER + v * SCREE_VEC + e];
+#else
         sp[v * SCREE_VEC + e] = acc0[c][e];
         if (NB_LN) sp[cols + v * SCREE_VEC + e] = acc1[c][e];
+#endif
       }
   }
   if (has_tail) {

@@ -52,8 +52,10 @@ for p in a.csv:
 
 # Ops with several implementations whose "generic" one has the shared
 # row-wise launch shape: their configs name it (cross_entropy's other is
-# impl=keep). Not ragged_softmax, which never took the reasoned coverage.
-PREFIX = {"cross_entropy": "impl=generic,"}
+# impl=keep, the norm backwards' impl=smem). Not ragged_softmax, which
+# never took the reasoned coverage.
+PREFIX = {"cross_entropy": "impl=generic,", "rmsnorm_backward": "impl=generic,",
+          "add_rmsnorm_backward": "impl=generic,", "layernorm_backward": "impl=generic,"}
 
 
 def rowwise_shape(cfg, op=""):

@@ -77,7 +77,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
       .dw = a->dw, .rows = a->rows, .cols = a->cols,
       .xs = a->h_stride ? a->h_stride : a->cols, .dys = a->dy_stride ? a->dy_stride : a->cols,
       .dress = a->dh_next_stride ? a->dh_next_stride : a->cols,
-      .dxs = a->dh_stride ? a->dh_stride : a->cols, .eps = a->eps, .nacc = 1};
+      .dxs = a->dh_stride ? a->dh_stride : a->cols, .eps = a->eps, .nacc = 1,
+      .smem = c->impl == 1};
   return scree__nb_launch(ctx, k, c, &n, stream, "add_rmsnorm_backward");
 }
 
@@ -131,9 +132,12 @@ SCREE__REFERENCE(add_rmsnorm_backward) {
                                   a->rows, a->cols, a->x_dtype, a->w_dtype, a->y_dtype, a->eps);
 }
 
+/* generic: the column sums of the cached part in registers; smem: in
+ * shared memory (fewer registers, more CTAs an SM; docs/kernels/rowwise.md). */
 static const scree__impl impls[] = {
     {SCREE__ROWWISE_IMPL(scree__rowwise_config_check, "norm_backward.cu", "scree_norm_backward",
                          "scree_norm_backward_dw"),
-     .defines = "SCREE_NB_KIND=1", .threads = scree__nb_threads}};
+     .defines = "SCREE_NB_KIND=1", .threads = scree__nb_threads},
+    {SCREE__NB_SMEM_IMPL(1, 1)}};
 
 SCREE__DEFINE_OP(add_rmsnorm_backward, .shape_inputs = shape_inputs);

@@ -75,7 +75,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
       .x = a->x, .w = a->w, .dy = a->dy, .rstd = a->rstd, .dx = a->dx, .dw = a->dw, .db = a->db, .mean = a->mean,
       .rows = a->rows, .cols = a->cols,
       .xs = a->x_stride ? a->x_stride : a->cols, .dys = a->dy_stride ? a->dy_stride : a->cols,
-      .dxs = a->dx_stride ? a->dx_stride : a->cols, .eps = a->eps, .nacc = 2};
+      .dxs = a->dx_stride ? a->dx_stride : a->cols, .eps = a->eps, .nacc = 2,
+      .smem = c->impl == 1};
   return scree__nb_launch(ctx, k, c, &n, stream, "layernorm_backward");
 }
 
@@ -144,9 +145,12 @@ static scree_status validate(scree_context *ctx, const void *args) {
   return SCREE_OK;
 }
 
+/* generic: the column sums of the cached part in registers; smem: in
+ * shared memory (fewer registers, more CTAs an SM; docs/kernels/rowwise.md). */
 static const scree__impl impls[] = {
     {SCREE__ROWWISE_IMPL(scree__rowwise_config_check, "norm_backward.cu", "scree_norm_backward",
                          "scree_norm_backward_dw"),
-     .defines = "SCREE_NB_KIND=2", .threads = scree__nb_threads}};
+     .defines = "SCREE_NB_KIND=2", .threads = scree__nb_threads},
+    {SCREE__NB_SMEM_IMPL(2, 2)}};
 
 SCREE__DEFINE_OP(layernorm_backward, .shape_inputs = shape_inputs, .validate = validate);

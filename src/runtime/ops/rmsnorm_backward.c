@@ -72,7 +72,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
       .x = a->x, .w = a->w, .dy = a->dy, .rstd = a->rstd, .dx = a->dx, .dw = a->dw,
       .rows = a->rows, .cols = a->cols,
       .xs = a->x_stride ? a->x_stride : a->cols, .dys = a->dy_stride ? a->dy_stride : a->cols,
-      .dxs = a->dx_stride ? a->dx_stride : a->cols, .eps = a->eps, .nacc = 1};
+      .dxs = a->dx_stride ? a->dx_stride : a->cols, .eps = a->eps, .nacc = 1,
+      .smem = c->impl == 1};
   return scree__nb_launch(ctx, k, c, &n, stream, "rmsnorm_backward");
 }
 
@@ -124,9 +125,12 @@ SCREE__REFERENCE(rmsnorm_backward) {
                               a->y_dtype, a->eps);
 }
 
+/* generic: the column sums of the cached part in registers; smem: in
+ * shared memory (fewer registers, more CTAs an SM; docs/kernels/rowwise.md). */
 static const scree__impl impls[] = {
     {SCREE__ROWWISE_IMPL(scree__rowwise_config_check, "norm_backward.cu", "scree_norm_backward",
                          "scree_norm_backward_dw"),
-     .defines = "SCREE_NB_KIND=0", .threads = scree__nb_threads}};
+     .defines = "SCREE_NB_KIND=0", .threads = scree__nb_threads},
+    {SCREE__NB_SMEM_IMPL(1, 0)}};
 
 SCREE__DEFINE_OP(rmsnorm_backward, .shape_inputs = shape_inputs);

@@ -285,6 +285,53 @@ int scree__nb_threads(const scree__config *c) {
   return c->v[SCREE__RW_TPR] * c->v[SCREE__RW_ROWS];
 }
 
+size_t scree__nb_smem_bytes(const scree__config *c, int nacc) {
+  return (size_t)c->v[SCREE__RW_ROWS] * (size_t)nacc * (size_t)c->v[SCREE__RW_TPR] *
+         (size_t)c->v[SCREE__RW_VEC] * (size_t)c->v[SCREE__RW_CACHE] * 4;
+}
+
+size_t scree__nb_smem1(const scree__config *c, const scree__variant *var) {
+  (void)var;
+  return scree__nb_smem_bytes(c, 1);
+}
+
+size_t scree__nb_smem2(const scree__config *c, const scree__variant *var) {
+  (void)var;
+  return scree__nb_smem_bytes(c, 2);
+}
+
+/* The kernel's static shared memory: scree_row_scratch, ROWS * (TPR / 32)
+ * floats when a row spans warps. */
+static size_t nb_static_smem(const scree__config *c) {
+  const int tpr = c->v[SCREE__RW_TPR];
+  return (size_t)c->v[SCREE__RW_ROWS] * (size_t)(tpr > 32 ? tpr / 32 : 1) * 4;
+}
+
+static int nb_smem_check(const scree__config *c, const scree__variant *var,
+                         const scree__target *t, int nacc, char *why, size_t n) {
+  if (!scree__rowwise_config_check(c, var, t, why, n)) return 0;
+  const size_t need = scree__nb_smem_bytes(c, nacc) + nb_static_smem(c);
+  if (need > (size_t)t->smem_optin) {
+    scree__set_why(why, n,
+                   "tpr=%d,rows=%d,vec=%d,cache=%d: %zu bytes of shared memory for the column "
+                   "sums, past the %d a CTA may use on sm_%d",
+                   c->v[SCREE__RW_TPR], c->v[SCREE__RW_ROWS], c->v[SCREE__RW_VEC],
+                   c->v[SCREE__RW_CACHE], need, t->smem_optin, t->sm);
+    return 0;
+  }
+  return 1;
+}
+
+int scree__nb_smem_check1(const scree__config *c, const scree__variant *var,
+                          const scree__target *t, char *why, size_t n) {
+  return nb_smem_check(c, var, t, 1, why, n);
+}
+
+int scree__nb_smem_check2(const scree__config *c, const scree__variant *var,
+                          const scree__target *t, char *why, size_t n) {
+  return nb_smem_check(c, var, t, 2, why, n);
+}
+
 void scree__nb_default(int64_t cols, int ex, int ey, int nacc, int narrow,
                        scree__config *out) {
   const int wide = ex > ey ? ex : ey;
@@ -348,8 +395,10 @@ scree_status scree__nb_launch(scree_context *ctx, const scree__kernel *k, const 
   void *p0[] = {&x, &w, &dy, &dres, &mean, &rstd, &dx, &part, &rows, &cols,
                 &xs, &dys, &dress, &dxs, &eps};
   char wbuf[96];
-  CUresult r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)grid, 1, 1, (unsigned)threads, 1, 1, 0,
-                                     stream, p0, NULL);
+  /* The loader opted the "smem" kernel in to these bytes (its smem hook). */
+  const unsigned smem = a->smem ? (unsigned)scree__nb_smem_bytes(c, a->nacc) : 0;
+  CUresult r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)grid, 1, 1, (unsigned)threads, 1, 1,
+                                     smem, stream, p0, NULL);
   if (r != CUDA_SUCCESS) {
     snprintf(wbuf, sizeof wbuf, "cuLaunchKernel(%s)", what);
     return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, wbuf);

@@ -154,6 +154,7 @@ typedef struct scree__nb_call {
   int64_t rows, cols, xs, dys, dress, dxs;
   float eps;
   int nacc;
+  int smem; /* 1: implementation "smem" (the cached columns' sums in shared memory) */
 } scree__nb_call;
 
 /* The default launch shape of the backward kernels: the forward's
@@ -165,6 +166,29 @@ typedef struct scree__nb_call {
 void scree__nb_default(int64_t cols, int ex, int ey, int nacc, int narrow, scree__config *out);
 /* Threads a CTA (the loader's occupancy, for the persistent grid). */
 int scree__nb_threads(const scree__config *c);
+/* Implementation "smem": the dynamic shared memory of the main kernel,
+ * ROWS * nacc * TPR * VEC * CACHE fp32 sums (the cached columns of each
+ * row group); the hooks for nacc 1 (RMSNorm, add+RMSNorm) and 2
+ * (LayerNorm); and the checks: the launch shape's, then those bytes plus
+ * the kernel's static scratch against the target's opt-in limit ("...:
+ * 294912 bytes of shared memory for the column sums, past the 232448 a
+ * CTA may use on sm_90"). */
+size_t scree__nb_smem_bytes(const scree__config *c, int nacc);
+size_t scree__nb_smem1(const scree__config *c, const scree__variant *var);
+size_t scree__nb_smem2(const scree__config *c, const scree__variant *var);
+int scree__nb_smem_check1(const scree__config *c, const scree__variant *var,
+                          const scree__target *t, char *why, size_t n);
+int scree__nb_smem_check2(const scree__config *c, const scree__variant *var,
+                          const scree__target *t, char *why, size_t n);
+/* The "smem" implementation of a norm backward op (after a generic one
+ * from SCREE__ROWWISE_IMPL): the same fields, kernel and hooks. */
+#define SCREE__NB_SMEM_IMPL(nacc_, kind)                                                  \
+  .name = "smem", .source = "norm_backward.cu",                                         \
+  .entries = {"scree_norm_backward", "scree_norm_backward_dw"}, .min_sm = 80,            \
+  .nfields = SCREE__RW_NFIELDS, .fields = scree__rowwise_fields,                         \
+  .check = scree__nb_smem_check##nacc_, .smem = scree__nb_smem##nacc_, .adapt = adapt,   \
+  .worth_timing = worth_timing, .launch = launch, .threads = scree__nb_threads,          \
+  .defines = "SCREE_NB_KIND=" #kind " SCREE_NB_SMEM=1"
 /* The persistent grid, the workspace for the column sums, and the two
  * launches (main kernel, then the ordered sum over slots). */
 scree_status scree__nb_launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,

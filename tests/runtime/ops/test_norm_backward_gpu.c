@@ -133,8 +133,12 @@ static void run_case(int kind, int64_t rows, int64_t cols, int64_t s, int64_t ds
       .dx_stride = ds, .x_dtype = d.x, .w_dtype = d.w, .y_dtype = d.y, .eps = eps};
   const void *args = kind == RMS ? (const void *)&ra : kind == ADD ? (const void *)&aa : &la;
   scree_status st;
+  scree__config ac; /* cfg narrowed to what the call's alignment allows */
   if (cfg) {
     const scree__variant var = {{d.x, d.w, d.y}};
+    ac = *cfg;
+    if (op->impls[ac.impl].adapt) op->impls[ac.impl].adapt(&ac, &var, args);
+    cfg = &ac;
     st = scree__run_exact(ctx, op, cfg, &var, args, NULL);
   } else {
     st = kind == RMS ? scree_rmsnorm_backward(ctx, &ra, NULL)
@@ -245,6 +249,78 @@ START_TEST(deterministic) {
 }
 END_TEST
 
+/* Implementation "smem" (the cached columns' sums in shared memory) over
+ * the public path's edge shapes, misaligned and in place, with and without
+ * the saved statistics and dh_next: a row of 4096 cached by 128 threads,
+ * rows of 1024 by 4 groups of 32, and rows of 16 by 16 groups of 8. */
+static const scree__config smem_cfgs[] = {
+    {1, {128, 1, 4, 8}}, {1, {32, 4, 8, 4}}, {1, {8, 16, 2, 1}}};
+#define NSMEM (sizeof smem_cfgs / sizeof smem_cfgs[0])
+
+START_TEST(smem_impl_shapes) {
+  const int kind = (int)(_i / NSMEM);
+  const scree__config *c = &smem_cfgs[_i % NSMEM];
+  ck_assert_str_eq(ops[kind]->impls[c->impl].name, "smem");
+  for (size_t i = 0; i < NSHAPES; i++) {
+    const int64_t *s = shapes[i];
+    const dt3 d = dtype_sets[i % NSETS];
+    run_case(kind, s[0], s[1], s[2], s[3], d, 0, 0, 1, c);
+    run_case(kind, s[0], s[1], s[2], s[3], d, 1, 0, 0, c);
+  }
+  const dt3 h = dtype_sets[0];
+  run_case(kind, 13, 777, 779, 781, h, 1, 0, 1, c);
+  run_case(kind, 37, 4096, 4096, 4096, h, 1, 1, 1, c);
+  run_case(kind, 11, 1001, 1003, 1003, h, 0, 1, 0, c);
+}
+END_TEST
+
+/* Implementation "smem": bitwise the same dw (and db) twice over. */
+START_TEST(smem_impl_deterministic) {
+  const int kind = _i;
+  const scree__config *c = &smem_cfgs[0];
+  const scree__variant var = {{SCREE_DTYPE_BF16, SCREE_DTYPE_FP32, SCREE_DTYPE_BF16}};
+  const int64_t rows = 6000, cols = 4100; /* cached columns, streamed ones, a tail */
+  const size_t n = (size_t)(rows * cols);
+  void *h = malloc(n * 2);
+  scree_test_fill(h, SCREE_DTYPE_BF16, n, 1.0);
+  scree_devptr gx = scree_test_dalloc(ctx, n * 2), gw = scree_test_dalloc(ctx, cols * 4);
+  scree_devptr gdx = scree_test_dalloc(ctx, n * 2), gdw = scree_test_dalloc(ctx, cols * 4);
+  scree_devptr gdb = scree_test_dalloc(ctx, cols * 4);
+  scree_test_h2d(ctx, gx, h, n * 2);
+  float *a = malloc(cols * 8), *b = malloc(cols * 8);
+  scree_test_fill(a, SCREE_DTYPE_FP32, cols, 1.0);
+  scree_test_h2d(ctx, gw, a, cols * 4);
+  scree_rmsnorm_backward_args ra = {.x = gx, .w = gw, .dy = gx, .dx = gdx, .dw = gdw,
+                                    .rows = rows, .cols = cols, .x_dtype = SCREE_DTYPE_BF16,
+                                    .w_dtype = SCREE_DTYPE_FP32, .y_dtype = SCREE_DTYPE_BF16,
+                                    .eps = 1e-6f};
+  scree_add_rmsnorm_backward_args aa = {.h = gx, .w = gw, .dy = gx, .dh = gdx, .dw = gdw,
+                                        .rows = rows, .cols = cols,
+                                        .x_dtype = SCREE_DTYPE_BF16,
+                                        .w_dtype = SCREE_DTYPE_FP32,
+                                        .y_dtype = SCREE_DTYPE_BF16, .eps = 1e-6f};
+  scree_layernorm_backward_args la = {.x = gx, .w = gw, .dy = gx, .dx = gdx, .dw = gdw,
+                                      .db = gdb, .rows = rows, .cols = cols,
+                                      .x_dtype = SCREE_DTYPE_BF16, .w_dtype = SCREE_DTYPE_FP32,
+                                      .y_dtype = SCREE_DTYPE_BF16, .eps = 1e-5f};
+  const void *args = kind == RMS ? (const void *)&ra : kind == ADD ? (const void *)&aa : &la;
+  for (int t = 0; t < 2; t++) {
+    scree_test_dpoison(ctx, gdw, cols * 4);
+    scree_test_dpoison(ctx, gdb, cols * 4);
+    scree_status st = scree__run_exact(ctx, ops[kind], c, &var, args, NULL);
+    ck_assert_msg(st == SCREE_OK, "%s", scree_last_error(ctx));
+    scree_test_sync(ctx);
+    scree_test_d2h(ctx, t ? b : a, gdw, cols * 4);
+    scree_test_d2h(ctx, (t ? b : a) + cols, gdb, cols * 4);
+  }
+  ck_assert_msg(!memcmp(a, b, kind == LN ? cols * 8 : cols * 4),
+                "%s impl=smem: dw differs between runs", names[kind]);
+  scree_test_dfree(ctx, gx), scree_test_dfree(ctx, gw), scree_test_dfree(ctx, gdx);
+  scree_test_dfree(ctx, gdw), scree_test_dfree(ctx, gdb);
+  free(h), free(a), free(b);
+}
+END_TEST
+
 /* Every config of the space: a row wholly cached with a tail, one twice
  * the cache (streamed columns), a tiny row. */
 START_TEST(every_config) {
@@ -315,6 +391,8 @@ static void setup(void) {
 SCREE_TEST_MAIN(.name = "norm_backward_gpu", .init = setup, .timeout = 1800, .nofork = 1,
                 .loops = SCREE_LOOPS({default_path_shapes, 3 * NSHAPES * NSETS},
                                      {misaligned_and_in_place, 3 * NSETS}, {deterministic, 3},
+                                     {smem_impl_shapes, 3 * NSMEM},
+                                     {smem_impl_deterministic, 3},
                                      {every_variant_check_problem, 3 * 27},
                                      {every_safelisted_config, 3}),
                 .slow_loops = SCREE_LOOPS({every_config, 3 * NSETS}))

@@ -73,6 +73,56 @@ START_TEST(ops_check_clusters) {
 }
 END_TEST
 
+/* The norm backwards' "smem" implementation: its shared memory is ROWS *
+ * nacc * TPR * VEC * CACHE fp32 sums (the loader's hook), checked with the
+ * kernel's static scratch against the target's opt-in limit, the reason
+ * naming the config, the bytes and the limit; the launch shape's own
+ * checks first; generic configs of the same shape are not limited. */
+START_TEST(nb_smem_check) {
+  static const char *const names[] = {"rmsnorm_backward", "add_rmsnorm_backward",
+                                      "layernorm_backward"};
+  const scree__variant var = {{SCREE_DTYPE_FP16, SCREE_DTYPE_FP16, SCREE_DTYPE_FP16}};
+  const scree__target sm86 = {86, 99 * 1024, 0};
+  for (int k = 0; k < 3; k++) {
+    const scree__op *op = scree__op_find(names[k]);
+    ck_assert_ptr_nonnull(op);
+    const size_t nacc = k == 2 ? 2 : 1;
+    char why[256] = "";
+    scree__config c;
+    ck_assert_msg(!scree__config_parse(op, "impl=smem,tpr=128,rows=2,vec=4,cache=8", &c, why,
+                                       sizeof why), "%s", why);
+    ck_assert_str_eq(op->impls[c.impl].name, "smem");
+    ck_assert_uint_eq(op->impls[c.impl].smem(&c, &var), 2 * nacc * 128 * 4 * 8 * 4);
+    ck_assert_msg(scree__config_check(op, &c, &var, &sm80, why, sizeof why), "%s", why);
+    /* 1024 threads of 32 elements: 128 KiB a sum. Static scratch: 32 floats. */
+    ck_assert(!scree__config_parse(op, "impl=smem,tpr=1024,rows=1,vec=8,cache=4", &c, why,
+                                   sizeof why));
+    const size_t need = nacc * 131072 + 128;
+    ck_assert_int_eq(scree__config_check(op, &c, &var, &sm90, why, sizeof why), nacc == 1);
+    ck_assert(!scree__config_check(op, &c, &var, &sm86, why, sizeof why));
+    char want[160];
+    snprintf(want, sizeof want, "tpr=1024,rows=1,vec=8,cache=4: %zu bytes of shared memory for "
+             "the column sums, past the %d a CTA may use on sm_86", need, 99 * 1024);
+    ck_assert_msg(strstr(why, want), "%s: %s", names[k], why);
+    if (nacc == 2) {
+      ck_assert(!scree__config_check(op, &c, &var, &sm90, why, sizeof why));
+      snprintf(want, sizeof want, "%zu bytes of shared memory for the column sums, past the %d "
+               "a CTA may use on sm_90", need, 227 * 1024);
+      ck_assert_msg(strstr(why, want), "%s: %s", names[k], why);
+    }
+    /* The generic implementation keeps the sums in registers: no limit. */
+    ck_assert(!scree__config_parse(op, "impl=generic,tpr=1024,rows=1,vec=8,cache=4", &c, why,
+                                   sizeof why));
+    ck_assert_msg(scree__config_check(op, &c, &var, &sm86, why, sizeof why), "%s", why);
+    /* The launch shape's reasons come first. */
+    ck_assert(!scree__config_parse(op, "impl=smem,tpr=1024,rows=2,vec=8,cache=4", &c, why,
+                                   sizeof why));
+    ck_assert(!scree__config_check(op, &c, &var, &sm90, why, sizeof why));
+    ck_assert_msg(strstr(why, "tpr*rows=2048 must be in [32, 1024]"), "%s", why);
+  }
+}
+END_TEST
+
 /* ---- scree__launch_grid, on a driver table that records the launches --- */
 
 static struct {
@@ -217,6 +267,7 @@ START_TEST(launch_errors_name_the_kernel) {
 END_TEST
 
 SCREE_TEST_MAIN(.name = "rowwise",
-                .tests = SCREE_TESTS(cluster_sizes, ops_check_clusters, launch_without_clusters,
+                .tests = SCREE_TESTS(cluster_sizes, ops_check_clusters, nb_smem_check,
+                                     launch_without_clusters,
                                      launch_with_clusters, clusters_need_launch_ex,
                                      launch_errors_name_the_kernel))
