@@ -234,11 +234,14 @@ static layout layout_of(const scree_attention_backward_args *a, int bm) {
   return l;
 }
 
-static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
-                           const scree__variant *var, const void *args, CUstream stream) {
+/* The three launches of either implementation: prep, main kernel (bm query
+ * rows per Q tile, bn keys per CTA, `block` threads, `bytes` of dynamic
+ * shared memory), dq conversion. */
+static scree_status run(scree_context *ctx, const scree__kernel *k, const scree__variant *var,
+                        const void *args, CUstream stream, int bm, int bn, int block,
+                        size_t bytes) {
   const scree_attention_backward_args *a = args;
   const scree_attention_args *f = &a->fwd;
-  const int bm = c->v[F_BM], bn = c->v[F_BN];
   const int64_t d = f->head_dim, hq = f->heads_q, hkv = f->heads_kv;
   const int64_t max_ktiles = scree__cdiv(f->max_seqlen_k, bn);
   const int64_t work = max_ktiles * f->batch * hkv;
@@ -295,8 +298,8 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward prep)");
   if (work > 0) {
     void *pm[] = {&p};
-    r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)(32 * c->v[F_WARPS]), 1, 1,
-                              (unsigned)smem(c, var), stream, pm, NULL);
+    r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)block, 1, 1,
+                              (unsigned)bytes, stream, pm, NULL);
     if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward)");
   }
   if (rows > 0) {
@@ -305,6 +308,59 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
     if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward dq)");
   }
   return SCREE_OK;
+}
+
+static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                           const scree__variant *var, const void *args, CUstream stream) {
+  return run(ctx, k, var, args, stream, c->v[F_BM], c->v[F_BN], threads(c), smem(c, var));
+}
+
+/* ---- the Hopper implementation (kernels/attention_backward_hopper.cu) ----
+ * Warpgroup MMAs on sm_90a; Q tiles of 64 rows, bn / 64 warpgroups (one
+ * per 64 keys of the CTA's tile); the generic prep and dq kernels, the
+ * same workspace (sized for 64-row Q tiles) and parameters. */
+
+enum { HF_BN, HF_STAGES };
+
+static const scree__field hfields[] = {
+    {"bn", "SCREE_BN", 2, {64, 128}},
+    {"stages", "SCREE_STAGES", 2, {1, 2}},
+};
+
+/* Mirrors the kernel's layout: K, V, Q and dO per stage, dS^T, lse and D
+ * per stage, the ticket, 1024 bytes of alignment slack. */
+static size_t hsmem(const scree__config *c, const scree__variant *var) {
+  const size_t d = (size_t)var->v[V_D], bn = (size_t)c->v[HF_BN], st = (size_t)c->v[HF_STAGES];
+  return 2 * d * (2 * bn + 2 * st * 64) + 128 * bn + 512 * st + 16 + 1024;
+}
+
+static int hthreads(const scree__config *c) { return 128 * (c->v[HF_BN] / 64); }
+
+/* Mirrors the static_asserts of kernels/attention_backward_hopper.cu. */
+static int hcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
+                  char *why, size_t n) {
+  const int bn = c->v[HF_BN], stages = c->v[HF_STAGES], d = var->v[V_D];
+  if (!scree__attention_variant_ok(var->v[V_DTYPE], d, var->v[V_CAUSAL], var->v[V_WINDOW], why, n))
+    return 0;
+  if (d != 64 && d != 128) {
+    scree__set_why(why, n, "head_dim=%d: the hopper implementation covers 64 and 128 (the "
+                   "generic one serves the others)", d);
+    return 0;
+  }
+  if (bn != 64 && bn != 128) {
+    scree__set_why(why, n, "bn=%d must be 64 or 128 (one warpgroup per 64 keys)", bn);
+    return 0;
+  }
+  if (stages != 1 && stages != 2) {
+    scree__set_why(why, n, "stages=%d must be 1 or 2", stages);
+    return 0;
+  }
+  return scree__check_smem(hsmem(c, var), t, why, n);
+}
+
+static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                            const scree__variant *var, const void *args, CUstream stream) {
+  return run(ctx, k, var, args, stream, 64, c->v[HF_BN], hthreads(c), hsmem(c, var));
 }
 
 /* ---- the op's own argument rules ---------------------------------------- */
@@ -631,6 +687,12 @@ static const scree__impl impls[] = {
                  "scree_attention_bwd_prep", "scree_attention_bwd_dq"),
      .nfields = 4, .fields = fields, .check = check, .smem = smem, .threads = threads,
      .launch = launch},
+    /* Not the default anywhere until measured (default_config keeps the
+     * generic implementation). */
+    {SCREE__IMPL("hopper", "attention_backward_hopper.cu", 90, 90, "scree_attention_bwd_hopper",
+                 "scree_attention_bwd_prep", "scree_attention_bwd_dq"),
+     .arch_specific = 1, .nfields = 2, .fields = hfields, .check = hcheck, .smem = hsmem,
+     .threads = hthreads, .launch = hlaunch},
 };
 
 SCREE__DEFINE_OP(attention_backward, .validate = validate, .validate_buffers = validate_buffers,

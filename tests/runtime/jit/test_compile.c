@@ -266,6 +266,48 @@ START_TEST(arch_specific_target_compiles) {
 }
 END_TEST
 
+/* The attention backward's hopper implementation (sm_90a, wgmma): each of
+ * its configs at four variants that between them take every branch the
+ * variant selects (head_dim 64 and 128, both dtypes, causal, windows);
+ * every one must pass the host check at sm_90 and compile. Its whole
+ * space over every variant is in the sweep (arch_specific_space_compiles). */
+START_TEST(attention_backward_hopper_compiles) {
+  const scree__op *op = scree__op_find("attention_backward");
+  static const char *const variants[] = {
+      "dtype=fp16,head_dim=64,causal=1,window=0", "dtype=bf16,head_dim=64,causal=0,window=1",
+      "dtype=fp16,head_dim=128,causal=0,window=0", "dtype=bf16,head_dim=128,causal=1,window=1"};
+  static const char *const configs[] = {"impl=hopper,bn=64,stages=1", "impl=hopper,bn=64,stages=2",
+                                        "impl=hopper,bn=128,stages=1",
+                                        "impl=hopper,bn=128,stages=2"};
+  scree__config cfgs[16];
+  scree__variant vars[16];
+  scree__target t;
+  scree__target_for_arch("sm_90", &t);
+  char why[256];
+  size_t n = 0;
+  for (int v = 0; v < 4; v++)
+    for (int c = 0; c < 4; c++, n++) {
+      ck_assert_int_eq(scree__variant_parse(op, variants[v], &vars[n], why, sizeof why), 0);
+      ck_assert_msg(scree__config_parse(op, configs[c], &cfgs[n], why, sizeof why) == 0, "%s", why);
+      ck_assert_str_eq(op->impls[cfgs[n].impl].name, "hopper");
+      ck_assert(op->impls[cfgs[n].impl].arch_specific);
+      ck_assert_msg(scree__config_check(op, &cfgs[n], &vars[n], &t, why, sizeof why), "%s %s: %s",
+                    configs[c], variants[v], why);
+    }
+  char failure[2048];
+  const size_t failed = compile_all(op, cfgs, vars, n, NULL, "sm_90", failure, sizeof failure);
+  ck_assert_msg(failed == 0, "%zu of %zu failed; first: %s", failed, n, failure);
+  /* Not on sm_80 (min_sm 90), and never the default (generic stays it
+   * until the hopper implementation is measured). */
+  scree__target t80;
+  scree__target_for_arch("sm_80", &t80);
+  ck_assert(!scree__config_check(op, &cfgs[0], &vars[0], &t80, why, sizeof why));
+  scree__config d;
+  op->default_config(&t, &vars[3], NULL, &d);
+  ck_assert_str_eq(op->impls[d.impl].name, "generic");
+}
+END_TEST
+
 /* Configs the host rejects are rejected by the kernel's static_asserts too,
  * so the two statements of the constraints agree. */
 typedef struct bad_case {
@@ -299,17 +341,21 @@ static const bad_case bad_cases[] = {
     {"paged_attention", "dtype=fp16,head_dim=128",
      "impl=hopper,bn=128,cwg=3,stages=2,sched=2,ovl=1"}, /* 176 accumulator registers of 160 */
     {"attention_backward", "dtype=fp16,head_dim=128,causal=0,window=0",
-     "bm=128,bn=64,warps=4,stages=1"}, /* 256 accumulator registers of 192 */
+     "impl=generic,bm=128,bn=64,warps=4,stages=1"}, /* 256 accumulator registers of 192 */
     {"attention_backward", "dtype=fp16,head_dim=256,causal=0,window=0",
-     "bm=128,bn=64,warps=8,stages=1"}, /* 192 accumulator registers of 160 */
+     "impl=generic,bm=128,bn=64,warps=8,stages=1"}, /* 192 accumulator registers of 160 */
     {"attention_backward", "dtype=fp16,head_dim=96,causal=0,window=0",
-     "bm=32,bn=128,warps=8,stages=2"}, /* dQ warp tile of 24 columns */
+     "impl=generic,bm=32,bn=128,warps=8,stages=2"}, /* dQ warp tile of 24 columns */
     {"attention_backward", "dtype=bf16,head_dim=64,causal=1,window=0",
-     "bm=32,bn=32,warps=8,stages=1"}, /* S warp tile of 8 query columns */
+     "impl=generic,bm=32,bn=32,warps=8,stages=1"}, /* S warp tile of 8 query columns */
     {"attention_backward", "dtype=fp16,head_dim=256,causal=0,window=0",
-     "bm=128,bn=32,warps=8,stages=2"}, /* 306 KiB of shared memory */
+     "impl=generic,bm=128,bn=32,warps=8,stages=2"}, /* 306 KiB of shared memory */
     {"attention_backward", "dtype=fp16,head_dim=64,causal=0,window=0",
-     "bm=64,bn=64,warps=4,stages=3"}, /* 3 stages */
+     "impl=generic,bm=64,bn=64,warps=4,stages=3"}, /* 3 stages */
+    {"attention_backward", "dtype=fp16,head_dim=96,causal=0,window=0",
+     "impl=hopper,bn=128,stages=2"}, /* head_dim 96 */
+    {"attention_backward", "dtype=bf16,head_dim=128,causal=1,window=0",
+     "impl=hopper,bn=128,stages=3"}, /* 3 stages */
 };
 
 START_TEST(host_check_matches_static_asserts) {
@@ -560,6 +606,7 @@ int main(void) {
   tcase_add_loop_test(quick, safelisted_samples_compile, 0, 2);
   tcase_add_test(quick, host_check_matches_static_asserts);
   tcase_add_test(quick, arch_specific_target_compiles);
+  tcase_add_test(quick, attention_backward_hopper_compiles);
   tcase_add_test(quick, config_strings_roundtrip);
   tcase_add_test(quick, impl_defines_compile_and_hash);
   tcase_add_test(quick, every_op_has_a_sweep);

@@ -26,11 +26,18 @@
  * one with no query); every head_dim, both dtypes, causal and not, MHA, GQA
  * 32:8, MQA 8:1, windows, softcap, chunked-prefill shapes (few queries
  * against many keys), and every config of the space that passes the host
- * check on a small batch (slow set). */
+ * check on a small batch (slow set).
+ *
+ * The hopper implementation (sm_90a; not the default) runs the quick set's
+ * batches at head_dim 64 and 128 with each of its configs (case "hopper":
+ * CK_RUN_CASE=hopper runs it alone), the fused and deterministic checks
+ * included, and a small batch for compute-sanitizer (case hopper_race); on
+ * other GPUs they print why nothing ran. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api.h"
 #include "op_test.h"
 #include "ops/attention_ref.h"
 
@@ -260,10 +267,19 @@ static void fixture_free(fixture *f) {
 
 /* The backward into the poisoned fused buffer; its bytes (and the guard
  * after it, checked) in got. */
+static const scree__config *run_cfg; /* NULL: the public entry; else exactly this config */
+
 static void fixture_run(fixture *f, void *got) {
   scree_test_dpoison(ctx, f->grad, f->nqkv * 2 + 256);
-  ck_assert_msg(scree_attention_backward(ctx, &f->a, NULL) == SCREE_OK, "%s",
-                scree_last_error(ctx));
+  if (run_cfg) {
+    const scree_attention_args *fa = &f->a.fwd;
+    const scree__variant var = {{fa->dtype, (int)fa->head_dim, fa->causal != 0, 0}};
+    ck_assert_msg(scree__run_exact(ctx, op, run_cfg, &var, &f->a, NULL) == SCREE_OK, "%s",
+                  scree_last_error(ctx));
+  } else {
+    ck_assert_msg(scree_attention_backward(ctx, &f->a, NULL) == SCREE_OK, "%s",
+                  scree_last_error(ctx));
+  }
   scree_test_sync(ctx);
   scree_test_d2h(ctx, got, f->grad, f->nqkv * 2);
   scree_test_check_guard(ctx, f->grad + f->nqkv * 2, 256, "the fused gradient buffer");
@@ -272,7 +288,7 @@ static void fixture_run(fixture *f, void *got) {
 /* Strided gradients: dq, dk and dv interleaved in one [T, 3, H, d] buffer
  * (q, k and v read the same way), fp16 and bf16, causal and not, against
  * the reference on the forward's out and lse from the GPU. */
-START_TEST(fused_gradients) {
+static void fused_case(int _i) {
   static const int64_t lens[] = {1, 63, 64, 65, 0, 300, 129};
   const scree_dtype dt = _i % 2 ? SCREE_DTYPE_BF16 : SCREE_DTYPE_FP16;
   const int H = 4, d = _i < 2 ? 64 : 128;
@@ -297,12 +313,14 @@ START_TEST(fused_gradients) {
   free(got), free(want);
   fixture_free(&f);
 }
+
+START_TEST(fused_gradients) { fused_case(_i); }
 END_TEST
 
 /* Deterministic mode: two runs give the same bytes; and a sequence's
  * gradients are the same bytes when the batch is packed differently
  * (other sequences around it, another order). */
-START_TEST(deterministic) {
+static void deterministic_case(int _i) {
   static const int64_t la[] = {300, 65, 1000, 1, 129}, lb[] = {129, 1000, 77, 300, 65, 1};
   /* la's sequence i is lb's sequence map[i]. */
   static const int map[] = {3, 4, 1, 5, 0};
@@ -356,6 +374,8 @@ START_TEST(deterministic) {
   fixture_free(&fa);
   fixture_free(&fb);
 }
+
+START_TEST(deterministic) { deterministic_case(_i); }
 END_TEST
 
 /* No query token (dk and dv written as zeros) and no key token (dq
@@ -368,6 +388,127 @@ START_TEST(empty_sides) {
   };
   check_public(&cases[_i]);
 }
+END_TEST
+
+/* ---- the hopper implementation (sm_90a) ------------------------------------
+ * The batches above through every config of impl=hopper that passes the
+ * host check on this GPU (the same problems, references and tolerances),
+ * and the fused and deterministic checks with each. Elsewhere than sm_90
+ * no config passes and the tests say so. */
+
+/* The hopper configs that pass the host check for var here: their count. */
+static int hopper_configs(const scree__variant *var, scree__config *out, int cap) {
+  scree__config all[64];
+  const int n = scree__config_space(op, all, 64);
+  scree__target t;
+  scree__target_of(ctx, &t);
+  int m = 0;
+  char why[256] = "";
+  for (int i = 0; i < n && m < cap; i++)
+    if (!strcmp(op->impls[all[i].impl].name, "hopper")) {
+      if (scree__config_check(op, &all[i], var, &t, why, sizeof why))
+        out[m++] = all[i];
+    }
+  if (m == 0) printf("hopper: no config runs here (sm_%d): %s\n", t.sm, why);
+  return m;
+}
+
+/* One batch (scale and softcap 0: the defaults) through every hopper
+ * config; the number of configs run. */
+static int check_hopper(const bcase *c, float scale, float cap) {
+  scree_attention_backward_args a = shape_of(c);
+  a.fwd.scale = scale;
+  a.fwd.softcap = cap;
+  const scree__variant var = variant_of(c);
+  scree__config cfgs[8];
+  const int n = hopper_configs(&var, cfgs, 8);
+  if (n == 0) return 0;
+  const scree__lens lens = lens_of(c);
+  scree__run r;
+  scree_test_make(ctx, op, &var, &a, &lens, &r);
+  char what[192];
+  describe(c, what, sizeof what);
+  for (int i = 0; i < n; i++) {
+    char cs[128];
+    scree__config_str(op, &cfgs[i], cs, sizeof cs);
+    scree_test_check_config(ctx, &r, op, &cfgs[i], &var, stream, "%s, scale %g, softcap %g, %s",
+                            what, (double)scale, (double)cap, cs);
+  }
+  scree__run_free(ctx, &r);
+  return n;
+}
+
+/* The quick set's batches at head_dim 64 and 128 (what hopper covers),
+ * and every dtype x causal at both through the op's problems. */
+START_TEST(hopper_batches) {
+  static const int64_t cq[] = {16, 1, 64, 0, 100}, ck[] = {2048, 700, 1000, 30, 164};
+  static const int64_t z[] = {0, 0}, l[] = {65, 3};
+  static const struct {
+    bcase c;
+    float scale, softcap;
+  } cases[] = {
+      /* gqa_mqa */
+      {{SCREE_DTYPE_BF16, 128, 1, 32, 8, -1, -1, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_FP16, 128, 0, 32, 8, -1, -1, LQ, LQ, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_FP16, 64, 1, 8, 1, -1, -1, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_BF16, 64, 0, 8, 1, -1, -1, LQ, LK, NL, 1}, 0, 0},
+      /* windows_chunked */
+      {{SCREE_DTYPE_FP16, 64, 1, 4, 2, 100, -1, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_BF16, 128, 0, 4, 4, 64, 33, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_FP16, 128, 0, 4, 4, -1, 0, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_FP16, 64, 0, 2, 2, 0, 0, LQ, LQ, NL, 1}, 0, 0},
+      {{SCREE_DTYPE_BF16, 128, 1, 8, 2, -1, -1, cq, ck, 5, 0}, 0, 0},
+      {{SCREE_DTYPE_FP16, 64, 1, 4, 4, 256, -1, cq, ck, 5, 1}, 0, 0},
+      /* softcap */
+      {{SCREE_DTYPE_FP16, 64, 1, 4, 2, -1, -1, LQ, LK, NL, 0}, 0.5f, 5.0f},
+      {{SCREE_DTYPE_BF16, 128, 0, 4, 4, 64, 33, LQ, LK, NL, 0}, 1.0f, 20.0f},
+      {{SCREE_DTYPE_BF16, 64, 1, 4, 2, 200, -1, LQ, LK, NL, 1}, 1.0f, 5.0f},
+      /* head_dims_dtypes_causal at 64 and 128, MHA 4:4 */
+      {{SCREE_DTYPE_FP16, 64, 0, 4, 4, -1, -1, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_BF16, 64, 1, 4, 4, -1, -1, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_FP16, 128, 1, 4, 4, -1, -1, LQ, LK, NL, 0}, 0, 0},
+      {{SCREE_DTYPE_BF16, 128, 0, 4, 4, -1, -1, LQ, LK, NL, 0}, 0, 0},
+      /* empty_sides */
+      {{SCREE_DTYPE_FP16, 64, 1, 2, 1, -1, -1, z, l, 2, 0}, 0, 0},
+      {{SCREE_DTYPE_BF16, 128, 0, 2, 2, -1, -1, l, z, 2, 1}, 0, 0},
+  };
+  const int n = check_hopper(&cases[_i].c, cases[_i].scale, cases[_i].softcap);
+  printf("hopper_batches %d: %d configs\n", _i, n);
+}
+END_TEST
+#define HOPPER_BATCHES 19
+
+/* A small batch through every hopper config, both head sizes, masks and
+ * deterministic mode: what compute-sanitizer runs (CK_RUN_CASE=hopper_race). */
+START_TEST(hopper_small) {
+  static const int64_t lq[] = {1, 63, 65, 129, 300, 0}, lk[] = {5, 63, 64, 200, 300, 7};
+  const bcase cases[] = {
+      {SCREE_DTYPE_FP16, 64, 1, 2, 1, 40, -1, lq, lk, 6, 0},
+      {SCREE_DTYPE_BF16, 128, 0, 2, 2, -1, -1, lq, lk, 6, 1},
+  };
+  printf("hopper_small %d: %d configs\n", _i, check_hopper(&cases[_i], 0, 0));
+}
+END_TEST
+
+/* fused_gradients and deterministic through each hopper config. */
+static void hopper_fixture(void (*body)(int), int i, int d) {
+  const scree__variant var = {{i % 2 ? SCREE_DTYPE_BF16 : SCREE_DTYPE_FP16, d, 0, 0}};
+  scree__config cfgs[8];
+  const int n = hopper_configs(&var, cfgs, 8);
+  for (int c = 0; c < n; c++) {
+    char cs[128];
+    scree__config_str(op, &cfgs[c], cs, sizeof cs);
+    printf("hopper fixture %d: %s\n", i, cs); /* names the config of a failure below */
+    fflush(stdout);
+    run_cfg = &cfgs[c];
+    body(i);
+  }
+  run_cfg = NULL;
+  printf("hopper fixture %d: %d configs\n", i, n);
+}
+START_TEST(hopper_fused) { hopper_fixture(fused_case, _i, _i < 2 ? 64 : 128); }
+END_TEST
+START_TEST(hopper_deterministic) { hopper_fixture(deterministic_case, _i, _i < 2 ? 64 : 128); }
 END_TEST
 
 int main(void) {
@@ -386,9 +527,19 @@ int main(void) {
   tcase_add_loop_test(quick, deterministic, 0, 4);
   tcase_add_loop_test(quick, empty_sides, 0, 2);
   tcase_add_loop_test(pub, head_dims_dtypes_causal, 0, 20);
+  TCase *hopper = tcase_create("hopper");
+  tcase_set_timeout(hopper, 1800);
+  tcase_add_loop_test(hopper, hopper_batches, 0, HOPPER_BATCHES);
+  tcase_add_loop_test(hopper, hopper_fused, 0, 4);
+  tcase_add_loop_test(hopper, hopper_deterministic, 0, 4);
+  TCase *hrace = tcase_create("hopper_race");
+  tcase_set_timeout(hrace, 1800);
+  tcase_add_loop_test(hrace, hopper_small, 0, 2);
   tcase_add_loop_test(full, every_config, 0, 10);
   suite_add_tcase(s, quick);
   suite_add_tcase(s, pub);
   suite_add_tcase(s, full);
+  suite_add_tcase(s, hopper);
+  suite_add_tcase(s, hrace);
   return scree_test_run(s, 1);
 }
