@@ -115,15 +115,38 @@ def test_rope_backward_opcheck_cpu(cpu_kernels, gen):
 
 def test_rope_calls_the_c_backward_with_the_forward_fields_cpu(captured, gen):
     """The backward op packs scree_rope_backward with the forward's fields,
-    on copies of the gradients (made contiguous)."""
-    g = torch.randn(6, 2, 4, 16, generator=gen)[:, 0]  # strided: copied
+    reading the gradients where they lie and writing new contiguous tensors
+    out of place (q_out): no copy of the gradients first."""
+    g = torch.randn(6, 2, 4, 16, generator=gen)[:, 0]  # strided: read as it is
     cu = torch.tensor([0, 2, 6], dtype=torch.int32)
     dq, dk = _ops._rope_fn_impl(g, None, cu, None, None, 500.0, 8, True, c_op="rope_backward")
+    assert len(captured) == 1  # one call: nothing copied on the way
     entry, a = captured[-1]
     assert entry == "scree_rope_backward"
-    assert a["q"] == dq.data_ptr() and dq.is_contiguous() and dk.numel() == 0
-    assert (a["k"], a["batch"], a["rotary_dim"], a["layout"], a["theta"]) == (0, 2, 8, 1, 500.0)
-    assert a["q_token_stride"] == 64 and a["q_head_stride"] == 16
+    assert a["q"] == g.data_ptr() and a["q_token_stride"] == 128 and a["q_head_stride"] == 16
+    assert a["q_out"] == dq.data_ptr() and dq.is_contiguous() and dk.numel() == 0
+    assert a["q_out_token_stride"] == 64 and a["q_out_head_stride"] == 16
+    assert (a["k"], a["k_out"], a["batch"], a["rotary_dim"], a["layout"], a["theta"]) == \
+        (0, 0, 2, 8, 1, 500.0)
+
+
+def test_rope_functional_op_writes_out_of_place_cpu(captured, gen):
+    """torch.ops.scree.rope reads q and k where they lie (views of a packed
+    qkv buffer) and writes new tensors through q_out and k_out: one C call,
+    no clones."""
+    qkv = torch.randn(5, 4 + 2 + 2, 16, generator=gen)
+    q, k = qkv[:, :4], qkv[:, 4:6]
+    cu = torch.tensor([0, 5], dtype=torch.int32)
+    rq, rk = _ops._rope_fn_impl(q, k, cu, None, None, 1e4, 0, False)
+    assert len(captured) == 1
+    entry, a = captured[-1]
+    assert entry == "scree_rope"
+    assert (a["q"], a["k"]) == (q.data_ptr(), k.data_ptr())
+    assert (a["q_token_stride"], a["k_token_stride"]) == (128, 128)
+    assert (a["q_out"], a["k_out"]) == (rq.data_ptr(), rk.data_ptr())
+    assert rq.shape == q.shape and rk.shape == k.shape
+    assert (a["q_out_token_stride"], a["q_out_head_stride"]) == (64, 16)
+    assert (a["k_out_token_stride"], a["k_out_head_stride"]) == (32, 16)
 
 
 def test_rope_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):

@@ -828,7 +828,9 @@ _ROPE_NAMES = {"q": "q", "k": "k", "positions": "positions", "cu_seqlens": "cu_s
                "cos_sin": "cos_sin", "total": "q", "batch": "cu_seqlens",
                "max_position": "cos_sin", "heads_q": "q", "heads_kv": "k", "head_dim": "q",
                "rotary_dim": "rotary_dim", "q_token_stride": "q", "q_head_stride": "q",
-               "k_token_stride": "k", "k_head_stride": "k", "dtype": "q", "theta": "theta"}
+               "k_token_stride": "k", "k_head_stride": "k", "dtype": "q", "theta": "theta",
+               "q_out": "q", "k_out": "k", "q_out_token_stride": "q",
+               "q_out_head_stride": "q", "k_out_token_stride": "k", "k_out_head_stride": "k"}
 
 
 def _rope_check(op, q, k, cu_seqlens, positions):
@@ -848,9 +850,11 @@ def _rope_check(op, q, k, cu_seqlens, positions):
 
 
 def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
-               check=False, c_op="rope"):
+               check=False, c_op="rope", q_out=None, k_out=None):
     """scree_rope (or, c_op "rope_backward", its inverse rotation) in place
-    on q and k."""
+    on q and k, or, with q_out (and k_out when k is given: tensors of q's
+    and k's shape, dtype and device, last dimension contiguous), from q and
+    k into q_out and k_out."""
     op = "rope"
     if not check:
         _on_cuda(op, "q", q)
@@ -892,9 +896,15 @@ def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interlea
     if k is not None:
         _same_device(op, "k", k, q)
         kp, kts, khs, hkv = ptr(k), k.stride(0), k.stride(1), k.shape[1]
+    qo = ko = qots = qohs = kots = kohs = 0
+    if q_out is not None:
+        qo, qots, qohs = ptr(q_out), q_out.stride(0), q_out.stride(1)
+        if k_out is not None:
+            ko, kots, kohs = ptr(k_out), k_out.stride(0), k_out.stride(1)
     _run(op, c_op, (ptr(q), kp, pos, cu, cs, q.shape[0], batch, max_pos, q.shape[1], hkv,
                       q.shape[2], rotary_dim or 0, q.stride(0), q.stride(1), kts, khs, dt,
-                      1 if interleaved else 0, pos64, theta), _ROPE_NAMES, q, check)
+                      1 if interleaved else 0, pos64, theta, qo, ko, qots, qohs, kots, kohs),
+         _ROPE_NAMES, q, check)
 
 
 @torch.library.custom_op("scree::rope_", mutates_args=("q", "k"))
@@ -909,20 +919,35 @@ def _(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
     _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check=True)
 
 
-# The functional RoPE (autograd): scree::rope returns rotated copies of q
-# and k; its backward, scree::rope_backward, rotates copies of the incoming
-# gradients back (scree_rope_backward, the inverse rotation: the forward's
-# transpose). Without k, the k output is an empty tensor.
+# The functional RoPE (autograd): scree::rope returns rotated q and k, new
+# contiguous tensors written out of place (scree_rope's q_out and k_out:
+# no copy of the inputs first); its backward, scree::rope_backward, rotates
+# the incoming gradients back the same way (scree_rope_backward, the
+# inverse rotation: the forward's transpose). Without k, the k output is
+# an empty tensor.
+
+
+def _rope_readable(t):
+    """t where it lies, unless the kernel cannot read it so: a last
+    dimension that is not contiguous, or a broadcast dimension (stride 0,
+    as autograd's gradient of a sum), which is made contiguous."""
+    if t is None:
+        return None
+    if (t.shape[2] > 1 and t.stride(2) != 1) or any(
+            t.stride(i) == 0 and t.shape[i] > 1 for i in range(2)):
+        return t.contiguous()
+    return t
 
 
 def _rope_fn_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
                   check=False, c_op="rope"):
     op = "rope"
     _rope_check(op, q, k, cu_seqlens, positions)
-    rq = q.clone(memory_format=torch.contiguous_format)
-    rk = k.clone(memory_format=torch.contiguous_format) if k is not None else None
-    _rope_impl(rq, rk, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check,
-               c_op)
+    q, k = _rope_readable(q), _rope_readable(k)
+    rq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    rk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if k is not None else None
+    _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check,
+               c_op, q_out=rq, k_out=rk)
     return rq, rk if rk is not None else q.new_empty(0)
 
 
@@ -1005,11 +1030,14 @@ def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_di
     interleaved = _args.boolean(op, "interleaved", interleaved)
     inplace = _args.boolean(op, "inplace", inplace)
     if _direct(q, k, cu_seqlens, positions, cos_sin):
-        if not inplace:
-            q = q.clone()
-            k = k.clone() if k is not None else None
-        _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
-        return q, k
+        if inplace:
+            _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
+            return q, k
+        rq = torch.empty_like(q)
+        rk = torch.empty_like(k) if k is not None else None
+        _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved, q_out=rq,
+                   k_out=rk)
+        return rq, rk
     grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
     if inplace and not grad:
         torch.ops.scree.rope_(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
