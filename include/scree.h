@@ -669,6 +669,12 @@ SCREE_EXTERN scree_status scree_swiglu_backward(scree_context *ctx,
  *     ignored). Only the gradient reads it.
  *   grad_scale: the upstream gradient of the reduced loss (0 means 1);
  *     finite. Only the gradient reads it.
+ *   count: optional, int64 [1] on the device (8-byte aligned, apart from
+ *     every other buffer): the number of rows whose target is not
+ *     ignore_index is written there (scree_ce_count, a small kernel before
+ *     the row kernel, whatever the reduction); the gradient's mean then
+ *     divides by it. The mean loss is then sum(loss) / *count (0 / 0 = NaN
+ *     when every row is ignored, as PyTorch's) with no count of its own.
  *
  * vocab in [1, 2^24]; dtype fp32, fp16 or bf16. The zeroed new fields give
  * the plain forward (no smoothing, no z-loss, no gradient), the kernel of
@@ -692,6 +698,7 @@ typedef struct scree_cross_entropy_args {
   float z_loss;           /* >= 0 */
   int reduction;          /* scree_reduction, for dlogits */
   float grad_scale;       /* 0 = 1 */
+  scree_devptr count;     /* optional: int64 [1], the rows not ignored */
 } scree_cross_entropy_args;
 
 SCREE_EXTERN scree_status scree_cross_entropy(scree_context *ctx,

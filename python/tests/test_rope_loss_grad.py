@@ -271,6 +271,72 @@ def test_cross_entropy_packs_the_gradient_fields_cpu(captured, gen):
     assert (a["dlogits"], a["reduction"], a["label_smoothing"]) == (0, 0, 0.0)
 
 
+@pytest.fixture
+def ce_host_kernel(monkeypatch):
+    """scree_cross_entropy's plain forward and its count on the host: the
+    struct a call packs, read from CPU tensors' memory (float32 logits,
+    int64 targets) with ctypes; loss per row and, when given, the count of
+    the rows not ignored written as the kernel writes them. The counts it
+    makes are recorded, so a test sees what the Python side counted."""
+    import ctypes
+    from scree import _lib
+    calls = []
+
+    def view(ptr, n, ctype, dtype):
+        return torch.frombuffer((ctype * n).from_address(ptr), dtype=dtype) if n else \
+            torch.empty(0, dtype=dtype)
+
+    class Entry:
+        def __call__(self, ctx, packed, stream):
+            fields = [f for f, _ in _lib.ARG_STRUCTS["scree_cross_entropy_args"]]
+            a = dict(zip(fields, _lib.PACKERS["scree_cross_entropy_args"].unpack(packed)))
+            rows, vocab = a["rows"], a["vocab"]
+            stride = a["logits_stride"] or vocab
+            x = view(a["logits"], rows * stride, ctypes.c_float, torch.float32)
+            x = x.view(rows, stride)[:, :vocab] if rows else x.view(0, vocab)
+            t = view(a["targets"], rows, ctypes.c_int64, torch.int64)
+            keep = t != a["ignore_index"]
+            lse = torch.logsumexp(x.double(), 1)
+            picked = x.double().gather(1, t.clamp(0, vocab - 1)[:, None])[:, 0]
+            view(a["loss"], rows, ctypes.c_float, torch.float32).copy_(
+                torch.where(keep, lse - picked, 0.0).float())
+            if a["count"]:
+                view(a["count"], 1, ctypes.c_int64, torch.int64).fill_(int(keep.sum()))
+            calls.append(a)
+            return 0
+
+    class FakeLib:
+        def __getattr__(self, name):
+            assert name == "scree_cross_entropy", name
+            return Entry()
+
+    monkeypatch.setattr(_ops, "_on_cuda", lambda op, name, t: None)
+    monkeypatch.setattr(_ops, "_launch_state", lambda t: (None, None))
+    monkeypatch.setattr(_lib, "lib", lambda: FakeLib())
+    return calls
+
+
+@pytest.mark.parametrize("targets", [[1, 2, -100, 9, 0, 7], [-100, 3, -100, -100, 5, -100],
+                                     [-100] * 6, [4] * 6])
+def test_cross_entropy_mean_divides_by_the_kernels_count_cpu(ce_host_kernel, gen, targets):
+    """reduction="mean": one call, which counts the rows not ignored into
+    `count` (the kernel's pre-pass); the mean is the loss summed over it,
+    as PyTorch's (NaN when every row is ignored); sum and none ask for no
+    count."""
+    x = torch.randn(6, 10, generator=gen)
+    t = torch.tensor(targets)
+    loss, _, _ = _ops._cross_entropy_impl(x, t, -100, 0.0, 0.0, 2)
+    assert len(ce_host_kernel) == 1 and ce_host_kernel[0]["count"] != 0
+    want = torch.nn.functional.cross_entropy(x, t, ignore_index=-100)
+    torch.testing.assert_close(loss, want, equal_nan=True)
+    assert loss.isnan().item() == all(v == -100 for v in targets)
+    for red, name in ((1, "sum"), (0, "none")):
+        got, _, _ = _ops._cross_entropy_impl(x, t, -100, 0.0, 0.0, red)
+        assert ce_host_kernel[-1]["count"] == 0
+        torch.testing.assert_close(
+            got, torch.nn.functional.cross_entropy(x, t, ignore_index=-100, reduction=name))
+
+
 def test_cross_entropy_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
     backend, graphs = aot_graphs
     x = torch.randn(6, 30, generator=gen, requires_grad=True)

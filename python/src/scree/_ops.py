@@ -1190,7 +1190,8 @@ torch.library.register_autograd("scree::swiglu", _swiglu_grad, setup_context=_sw
 _CE_NAMES = {"logits": "input", "targets": "target", "dtype": "input", "vocab": "input",
              "rows": "input", "logits_stride": "input", "loss": "output",
              "dlogits": "input", "dlogits_stride": "input", "label_smoothing": "label_smoothing",
-             "z_loss": "z_loss", "reduction": "reduction", "grad_scale": "grad_out"}
+             "z_loss": "z_loss", "reduction": "reduction", "grad_scale": "grad_out",
+             "count": "target"}
 _REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}  # scree_reduction
 
 
@@ -1212,11 +1213,13 @@ def _ce_check(op, input, target):
 
 
 def _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dlogits,
-             grad_scale, check, op="cross_entropy", names=_CE_NAMES):
+             grad_scale, check, op="cross_entropy", names=_CE_NAMES, count=None):
     """One scree_cross_entropy call: the per-row loss and lse (float32), and
     with dlogits (a [rows, classes] tensor of input's dtype, or input itself:
     written in place over the logits) the gradient, scaled as the C args say
-    (reduction, grad_scale). Errors are scree.<op>'s, naming names[field]."""
+    (reduction, grad_scale); with count (an int64 0-d tensor) the number of
+    rows not ignored, as the kernel's pre-pass counts them for the
+    gradient's mean. Errors are scree.<op>'s, naming names[field]."""
     if not check:
         _on_cuda(op, "input", input)
     _ce_check(op, input, target)
@@ -1238,21 +1241,22 @@ def _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dl
         dp = ptr(d)
     # The zeroed trailing fields (no dlogits, smoothing, z-loss) are the
     # plain forward.
+    cp = ptr(count) if count is not None else 0
     _run(op, "cross_entropy", (ptr(x), ptr(t), ptr(loss), ptr(lse), x.shape[0], input.shape[1],
                                xs, ignore_index, dt, dp, ds, label_smoothing, z_loss, reduction,
-                               grad_scale), names, input, check)
+                               grad_scale, cp), names, input, check)
     return loss, lse
 
 
-def _ce_reduce(loss, target, ignore_index, reduction):
+def _ce_reduce(loss, count, reduction):
     """The per-row float32 loss reduced: as is (0, none), summed (1) or
-    averaged over the rows not ignored (2, mean; NaN when all are, as
-    PyTorch's)."""
+    averaged over the rows not ignored (2, mean: over count, the kernel's
+    count of them; 0 / 0 = NaN when all are, as PyTorch's)."""
     if reduction == 0:
         return loss
     if reduction == 1:
         return loss.sum()
-    return loss.sum() / (target != ignore_index).sum()
+    return loss.sum() / count
 
 
 def _cross_entropy_impl(input, target, ignore_index, label_smoothing=0.0, z_loss=0.0,
@@ -1263,9 +1267,10 @@ def _cross_entropy_impl(input, target, ignore_index, label_smoothing=0.0, z_loss
     written by the same kernel pass (else an empty tensor)."""
     dl = torch.empty(input.shape, dtype=input.dtype, device=input.device) if need_grad \
         else None
+    count = torch.empty((), dtype=torch.int64, device=input.device) if reduction == 2 else None
     loss, lse = _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dl,
-                         0.0, check)
-    return (_ce_reduce(loss, target, ignore_index, reduction), lse,
+                         0.0, check, count=count)
+    return (_ce_reduce(loss, count, reduction), lse,
             dl if dl is not None else input.new_empty(0))
 
 

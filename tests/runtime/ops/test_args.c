@@ -101,6 +101,10 @@ static const call valid[] = {
     {"cross_entropy",
      "logits=0x100000,targets=0x200000,loss=0x300000,rows=4,vocab=1000,logits_stride=1024,"
      "ignore_index=-100,dtype=fp16,dlogits=0x500000,dlogits_stride=1024,reduction=1"},
+    /* The mean with the count of the rows not ignored written out. */
+    {"cross_entropy",
+     "logits=0x100000,targets=0x200000,loss=0x300000,lse=0x400000,rows=4,vocab=1000,"
+     "ignore_index=-100,dtype=bf16,dlogits=0x500000,reduction=2,count=0x600000"},
     /* 3 sequences, 300 tokens, 8 query heads over 2 KV heads of 128. */
     {"attention",
      "q=0x1000000,k=0x2000000,v=0x3000000,out=0x4000000,lse=0x5000000,"
@@ -310,6 +314,15 @@ static const expect cases[] = {
     /* vLLM's interleaved pages: K then V in each page of one buffer. */
     {"paged_attention", "cache_page_stride=8192,v_cache=0x4002000", PASSES},
     {"paged_attention", "window_left=0,window_right=0,causal=0,softcap=30", PASSES},
+    /* cross_entropy's count: one int64, 8-byte aligned, apart from the
+     * rest; with or without the gradient. */
+    {"cross_entropy", "count=0x600000", PASSES},
+    {"cross_entropy", "count=0x600004", MISALIGNED, "count=0x600004 is not aligned to 8 bytes"},
+    {"cross_entropy", "count=0x300008", INVALID, "count=0x300008 overlaps loss=0x300000"},
+    {"cross_entropy", "count=0x101f38", INVALID, "count=0x101f38 overlaps logits=0x100000"},
+    {"cross_entropy", "count=0x101f40", PASSES},
+    {"cross_entropy", "count=0x200018", INVALID, "count=0x200018 overlaps targets"},
+    {"cross_entropy", "count=0x200020", PASSES},
     {"rope", "head_dim=63", INVALID, "head_dim=63 must be even"},
     {"rope", "rotary_dim=3", INVALID, "rotary_dim=3"},
     {"rope", "rotary_dim=66", INVALID, "rotary_dim=66"},
