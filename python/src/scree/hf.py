@@ -32,8 +32,8 @@ import types
 
 import torch
 
-from ._ops import (linear_cross_entropy as _linear_cross_entropy, rms_norm as _rms_norm,
-                   rope as _rope, swiglu as _swiglu, varlen_attn)
+from ._ops import (_is_compiling, linear_cross_entropy as _linear_cross_entropy,
+                   rms_norm as _rms_norm, rope as _rope, swiglu as _swiglu, varlen_attn)
 
 NAME = "scree"
 
@@ -192,9 +192,40 @@ def _mlp_forward(self, x):
     return self.down_proj(_swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
+def _rope_table(cos, sin, b, s):
+    """The table scree.rope reads for HF's cos and sin [B or 1, S,
+    rotary_dim] (halves duplicated): each token's cos and sin halves,
+    float32 [b * s, rotary_dim]."""
+    rd = cos.shape[-1]
+    half = rd // 2
+    table = torch.cat((cos[..., :half], sin[..., :half]), -1).float()
+    return table.expand(b, s, rd).reshape(b * s, rd)
+
+
 def _make_rotary_pos_emb(original):
     """A modeling module's apply_rotary_pos_emb on scree.rope; `original`
-    (HF's) for the layouts it does not take (unsqueeze_dim other than 1)."""
+    (HF's) for the layouts it does not take (unsqueeze_dim other than 1).
+
+    Every layer of a forward gets the same cos and sin (the model's rotary
+    embedding, computed once): the table is built for the first and kept
+    for the others, keyed on those tensors (held, so that their memory and
+    id cannot be reused while the entry lives) with their data pointers,
+    versions (an in-place change) and shapes, and the batch; the next
+    forward's new cos replaces it. Not cached while torch.compile traces
+    (the compiled graph holds its own table)."""
+    cache = {}
+
+    def table_of(cos, sin, b, s):
+        if _is_compiling():
+            return _rope_table(cos, sin, b, s)
+        key = (cos.data_ptr(), cos._version, tuple(cos.shape), sin.data_ptr(), sin._version,
+               tuple(sin.shape), b, s)
+        if cache.get("cos") is cos and cache.get("sin") is sin and cache.get("key") == key:
+            return cache["table"]
+        cache.clear()
+        table = _rope_table(cos, sin, b, s)
+        cache.update(cos=cos, sin=sin, key=key, table=table)
+        return table
 
     def scree_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
         """HF's apply_rotary_pos_emb (rotate-half) on scree.rope, in one
@@ -208,9 +239,7 @@ def _make_rotary_pos_emb(original):
         b, hq, s, d = q.shape
         hk = k.shape[1]
         rd = cos.shape[-1]
-        half = rd // 2
-        table = torch.cat((cos[..., :half], sin[..., :half]), -1).float()
-        table = table.expand(b, s, rd).reshape(b * s, rd)
+        table = table_of(cos, sin, b, s)
         pos = torch.arange(b * s, device=q.device)
         rq, rk = _rope(q.transpose(1, 2).reshape(b * s, hq, d),
                        k.transpose(1, 2).reshape(b * s, hk, d), positions=pos, cos_sin=table,
@@ -218,6 +247,7 @@ def _make_rotary_pos_emb(original):
         return rq.view(b, s, hq, d).transpose(1, 2), rk.view(b, s, hk, d).transpose(1, 2)
 
     scree_rotary_pos_emb._scree_original = original
+    scree_rotary_pos_emb._scree_table_cache = cache
     return scree_rotary_pos_emb
 
 
