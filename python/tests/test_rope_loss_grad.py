@@ -411,6 +411,37 @@ def test_linear_cross_entropy_grads_cpu(cpu_kernels, gen, kw):
     _lce_compare(gen, "cpu", torch.float32, 1e-5, **kw)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_cross_entropy_frozen_lm_head_cpu(cpu_kernels, gen, bias):
+    """weight (and bias) not requiring grad: hidden's gradient as with a
+    trainable head, weight.grad stays None and its gradient is not computed
+    (the op returns an empty one: no product per chunk, no float32 sums);
+    a trainable bias on a frozen weight still gets its own."""
+    n, h, v = 9, 16, 50
+    hid = torch.randn(n, h, generator=gen, requires_grad=True)
+    w = torch.randn(v, h, generator=gen) / h ** 0.5
+    b = torch.randn(v, generator=gen) * 0.1 if bias else None
+    if bias:
+        b.requires_grad_()
+    t = torch.randint(0, v, (n,), generator=gen)
+    t[2] = -100
+    loss = scree.linear_cross_entropy(hid, w, t, b, chunk_size=4)
+    loss.backward()
+    assert w.grad is None
+    want_hid = hid.detach().clone().requires_grad_()
+    want_b = b.detach().clone().requires_grad_() if bias else None
+    want = F.cross_entropy(F.linear(want_hid, w, want_b), t)
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(hid.grad, want_hid.grad, rtol=1e-5, atol=1e-5)
+    if bias:
+        torch.testing.assert_close(b.grad, want_b.grad, rtol=1e-5, atol=1e-5)
+    _, gh, gw, gb = _ops._lce_impl(hid.detach(), w, t, b.detach() if bias else None, -100, 2,
+                                   0.0, 0.0, 4, True, weight_grad=False, bias_grad=bias)
+    assert gh.shape == hid.shape and gw.numel() == 0
+    assert gb.numel() == (v if bias else 0)
+
+
 def test_linear_cross_entropy_mean_counts_rows_over_all_chunks_cpu(cpu_kernels, gen):
     """Chunks of 2 rows, the ignored rows all in the first chunks: a mean
     per chunk would differ from the mean over every row kept."""

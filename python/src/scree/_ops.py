@@ -1429,7 +1429,11 @@ def _lce_ce(logits, target, ignore_index, label_smoothing, z_loss, reduction, ne
 
 
 def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
-              chunk_size, need_grad, check=False):
+              chunk_size, need_grad, check=False, weight_grad=True, bias_grad=True):
+    """(loss, grad hidden, grad weight, grad bias), the gradients with
+    need_grad: weight's only with weight_grad and bias's only with bias_grad
+    (a frozen lm_head: no weight product per chunk, no float32 sums), else
+    empty tensors."""
     op = "linear_cross_entropy"
     _lce_check(op, hidden, weight, target, bias, chunk_size)
     if need_grad and reduction == 0:
@@ -1448,13 +1452,15 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
              torch.empty((n,), dtype=target.dtype, device="meta"), ignore_index,
              label_smoothing, z_loss, 1 if need_grad else 0, None, 0.0, True,
              op, _LCE_NAMES)
+    weight_grad = need_grad and weight_grad
+    bias_grad = need_grad and bias_grad and bias is not None
     if check:
         loss = torch.empty(() if reduction else (n,), dtype=torch.float32, device=dev)
         if not need_grad:
             return loss, empty(), empty(), empty()
         return (loss, torch.empty((n, h), dtype=hidden.dtype, device=dev),
-                torch.empty((v, h), dtype=weight.dtype, device=dev),
-                torch.empty((v,), dtype=bias.dtype, device=dev) if bias is not None else empty())
+                torch.empty((v, h), dtype=weight.dtype, device=dev) if weight_grad else empty(),
+                torch.empty((v,), dtype=bias.dtype, device=dev) if bias_grad else empty())
     chunk = chunk_size or _lce_chunk_rows(n, v, h)
     scale = 1.0
     if reduction == 2:
@@ -1469,8 +1475,8 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
     gh = gw = gb = None
     if need_grad:
         gh = torch.empty((n, h), dtype=hidden.dtype, device=dev)
-        gw = torch.zeros((v, h), dtype=torch.float32, device=dev)
-        gb = torch.zeros((v,), dtype=torch.float32, device=dev) if bias is not None else None
+        gw = torch.zeros((v, h), dtype=torch.float32, device=dev) if weight_grad else None
+        gb = torch.zeros((v,), dtype=torch.float32, device=dev) if bias_grad else None
     wt = weight.t()
     for s in range(0, n, chunk):
         e = min(s + chunk, n)
@@ -1480,7 +1486,9 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
                             1 if need_grad else 0, need_grad, scale)
         if need_grad:  # logits now hold the chunk's dlogits
             torch.mm(logits, weight, out=gh[s:e])
-            if hc.is_cuda and hc.dtype != torch.float32:
+            if gw is None:
+                pass  # a frozen weight: no product for it
+            elif hc.is_cuda and hc.dtype != torch.float32:
                 # cuBLAS adds the 16-bit product into the fp32 sums in its
                 # epilogue: no 16-bit product tensor, no separate add.
                 torch.addmm(gw, logits.t(), hc, out_dtype=torch.float32, out=gw)
@@ -1496,43 +1504,51 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
         loss = rows.sum() / count
     if not need_grad:
         return loss, empty(), empty(), empty()
-    return (loss, gh, gw.to(weight.dtype), gb.to(bias.dtype) if gb is not None else empty())
+    return (loss, gh, gw.to(weight.dtype) if gw is not None else empty(),
+            gb.to(bias.dtype) if gb is not None else empty())
 
 
 @torch.library.custom_op("scree::linear_cross_entropy", mutates_args=())
 def _lce_op(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
             bias: Optional[torch.Tensor], ignore_index: int, reduction: int,
-            label_smoothing: float, z_loss: float, chunk_size: int, need_grad: bool
+            label_smoothing: float, z_loss: float, chunk_size: int, need_grad: bool,
+            weight_grad: bool = True, bias_grad: bool = True
             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                     z_loss, chunk_size, need_grad)
+                     z_loss, chunk_size, need_grad, weight_grad=weight_grad, bias_grad=bias_grad)
 
 
 @_lce_op.register_fake
 def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
-      chunk_size, need_grad):
+      chunk_size, need_grad, weight_grad=True, bias_grad=True):
     return _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                     z_loss, chunk_size, need_grad, check=True)
+                     z_loss, chunk_size, need_grad, check=True, weight_grad=weight_grad,
+                     bias_grad=bias_grad)
 
 
 def _lce_setup(ctx, inputs, output):
-    hidden, weight, target, bias, *_, need_grad = inputs
+    hidden, weight, target, bias, *_ = inputs
+    need_grad, weight_grad, bias_grad = (tuple(inputs[9:12]) + (True, True))[:3]
     _, gh, gw, gb = output
     ctx.mark_non_differentiable(gh, gw, gb)
     ctx.save_for_backward(gh, gw, gb)
-    ctx.lce = (need_grad, bias is not None)
+    ctx.lce = (need_grad, need_grad and weight_grad,
+               need_grad and bias_grad and bias is not None)
 
 
 def _lce_grad(ctx, grad_loss, *_):
-    need_grad, has_bias = ctx.lce
+    need_grad, weight_grad, bias_grad = ctx.lce
     if not need_grad:
         raise RuntimeError("scree.linear_cross_entropy: torch.ops.scree.linear_cross_entropy "
                            "was called with need_grad=False, so it kept no gradients to go "
                            "backward with; call it with need_grad=True")
     gh, gw, gb = ctx.saved_tensors
-    return (gh * grad_loss.to(gh.dtype), gw * grad_loss.to(gw.dtype), None,
-            gb * grad_loss.to(gb.dtype) if has_bias else None, None, None, None, None, None,
-            None)
+    # No weight (bias) gradient was computed for a weight (bias) that does
+    # not require grad: None, which autograd takes as nothing to add.
+    return (gh * grad_loss.to(gh.dtype),
+            gw * grad_loss.to(gw.dtype) if weight_grad else None, None,
+            gb * grad_loss.to(gb.dtype) if bias_grad else None, None, None, None, None, None,
+            None, None, None)
 
 
 torch.library.register_autograd("scree::linear_cross_entropy", _lce_grad,
@@ -1552,7 +1568,9 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
     grad, the gradients of hidden, weight and bias are computed then, in
     the forward (weight's and bias's accumulated in float32 over the
     chunks, then cast to their dtype), and the backward only scales them
-    by the upstream gradient. The mean is over the rows not ignored in all
+    by the upstream gradient; a weight or bias that does not require grad
+    (a frozen lm_head) gets none computed. The mean is over the rows not
+    ignored in all
     chunks (counted first; with gradients, one device-to-host copy).
     Returns the loss in float32. reduction='none' is forward only (refused
     when an input requires grad). label_smoothing and z_loss as scree.cross_entropy's."""
@@ -1577,9 +1595,12 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
         raise ValueError(f"scree.{op}: argument 'reduction'='none' is not differentiable here "
                          "(the gradients are folded in the forward for a scalar loss); use "
                          "'mean' or 'sum'")
-    loss, _, _, _ = torch.ops.scree.linear_cross_entropy(hidden, weight, target, bias,
-                                                         ignore_index, red, label_smoothing,
-                                                         z_loss, chunk or 0, need)
+    # A frozen lm_head (weight, bias not requiring grad): their gradients
+    # are not computed (no weight product per chunk, no float32 sums).
+    loss, _, _, _ = torch.ops.scree.linear_cross_entropy(
+        hidden, weight, target, bias, ignore_index, red, label_smoothing, z_loss, chunk or 0,
+        need, need and weight.requires_grad,
+        need and bias is not None and bias.requires_grad)
     return loss
 
 
