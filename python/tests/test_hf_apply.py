@@ -266,6 +266,42 @@ def test_apply_rope_and_cross_entropy_match_unpatched_gpu(gen, unpatch_rope, kin
     _training_compare(gen, kind, "cuda", torch.float32, 1e-3)
 
 
+def test_fused_loss_forward_return_dict_false_cpu(cpu_kernels, gen, unpatch_rope):
+    """apply(cross_entropy=True) in training with labels: return_dict=False
+    (passed, or the config's) gives HF's tuple of the fields that are not
+    None: the loss first (the same loss), no logits; the unpatched model
+    agrees on the loss; eval with return_dict=False is the model's own
+    tuple (logits first)."""
+    ref, cfg = _tiny()
+    ours, _ = _tiny()
+    ids = torch.randint(0, cfg.vocab_size, (2, 16), generator=gen)
+    labels = _labels(gen, cfg, ids)
+    ref.train()
+    want = ref(input_ids=ids, labels=labels, use_cache=False, return_dict=False)
+    assert isinstance(want, tuple)
+    scree.hf.apply(ours, attention=False, cross_entropy=True)
+    ours.train()
+    as_dict = ours(input_ids=ids, labels=labels, use_cache=False)
+    got = ours(input_ids=ids, labels=labels, use_cache=False, return_dict=False)
+    assert isinstance(got, tuple) and len(got) == 1  # logits and the cache are None
+    torch.testing.assert_close(got[0], as_dict.loss)
+    torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=0)
+    got[0].backward()
+    ours.config.return_dict = False
+    try:
+        by_config = ours(input_ids=ids, labels=labels, use_cache=False)
+        assert isinstance(by_config, tuple)
+        torch.testing.assert_close(by_config[0], as_dict.loss)
+        assert not isinstance(ours(input_ids=ids, labels=labels, use_cache=False,
+                                   return_dict=True), tuple)
+    finally:
+        ours.config.return_dict = True
+    ours.eval()
+    with torch.no_grad():
+        ev = ours(input_ids=ids, use_cache=False, return_dict=False)
+    assert isinstance(ev, tuple) and ev[0].shape == (2, 16, cfg.vocab_size)
+
+
 def test_apply_refuses_models_and_mlps_it_cannot_patch_cpu():
     m, _ = _tiny("gemma")
     with pytest.raises(ValueError, match="swiglu=True needs a SwiGLU MLP"):

@@ -264,7 +264,9 @@ def _lce_forward(self, input_ids=None, attention_mask=None, position_ids=None,
     shift_labels), the loss of transformers' ForCausalLMLoss computed by
     scree.linear_cross_entropy on the last hidden states and lm_head's
     weight, never materialising the logits: the returned logits are then
-    None. Otherwise (eval, or no labels) the model's own forward."""
+    None. Otherwise (eval, or no labels) the model's own forward. As HF's,
+    return_dict=False (passed, or the config's return_dict) returns the
+    output's tuple of the fields that are not None (loss first)."""
     shift_labels = kwargs.get("shift_labels")
     if not (self.training and (labels is not None or shift_labels is not None)):
         return type(self).forward(self, input_ids=input_ids, attention_mask=attention_mask,
@@ -272,9 +274,13 @@ def _lce_forward(self, input_ids=None, attention_mask=None, position_ids=None,
                                   inputs_embeds=inputs_embeds, labels=labels,
                                   use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
+    return_dict = kwargs.pop("return_dict", None)
+    if return_dict is None:
+        return_dict = getattr(self.config, "return_dict", True)
     outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
                          position_ids=position_ids, past_key_values=past_key_values,
-                         inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True,
+                         **kwargs)
     hidden = outputs.last_hidden_state
     keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
     hidden = hidden[:, keep, :]
@@ -294,9 +300,10 @@ def _lce_forward(self, input_ids=None, attention_mask=None, position_ids=None,
         if torch.is_tensor(num_items):
             num_items = num_items.to(loss.device)
         loss = loss / num_items
-    return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
-                                  hidden_states=outputs.hidden_states,
-                                  attentions=outputs.attentions)
+    out = CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                                 hidden_states=outputs.hidden_states,
+                                 attentions=outputs.attentions)
+    return out if return_dict else out.to_tuple()
 
 
 def _norms(model):
