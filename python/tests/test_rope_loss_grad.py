@@ -149,8 +149,25 @@ def test_rope_functional_op_writes_out_of_place_cpu(captured, gen):
     assert (a["k_out_token_stride"], a["k_out_head_stride"]) == (32, 16)
 
 
-def test_rope_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
+def _compiled_grads_match_eager(aot_graphs, step, leaves, op):
+    """step(*leaves) (a scalar loss) compiled with fullgraph=True and run
+    eagerly: one graph holding torch.ops.scree.<op>, and the same gradient
+    of every leaf."""
     backend, graphs = aot_graphs
+    torch._dynamo.reset()
+    torch.compile(step, fullgraph=True, backend=backend)(*leaves).backward()
+    got = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    step(*leaves).backward()
+    for a, t in zip(got, leaves):
+        torch.testing.assert_close(a, t.grad)
+    assert len(graphs) == 1
+    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert any(f"scree.{op}" in x for x in targets), targets
+
+
+def test_rope_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
     q = torch.randn(8, 4, 16, generator=gen, requires_grad=True)
     k = torch.randn(8, 2, 16, generator=gen, requires_grad=True)
     cu = ref.cu_of([3, 5], "cpu")
@@ -159,14 +176,7 @@ def test_rope_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
         rq, rk = scree.rope(q, k, cu_seqlens=cu)
         return rq.pow(2).mul(torch.arange(16.0)).sum() + rk.sum()
 
-    torch._dynamo.reset()
-    torch.compile(step, fullgraph=True, backend=backend)(q, k).backward()
-    got = q.grad.clone(), k.grad.clone()
-    q.grad = k.grad = None
-    step(q, k).backward()
-    torch.testing.assert_close(got[0], q.grad)
-    torch.testing.assert_close(got[1], k.grad)
-    assert len(graphs) == 1
+    _compiled_grads_match_eager(aot_graphs, step, (q, k), "rope")
 
 
 @pytest.mark.gpu
@@ -338,21 +348,13 @@ def test_cross_entropy_mean_divides_by_the_kernels_count_cpu(ce_host_kernel, gen
 
 
 def test_cross_entropy_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
-    backend, graphs = aot_graphs
     x = torch.randn(6, 30, generator=gen, requires_grad=True)
     t = torch.tensor([1, 2, -100, 29, 0, 7])
 
     def step(x):
         return scree.cross_entropy(x * 2, t, label_smoothing=0.1) * 3
 
-    torch._dynamo.reset()
-    loss = torch.compile(step, fullgraph=True, backend=backend)(x)
-    loss.backward()
-    got = x.grad.clone()
-    x.grad = None
-    step(x).backward()
-    torch.testing.assert_close(got, x.grad)
-    assert len(graphs) == 1
+    _compiled_grads_match_eager(aot_graphs, step, (x,), "cross_entropy")
 
 
 @pytest.mark.gpu
@@ -520,7 +522,6 @@ def test_linear_cross_entropy_default_chunk_cpu():
 
 
 def test_linear_cross_entropy_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
-    backend, graphs = aot_graphs
     hid = torch.randn(9, 16, generator=gen, requires_grad=True)
     w = torch.randn(50, 16, generator=gen, requires_grad=True)
     t = torch.tensor([1, 2, -100, 49, 0, 7, 3, 5, -100])
@@ -528,16 +529,7 @@ def test_linear_cross_entropy_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
     def step(hid, w):
         return scree.linear_cross_entropy(hid * 2, w, t, chunk_size=4) * 3
 
-    torch._dynamo.reset()
-    torch.compile(step, fullgraph=True, backend=backend)(hid, w).backward()
-    got = hid.grad.clone(), w.grad.clone()
-    hid.grad = w.grad = None
-    step(hid, w).backward()
-    torch.testing.assert_close(got[0], hid.grad)
-    torch.testing.assert_close(got[1], w.grad)
-    assert len(graphs) == 1
-    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
-    assert any("scree.linear_cross_entropy" in x for x in targets), targets
+    _compiled_grads_match_eager(aot_graphs, step, (hid, w), "linear_cross_entropy")
 
 
 @pytest.mark.gpu
