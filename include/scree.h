@@ -502,7 +502,8 @@ typedef struct scree_ragged_softmax_backward_args {
 SCREE_EXTERN scree_status scree_ragged_softmax_backward(
     scree_context *ctx, const scree_ragged_softmax_backward_args *args, void *stream);
 
-/* Rotary position embedding, in place on q and k in one launch.
+/* Rotary position embedding on q and k in one launch, in place or into
+ * q_out and k_out.
  *
  * For a token at position p and pair i < rotary_dim / 2 of a head, with
  * angle a = p * theta^(-2i / rotary_dim):
@@ -526,7 +527,17 @@ SCREE_EXTERN scree_status scree_ragged_softmax_backward(
  *     and k of a packed qkv buffer are rotated where they lie.
  *
  * head_dim even, at most 1024; rotary_dim even, in [2, head_dim] (0 means
- * head_dim); dtype fp32, fp16 or bf16; theta > 0 (0 means 10000). */
+ * head_dim); dtype fp32, fp16 or bf16; theta > 0 (0 means 10000).
+ *
+ * Out of place (optional): with q_out given, q and k are only read and the
+ * rotated tensors are written to q_out and k_out ([total, heads, head_dim]
+ * of dtype, strides as q's and k's: token stride 0 means heads * head_dim,
+ * head stride 0 means head_dim), whole head rows: the elements past
+ * rotary_dim are copied. q_out and k_out both 0 is in place (the fields
+ * left 0). k_out is given exactly when k and q_out are. An output may be
+ * its input exactly (same pointer and strides: that tensor in place);
+ * otherwise it must not overlap q, k or what the kernel reads beside them;
+ * q_out and k_out may interleave as q and k may (a packed output). */
 typedef enum scree_rope_layout {
   SCREE_ROPE_NEOX = 0, /* rotate-half: pairs (i, i + rotary_dim / 2) */
   SCREE_ROPE_GPTJ = 1  /* interleaved: pairs (2i, 2i + 1) */
@@ -544,6 +555,8 @@ typedef struct scree_rope_args {
   scree_rope_layout layout;
   int positions_int64;
   float theta;
+  scree_devptr q_out, k_out; /* optional: out of place (0: in place) */
+  int64_t q_out_token_stride, q_out_head_stride, k_out_token_stride, k_out_head_stride;
 } scree_rope_args;
 
 SCREE_EXTERN scree_status scree_rope(scree_context *ctx, const scree_rope_args *args,
@@ -557,7 +570,8 @@ SCREE_EXTERN scree_status scree_rope(scree_context *ctx, const scree_rope_args *
  * cos_sin table, partial rotary, strides and limits), with q and k holding
  * dq and dk: the same call with the gradients' pointers (and strides)
  * computes the backward. Elements past rotary_dim are left as they are
- * (their gradient passes through). */
+ * (their gradient passes through), or copied to q_out and k_out out of
+ * place (the forward's rules). */
 typedef struct scree_rope_backward_args {
   scree_devptr q, k;
   scree_devptr positions;
@@ -570,6 +584,8 @@ typedef struct scree_rope_backward_args {
   scree_rope_layout layout;
   int positions_int64;
   float theta;
+  scree_devptr q_out, k_out; /* optional: dq and dk out of place (0: in place) */
+  int64_t q_out_token_stride, q_out_head_stride, k_out_token_stride, k_out_head_stride;
 } scree_rope_backward_args;
 
 SCREE_EXTERN scree_status scree_rope_backward(scree_context *ctx,
@@ -664,6 +680,12 @@ SCREE_EXTERN scree_status scree_swiglu_backward(scree_context *ctx,
  *     ignored). Only the gradient reads it.
  *   grad_scale: the upstream gradient of the reduced loss (0 means 1);
  *     finite. Only the gradient reads it.
+ *   count: optional, int64 [1] on the device (8-byte aligned, apart from
+ *     every other buffer): the number of rows whose target is not
+ *     ignore_index is written there (scree_ce_count, a small kernel before
+ *     the row kernel, whatever the reduction); the gradient's mean then
+ *     divides by it. The mean loss is then sum(loss) / *count (0 / 0 = NaN
+ *     when every row is ignored, as PyTorch's) with no count of its own.
  *
  * vocab in [1, 2^24]; dtype fp32, fp16 or bf16. The zeroed new fields give
  * the plain forward (no smoothing, no z-loss, no gradient), the kernel of
@@ -687,6 +709,7 @@ typedef struct scree_cross_entropy_args {
   float z_loss;           /* >= 0 */
   int reduction;          /* scree_reduction, for dlogits */
   float grad_scale;       /* 0 = 1 */
+  scree_devptr count;     /* optional: int64 [1], the rows not ignored */
 } scree_cross_entropy_args;
 
 SCREE_EXTERN scree_status scree_cross_entropy(scree_context *ctx,

@@ -1,5 +1,6 @@
 /*
- * rope.cu - rotary position embedding, in place on q and k in one launch.
+ * rope.cu - rotary position embedding on q and k in one launch, in place or
+ * out of place into q_out and k_out.
  *
  * For token t at position p, every head row x of q and k (heads_q + heads_kv
  * rows of head_dim elements) and pair i < R = rotary_dim / 2:
@@ -28,6 +29,19 @@
  * heads before storing any (memory-level parallelism): q heads first, then
  * k heads, all of one token sharing its cos and sin.
  *
+ * Out of place (qo, ko not q, k): the same mapping reads q and k and writes
+ * the rotated blocks to qo and ko; after its blocks, the item's lanes copy
+ * the elements past rotary_dim of its heads (VEC at a time, the last
+ * (head_dim - rotary_dim) % VEC one at a time), except where an output is
+ * its input (that tensor in place). Two entries of one module: scree_rope
+ * (in place) and scree_rope_out, each an instantiation of
+ * scree_rope_items, so the in-place kernel is the code it always was, with
+ * its registers (one kernel branching between the two took 91 -> 106
+ * registers on sm_90 for bf16 lanes=8,groups=16,vec=8,cache=4,split=8,
+ * fewer CTAs per SM), and a call picks its entry on the host. Not a config
+ * or variant field: a new variant field would invalidate every tuned and
+ * shipped RoPE line, and both paths want the same configs.
+ *
  * Positions: positions[t] (int32 or int64), or t - cu_seqlens[b] for the
  * sequence b holding t, found by binary search (the largest b with
  * cu_seqlens[b] <= t, so empty sequences are skipped).
@@ -51,11 +65,14 @@
  *                 implementation passes it); 0 or unset: the forward
  *
  * The host guarantees: 2 <= rotary_dim <= head_dim <= 1024, both even;
- * q and k aligned to VEC elements, every stride a multiple of VEC, R a
+ * q and k (and qo, ko) aligned to VEC elements, every stride a multiple of
+ * VEC, R a
  * multiple of PB (so both halves' vectors are aligned in the NeoX layout);
  * no element of q or k's rotary parts reached twice (q and k may be the q
  * and k slices of one packed qkv buffer); positions, cu_seqlens and cos_sin
- * disjoint from q and k; with a table, 0 <= p < max_position; cu_seqlens
+ * disjoint from what is written; out of place, qo and ko each exactly q
+ * and k or apart from both, and no element of qo and ko written twice;
+ * with a table, 0 <= p < max_position; cu_seqlens
  * from 0, non-decreasing, ending at total (checked on the host only with
  * validation on).
  *
@@ -159,26 +176,20 @@ __device__ __forceinline__ void scree_rope_rotate(float (&f)[SCREE_EPB],
   }
 }
 
-/* q and k carry no __restrict__: they may be slices of one buffer. */
-extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
-scree_rope(et *q, et *k, const void *__restrict__ positions, const int *__restrict__ cu_seqlens,
-           const float *__restrict__ cos_sin, long long total, int batch, int heads_q, int heads,
-           int rotary_dim, long long q_token_stride, long long q_head_stride,
-           long long k_token_stride, long long k_head_stride, float theta) {
+/* The work items of the CTA: in place (OUT false: rows written where they
+ * were read) or out of place (OUT: into qo and ko, then the parts past
+ * rotary_dim copied). q and k carry no __restrict__: they may be slices of
+ * one buffer, as may qo and ko. */
+template <bool OUT>
+__device__ __forceinline__ void scree_rope_items(
+    et *q, et *k, const void *__restrict__ positions, const int *__restrict__ cu_seqlens,
+    const float *__restrict__ cos_sin, long long total, int batch, int heads_q, int heads,
+    int rotary_dim, long long q_token_stride, long long q_head_stride, long long k_token_stride,
+    long long k_head_stride, const float *inv_freq, et *qo, et *ko, long long qo_token_stride,
+    long long qo_head_stride, long long ko_token_stride, long long ko_head_stride, int head_dim) {
   const int lane = threadIdx.x % SCREE_LANES;
   const int group = threadIdx.x / SCREE_LANES;
   const int half = rotary_dim >> 1;
-#if SCREE_TABLE == 0
-  __shared__ float inv_freq[SCREE_MAX_HALF];
-  for (int i = threadIdx.x; i < half; i += SCREE_THREADS) {
-    const float e = (float)(2 * i) / (float)rotary_dim;
-    const float pw = (float)pow((double)theta, (double)e);
-    inv_freq[i] = 1.0f / pw;
-  }
-  __syncthreads();
-#else
-  (void)theta;
-#endif
   const long long items = total * SCREE_SPLIT;
   for (long long w = (long long)blockIdx.x * SCREE_GROUPS + group; w < items;
        w += (long long)gridDim.x * SCREE_GROUPS) {
@@ -187,9 +198,12 @@ scree_rope(et *q, et *k, const void *__restrict__ positions, const int *__restri
     const long long p = scree_rope_position(t, positions, cu_seqlens, batch);
     et *const qt = q + t * q_token_stride;
     et *const kt = k + t * k_token_stride;
+    et *const qot = OUT ? qo + t * qo_token_stride : qt;
+    et *const kot = OUT ? ko + t * ko_token_stride : kt;
     for (int pb = lane * SCREE_PB; pb < half; pb += SCREE_LANES * SCREE_PB) {
       float c[SCREE_PB], s[SCREE_PB];
 #if SCREE_TABLE
+      (void)inv_freq;
       const float *row = cos_sin + p * rotary_dim;
 #pragma unroll
       for (int m = 0; m < SCREE_PB; m++) {
@@ -197,6 +211,7 @@ scree_rope(et *q, et *k, const void *__restrict__ positions, const int *__restri
         s[m] = row[half + pb + m];
       }
 #else
+      (void)cos_sin;
       const float pf = (float)p;
 #pragma unroll
       for (int m = 0; m < SCREE_PB; m++) {
@@ -220,23 +235,90 @@ scree_rope(et *q, et *k, const void *__restrict__ positions, const int *__restri
         }
 #pragma unroll
         for (int cc = 0; cc < SCREE_CACHE; cc++) {
-          if (h0 + cc * SCREE_SPLIT < heads) {
+          const int h = h0 + cc * SCREE_SPLIT;
+          if (h < heads) {
             float f[SCREE_EPB];
 #pragma unroll
             for (int e = 0; e < SCREE_EPB; e++)
               f[e] = scree_to_float(buf[cc][e / SCREE_VEC].v[e % SCREE_VEC]);
             scree_rope_rotate(f, c, s);
+            /* Out of place, the row's address is formed here rather than
+             * held beside rows[] (registers). */
+            et *const out = !OUT ? rows[cc]
+                            : h < heads_q ? qot + (long long)h * qo_head_stride
+                                          : kot + (long long)(h - heads_q) * ko_head_stride;
 #pragma unroll
             for (int j = 0; j < SCREE_NV; j++) {
               ev o;
 #pragma unroll
               for (int e = 0; e < SCREE_VEC; e++)
                 o.v[e] = scree_from_float<et>(f[j * SCREE_VEC + e]);
-              *reinterpret_cast<ev *>(rows[cc] + scree_rope_offset(pb, j, half)) = o;
+              *reinterpret_cast<ev *>(out + scree_rope_offset(pb, j, half)) = o;
             }
           }
         }
       }
     }
+    if (OUT) {
+      /* The parts past rotary_dim, as they are: rotary_dim is a multiple of
+       * VEC (the host's guarantee above), so the vectors stay aligned. */
+      const int vend = rotary_dim + (head_dim - rotary_dim) / SCREE_VEC * SCREE_VEC;
+      for (int h = split; h < heads; h += SCREE_SPLIT) {
+        const et *src = h < heads_q ? qt + (long long)h * q_head_stride
+                                    : kt + (long long)(h - heads_q) * k_head_stride;
+        et *dst = h < heads_q ? qot + (long long)h * qo_head_stride
+                              : kot + (long long)(h - heads_q) * ko_head_stride;
+        if (dst == src) continue; /* that tensor in place */
+        for (int e = rotary_dim + lane * SCREE_VEC; e < vend; e += SCREE_LANES * SCREE_VEC)
+          *reinterpret_cast<ev *>(dst + e) = *reinterpret_cast<const ev *>(src + e);
+        for (int e = vend + lane; e < head_dim; e += SCREE_LANES) dst[e] = src[e];
+      }
+    }
   }
+}
+
+/* inv_freq into shared memory (on the fly), once per CTA. */
+#if SCREE_TABLE == 0
+#define SCREE_ROPE_INV_FREQ                                              \
+  __shared__ float inv_freq[SCREE_MAX_HALF];                             \
+  for (int i = threadIdx.x; i < (rotary_dim >> 1); i += SCREE_THREADS) { \
+    const float e = (float)(2 * i) / (float)rotary_dim;                  \
+    const float pw = (float)pow((double)theta, (double)e);               \
+    inv_freq[i] = 1.0f / pw;                                             \
+  }                                                                      \
+  __syncthreads();
+#else
+#define SCREE_ROPE_INV_FREQ \
+  (void)theta;              \
+  const float *inv_freq = nullptr;
+#endif
+
+/* In place: the rotary parts of q and k rewritten where they lie. */
+extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
+scree_rope(et *q, et *k, const void *__restrict__ positions, const int *__restrict__ cu_seqlens,
+           const float *__restrict__ cos_sin, long long total, int batch, int heads_q, int heads,
+           int rotary_dim, long long q_token_stride, long long q_head_stride,
+           long long k_token_stride, long long k_head_stride, float theta) {
+  SCREE_ROPE_INV_FREQ
+  scree_rope_items<false>(q, k, positions, cu_seqlens, cos_sin, total, batch, heads_q, heads,
+                          rotary_dim, q_token_stride, q_head_stride, k_token_stride,
+                          k_head_stride, inv_freq, q, k, q_token_stride, q_head_stride,
+                          k_token_stride, k_head_stride, 0);
+}
+
+/* Out of place: q and k read, the rotated head rows written whole to qo
+ * and ko (one of them may be its input: that tensor in place). */
+extern "C" __global__ void __launch_bounds__(SCREE_THREADS)
+scree_rope_out(et *q, et *k, const void *__restrict__ positions,
+               const int *__restrict__ cu_seqlens, const float *__restrict__ cos_sin,
+               long long total, int batch, int heads_q, int heads, int rotary_dim,
+               long long q_token_stride, long long q_head_stride, long long k_token_stride,
+               long long k_head_stride, float theta, et *qo, et *ko, long long qo_token_stride,
+               long long qo_head_stride, long long ko_token_stride, long long ko_head_stride,
+               int head_dim) {
+  SCREE_ROPE_INV_FREQ
+  scree_rope_items<true>(q, k, positions, cu_seqlens, cos_sin, total, batch, heads_q, heads,
+                         rotary_dim, q_token_stride, q_head_stride, k_token_stride, k_head_stride,
+                         inv_freq, qo, ko, qo_token_stride, qo_head_stride, ko_token_stride,
+                         ko_head_stride, head_dim);
 }

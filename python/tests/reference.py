@@ -403,7 +403,9 @@ def register_cpu_kernels():
         from scree import _ops
         loss, lse, dl = cross_entropy_full(input, target, ignore_index, label_smoothing, z_loss,
                                            reduction)
-        return (_ops._ce_reduce(loss.float(), target, ignore_index, reduction), lse.float(),
+        # The count the kernel's pre-pass makes: the rows not ignored.
+        count = (target != ignore_index).sum()
+        return (_ops._ce_reduce(loss.float(), count, reduction), lse.float(),
                 dl.to(input.dtype) if need_grad else input.new_empty(0))
 
     lib.register_kernel("scree::cross_entropy", "cpu")(cross_entropy_cpu)

@@ -11,15 +11,16 @@ import scree.hf  # noqa: E402
 
 
 def _tiny(kind="llama", seed=1, **over):
+    layers = over.pop("num_hidden_layers", 2)
     if kind == "llama":
         cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
-                                       num_hidden_layers=2, num_attention_heads=4,
+                                       num_hidden_layers=layers, num_attention_heads=4,
                                        num_key_value_heads=2, max_position_embeddings=256,
                                        **over)
         cls = transformers.LlamaForCausalLM
     else:
         cfg = transformers.GemmaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
-                                       num_hidden_layers=2, num_attention_heads=4,
+                                       num_hidden_layers=layers, num_attention_heads=4,
                                        num_key_value_heads=2, head_dim=32,
                                        max_position_embeddings=256, **over)
         cls = transformers.GemmaForCausalLM
@@ -168,6 +169,38 @@ def test_apply_rope_patches_the_module_function_once_cpu(cpu_kernels, unpatch_ro
     assert ml.apply_rotary_pos_emb is original
 
 
+def test_rope_table_is_built_once_per_forward_cpu(cpu_kernels, gen, unpatch_rope, monkeypatch):
+    """apply(rope=True): the cos/sin table scree reads is built once per
+    forward for all layers (4 here), from the cos and sin the model computes
+    once; a new forward (new cos) builds it again, an in-place change of cos
+    too; the logits are the unpatched model's."""
+    ref, cfg = _tiny(num_hidden_layers=4)
+    ours, _ = _tiny(num_hidden_layers=4)
+    ids = torch.randint(0, cfg.vocab_size, (2, 11), generator=gen)
+    with torch.no_grad():  # before the patch, which is the modeling module's
+        want = ref(input_ids=ids, use_cache=False).logits
+    scree.hf.apply(ours, attention=False, rope=True)
+    built = []
+    real = scree.hf._rope_table
+    monkeypatch.setattr(scree.hf, "_rope_table", lambda *a: built.append(a) or real(*a))
+    with torch.no_grad():
+        got = ours(input_ids=ids, use_cache=False).logits
+        assert len(built) == 1
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+        ours(input_ids=ids[:, :5], use_cache=False)
+        assert len(built) == 2
+    # The cache itself: the same tensors hit, a bumped version misses.
+    fn = scree.hf._modeling_module(ours).apply_rotary_pos_emb
+    q, k, cos, sin = _hf_rope_inputs(gen, 2, 9, 4, 2, 32, torch.float32, "cpu")
+    fn(q, k, cos, sin)
+    fn(q, k, cos, sin)
+    assert len(built) == 3
+    cos.mul_(1.0)
+    a = fn(q, k, cos, sin)
+    assert len(built) == 4
+    torch.testing.assert_close(a[0], fn._scree_original(q, k, cos, sin)[0], atol=1e-5, rtol=0)
+
+
 def _labels(gen, cfg, ids, ignored=(0, 5, 13)):
     labels = ids.clone()
     for i in ignored:
@@ -231,6 +264,42 @@ def test_apply_rope_and_cross_entropy_match_unpatched_cpu(cpu_kernels, gen, unpa
 @pytest.mark.parametrize("kind", ["llama", "gemma"])
 def test_apply_rope_and_cross_entropy_match_unpatched_gpu(gen, unpatch_rope, kind):
     _training_compare(gen, kind, "cuda", torch.float32, 1e-3)
+
+
+def test_fused_loss_forward_return_dict_false_cpu(cpu_kernels, gen, unpatch_rope):
+    """apply(cross_entropy=True) in training with labels: return_dict=False
+    (passed, or the config's) gives HF's tuple of the fields that are not
+    None: the loss first (the same loss), no logits; the unpatched model
+    agrees on the loss; eval with return_dict=False is the model's own
+    tuple (logits first)."""
+    ref, cfg = _tiny()
+    ours, _ = _tiny()
+    ids = torch.randint(0, cfg.vocab_size, (2, 16), generator=gen)
+    labels = _labels(gen, cfg, ids)
+    ref.train()
+    want = ref(input_ids=ids, labels=labels, use_cache=False, return_dict=False)
+    assert isinstance(want, tuple)
+    scree.hf.apply(ours, attention=False, cross_entropy=True)
+    ours.train()
+    as_dict = ours(input_ids=ids, labels=labels, use_cache=False)
+    got = ours(input_ids=ids, labels=labels, use_cache=False, return_dict=False)
+    assert isinstance(got, tuple) and len(got) == 1  # logits and the cache are None
+    torch.testing.assert_close(got[0], as_dict.loss)
+    torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=0)
+    got[0].backward()
+    ours.config.return_dict = False
+    try:
+        by_config = ours(input_ids=ids, labels=labels, use_cache=False)
+        assert isinstance(by_config, tuple)
+        torch.testing.assert_close(by_config[0], as_dict.loss)
+        assert not isinstance(ours(input_ids=ids, labels=labels, use_cache=False,
+                                   return_dict=True), tuple)
+    finally:
+        ours.config.return_dict = True
+    ours.eval()
+    with torch.no_grad():
+        ev = ours(input_ids=ids, use_cache=False, return_dict=False)
+    assert isinstance(ev, tuple) and ev[0].shape == (2, 16, cfg.vocab_size)
 
 
 def test_apply_refuses_models_and_mlps_it_cannot_patch_cpu():

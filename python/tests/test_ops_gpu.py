@@ -123,6 +123,37 @@ def test_rope(gen, interleaved):
     assert torch.equal(qkv[:, 10:], before)  # v untouched
 
 
+@pytest.mark.parametrize("rotary_dim", [None, 40])
+def test_rope_out_of_place_equals_in_place(gen, rotary_dim):
+    """scree.rope (no inplace), torch.ops.scree.rope and its backward write
+    out of place (scree_rope's q_out, k_out): bitwise what the in-place call
+    leaves, the parts past rotary_dim copied, the inputs untouched, from
+    strided views of a packed qkv buffer."""
+    lens = varlen_lengths(gen)
+    cu = ref.cu_of(lens, DEV)
+    t = sum(lens)
+    qkv = rand(gen, t, 8 + 2 + 2, 128, dtype=torch.bfloat16)
+    before = qkv.clone()
+    q, k = qkv[:, :8], qkv[:, 8:10]
+    kw = dict(cu_seqlens=cu, theta=500000.0, rotary_dim=rotary_dim)
+    rq, rk = scree.rope(q, k, **kw)
+    fq, fk = torch.ops.scree.rope(q, k, cu, None, None, 500000.0, rotary_dim or 0, False)
+    bq, bk = torch.ops.scree.rope_backward(q, k, cu, None, None, 500000.0, rotary_dim or 0,
+                                           False)
+    assert torch.equal(qkv, before)  # read only
+    iq, ik = q.clone(), k.clone()
+    scree.rope(iq, ik, inplace=True, **kw)
+    for got in ((rq, rk), (fq, fk)):
+        assert torch.equal(got[0], iq) and torch.equal(got[1], ik)
+    # The backward out of place against scree_rope_backward in place.
+    from scree import _ops
+    jq, jk = q.clone(), k.clone()
+    _ops._rope_impl(jq, jk, cu, None, None, 500000.0, rotary_dim or 0, False,
+                    c_op="rope_backward")
+    assert torch.equal(bq, jq) and torch.equal(bk, jk)
+    assert bq.is_contiguous() and not torch.equal(bq, q)
+
+
 def test_rope_positions_partial_and_cos_sin(gen):
     t = 50
     q = rand(gen, t, 4, 64, dtype=torch.float16)

@@ -115,19 +115,59 @@ def test_rope_backward_opcheck_cpu(cpu_kernels, gen):
 
 def test_rope_calls_the_c_backward_with_the_forward_fields_cpu(captured, gen):
     """The backward op packs scree_rope_backward with the forward's fields,
-    on copies of the gradients (made contiguous)."""
-    g = torch.randn(6, 2, 4, 16, generator=gen)[:, 0]  # strided: copied
+    reading the gradients where they lie and writing new contiguous tensors
+    out of place (q_out): no copy of the gradients first."""
+    g = torch.randn(6, 2, 4, 16, generator=gen)[:, 0]  # strided: read as it is
     cu = torch.tensor([0, 2, 6], dtype=torch.int32)
     dq, dk = _ops._rope_fn_impl(g, None, cu, None, None, 500.0, 8, True, c_op="rope_backward")
+    assert len(captured) == 1  # one call: nothing copied on the way
     entry, a = captured[-1]
     assert entry == "scree_rope_backward"
-    assert a["q"] == dq.data_ptr() and dq.is_contiguous() and dk.numel() == 0
-    assert (a["k"], a["batch"], a["rotary_dim"], a["layout"], a["theta"]) == (0, 2, 8, 1, 500.0)
-    assert a["q_token_stride"] == 64 and a["q_head_stride"] == 16
+    assert a["q"] == g.data_ptr() and a["q_token_stride"] == 128 and a["q_head_stride"] == 16
+    assert a["q_out"] == dq.data_ptr() and dq.is_contiguous() and dk.numel() == 0
+    assert a["q_out_token_stride"] == 64 and a["q_out_head_stride"] == 16
+    assert (a["k"], a["k_out"], a["batch"], a["rotary_dim"], a["layout"], a["theta"]) == \
+        (0, 0, 2, 8, 1, 500.0)
+
+
+def test_rope_functional_op_writes_out_of_place_cpu(captured, gen):
+    """torch.ops.scree.rope reads q and k where they lie (views of a packed
+    qkv buffer) and writes new tensors through q_out and k_out: one C call,
+    no clones."""
+    qkv = torch.randn(5, 4 + 2 + 2, 16, generator=gen)
+    q, k = qkv[:, :4], qkv[:, 4:6]
+    cu = torch.tensor([0, 5], dtype=torch.int32)
+    rq, rk = _ops._rope_fn_impl(q, k, cu, None, None, 1e4, 0, False)
+    assert len(captured) == 1
+    entry, a = captured[-1]
+    assert entry == "scree_rope"
+    assert (a["q"], a["k"]) == (q.data_ptr(), k.data_ptr())
+    assert (a["q_token_stride"], a["k_token_stride"]) == (128, 128)
+    assert (a["q_out"], a["k_out"]) == (rq.data_ptr(), rk.data_ptr())
+    assert rq.shape == q.shape and rk.shape == k.shape
+    assert (a["q_out_token_stride"], a["q_out_head_stride"]) == (64, 16)
+    assert (a["k_out_token_stride"], a["k_out_head_stride"]) == (32, 16)
+
+
+def _compiled_grads_match_eager(aot_graphs, step, leaves, op):
+    """step(*leaves) (a scalar loss) compiled with fullgraph=True and run
+    eagerly: one graph holding torch.ops.scree.<op>, and the same gradient
+    of every leaf."""
+    backend, graphs = aot_graphs
+    torch._dynamo.reset()
+    torch.compile(step, fullgraph=True, backend=backend)(*leaves).backward()
+    got = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    step(*leaves).backward()
+    for a, t in zip(got, leaves):
+        torch.testing.assert_close(a, t.grad)
+    assert len(graphs) == 1
+    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
+    assert any(f"scree.{op}" in x for x in targets), targets
 
 
 def test_rope_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
-    backend, graphs = aot_graphs
     q = torch.randn(8, 4, 16, generator=gen, requires_grad=True)
     k = torch.randn(8, 2, 16, generator=gen, requires_grad=True)
     cu = ref.cu_of([3, 5], "cpu")
@@ -136,14 +176,7 @@ def test_rope_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
         rq, rk = scree.rope(q, k, cu_seqlens=cu)
         return rq.pow(2).mul(torch.arange(16.0)).sum() + rk.sum()
 
-    torch._dynamo.reset()
-    torch.compile(step, fullgraph=True, backend=backend)(q, k).backward()
-    got = q.grad.clone(), k.grad.clone()
-    q.grad = k.grad = None
-    step(q, k).backward()
-    torch.testing.assert_close(got[0], q.grad)
-    torch.testing.assert_close(got[1], k.grad)
-    assert len(graphs) == 1
+    _compiled_grads_match_eager(aot_graphs, step, (q, k), "rope")
 
 
 @pytest.mark.gpu
@@ -248,22 +281,80 @@ def test_cross_entropy_packs_the_gradient_fields_cpu(captured, gen):
     assert (a["dlogits"], a["reduction"], a["label_smoothing"]) == (0, 0, 0.0)
 
 
+@pytest.fixture
+def ce_host_kernel(monkeypatch):
+    """scree_cross_entropy's plain forward and its count on the host: the
+    struct a call packs, read from CPU tensors' memory (float32 logits,
+    int64 targets) with ctypes; loss per row and, when given, the count of
+    the rows not ignored written as the kernel writes them. The counts it
+    makes are recorded, so a test sees what the Python side counted."""
+    import ctypes
+    from scree import _lib
+    calls = []
+
+    def view(ptr, n, ctype, dtype):
+        return torch.frombuffer((ctype * n).from_address(ptr), dtype=dtype) if n else \
+            torch.empty(0, dtype=dtype)
+
+    class Entry:
+        def __call__(self, ctx, packed, stream):
+            fields = [f for f, _ in _lib.ARG_STRUCTS["scree_cross_entropy_args"]]
+            a = dict(zip(fields, _lib.PACKERS["scree_cross_entropy_args"].unpack(packed)))
+            rows, vocab = a["rows"], a["vocab"]
+            stride = a["logits_stride"] or vocab
+            x = view(a["logits"], rows * stride, ctypes.c_float, torch.float32)
+            x = x.view(rows, stride)[:, :vocab] if rows else x.view(0, vocab)
+            t = view(a["targets"], rows, ctypes.c_int64, torch.int64)
+            keep = t != a["ignore_index"]
+            lse = torch.logsumexp(x.double(), 1)
+            picked = x.double().gather(1, t.clamp(0, vocab - 1)[:, None])[:, 0]
+            view(a["loss"], rows, ctypes.c_float, torch.float32).copy_(
+                torch.where(keep, lse - picked, 0.0).float())
+            if a["count"]:
+                view(a["count"], 1, ctypes.c_int64, torch.int64).fill_(int(keep.sum()))
+            calls.append(a)
+            return 0
+
+    class FakeLib:
+        def __getattr__(self, name):
+            assert name == "scree_cross_entropy", name
+            return Entry()
+
+    monkeypatch.setattr(_ops, "_on_cuda", lambda op, name, t: None)
+    monkeypatch.setattr(_ops, "_launch_state", lambda t: (None, None))
+    monkeypatch.setattr(_lib, "lib", lambda: FakeLib())
+    return calls
+
+
+@pytest.mark.parametrize("targets", [[1, 2, -100, 9, 0, 7], [-100, 3, -100, -100, 5, -100],
+                                     [-100] * 6, [4] * 6])
+def test_cross_entropy_mean_divides_by_the_kernels_count_cpu(ce_host_kernel, gen, targets):
+    """reduction="mean": one call, which counts the rows not ignored into
+    `count` (the kernel's pre-pass); the mean is the loss summed over it,
+    as PyTorch's (NaN when every row is ignored); sum and none ask for no
+    count."""
+    x = torch.randn(6, 10, generator=gen)
+    t = torch.tensor(targets)
+    loss, _, _ = _ops._cross_entropy_impl(x, t, -100, 0.0, 0.0, 2)
+    assert len(ce_host_kernel) == 1 and ce_host_kernel[0]["count"] != 0
+    want = torch.nn.functional.cross_entropy(x, t, ignore_index=-100)
+    torch.testing.assert_close(loss, want, equal_nan=True)
+    assert loss.isnan().item() == all(v == -100 for v in targets)
+    for red, name in ((1, "sum"), (0, "none")):
+        got, _, _ = _ops._cross_entropy_impl(x, t, -100, 0.0, 0.0, red)
+        assert ce_host_kernel[-1]["count"] == 0
+        torch.testing.assert_close(
+            got, torch.nn.functional.cross_entropy(x, t, ignore_index=-100, reduction=name))
+
+
 def test_cross_entropy_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
-    backend, graphs = aot_graphs
     x = torch.randn(6, 30, generator=gen, requires_grad=True)
     t = torch.tensor([1, 2, -100, 29, 0, 7])
 
     def step(x):
         return scree.cross_entropy(x * 2, t, label_smoothing=0.1) * 3
 
-    torch._dynamo.reset()
-    loss = torch.compile(step, fullgraph=True, backend=backend)(x)
-    loss.backward()
-    got = x.grad.clone()
-    x.grad = None
-    step(x).backward()
-    torch.testing.assert_close(got, x.grad)
-    assert len(graphs) == 1
+    _compiled_grads_match_eager(aot_graphs, step, (x,), "cross_entropy")
 
 
 @pytest.mark.gpu
@@ -320,6 +411,37 @@ def _lce_compare(gen, device, dtype, tol, n=9, h=16, v=50, bias=False, reduction
                                 {"z_loss": 1e-3, "chunk_size": 4}, {"ignored": ()}])
 def test_linear_cross_entropy_grads_cpu(cpu_kernels, gen, kw):
     _lce_compare(gen, "cpu", torch.float32, 1e-5, **kw)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_cross_entropy_frozen_lm_head_cpu(cpu_kernels, gen, bias):
+    """weight (and bias) not requiring grad: hidden's gradient as with a
+    trainable head, weight.grad stays None and its gradient is not computed
+    (the op returns an empty one: no product per chunk, no float32 sums);
+    a trainable bias on a frozen weight still gets its own."""
+    n, h, v = 9, 16, 50
+    hid = torch.randn(n, h, generator=gen, requires_grad=True)
+    w = torch.randn(v, h, generator=gen) / h ** 0.5
+    b = torch.randn(v, generator=gen) * 0.1 if bias else None
+    if bias:
+        b.requires_grad_()
+    t = torch.randint(0, v, (n,), generator=gen)
+    t[2] = -100
+    loss = scree.linear_cross_entropy(hid, w, t, b, chunk_size=4)
+    loss.backward()
+    assert w.grad is None
+    want_hid = hid.detach().clone().requires_grad_()
+    want_b = b.detach().clone().requires_grad_() if bias else None
+    want = F.cross_entropy(F.linear(want_hid, w, want_b), t)
+    want.backward()
+    torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(hid.grad, want_hid.grad, rtol=1e-5, atol=1e-5)
+    if bias:
+        torch.testing.assert_close(b.grad, want_b.grad, rtol=1e-5, atol=1e-5)
+    _, gh, gw, gb = _ops._lce_impl(hid.detach(), w, t, b.detach() if bias else None, -100, 2,
+                                   0.0, 0.0, 4, True, weight_grad=False, bias_grad=bias)
+    assert gh.shape == hid.shape and gw.numel() == 0
+    assert gb.numel() == (v if bias else 0)
 
 
 def test_linear_cross_entropy_mean_counts_rows_over_all_chunks_cpu(cpu_kernels, gen):
@@ -400,7 +522,6 @@ def test_linear_cross_entropy_default_chunk_cpu():
 
 
 def test_linear_cross_entropy_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
-    backend, graphs = aot_graphs
     hid = torch.randn(9, 16, generator=gen, requires_grad=True)
     w = torch.randn(50, 16, generator=gen, requires_grad=True)
     t = torch.tensor([1, 2, -100, 49, 0, 7, 3, 5, -100])
@@ -408,16 +529,7 @@ def test_linear_cross_entropy_compiled_grads_cpu(cpu_kernels, gen, aot_graphs):
     def step(hid, w):
         return scree.linear_cross_entropy(hid * 2, w, t, chunk_size=4) * 3
 
-    torch._dynamo.reset()
-    torch.compile(step, fullgraph=True, backend=backend)(hid, w).backward()
-    got = hid.grad.clone(), w.grad.clone()
-    hid.grad = w.grad = None
-    step(hid, w).backward()
-    torch.testing.assert_close(got[0], hid.grad)
-    torch.testing.assert_close(got[1], w.grad)
-    assert len(graphs) == 1
-    targets = {str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"}
-    assert any("scree.linear_cross_entropy" in x for x in targets), targets
+    _compiled_grads_match_eager(aot_graphs, step, (hid, w), "linear_cross_entropy")
 
 
 @pytest.mark.gpu

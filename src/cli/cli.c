@@ -359,13 +359,18 @@ static int cmd_info(int argc, char **argv) {
 
 /* ---- helpers shared by the commands ------------------------------------ */
 
-void cli_json_key_start(const scree__admin_key *k) {
+void cli_json_bucket_fields(const char *op, const char *bucket, const char *vname,
+                            const char *variant) {
   printf("\"op\": ");
-  cli_json_str(stdout, k->op);
+  cli_json_str(stdout, op);
   printf(", \"bucket\": ");
-  cli_json_str(stdout, k->bucket);
-  printf(", \"dtype\": ");
-  cli_json_str(stdout, k->dtype);
+  cli_json_str(stdout, bucket);
+  printf(", \"%s\": ", vname);
+  cli_json_str(stdout, variant);
+}
+
+void cli_json_key_start(const scree__admin_key *k) {
+  cli_json_bucket_fields(k->op, k->bucket, "dtype", k->dtype);
 }
 
 void cli_json_begin(void) {

@@ -148,6 +148,11 @@ void cli_json_version(FILE *f, int v);
 /* The first fields of a key in a JSON row, `"op": ..., "bucket": ...,
  * "dtype": ...`, which the row goes on with (", ..."). */
 void cli_json_key_start(const scree__admin_key *k);
+/* The fields that name a bucket, as cli_json_key_start writes them:
+ * `"op": ..., "bucket": ..., "<vname>": ...` (vname "dtype" for a cache
+ * key, "variant" for a task to tune), strings escaped. */
+void cli_json_bucket_fields(const char *op, const char *bucket, const char *vname,
+                            const char *variant);
 /* Text from a cache (buckets, device names, reasons) made safe for a
  * terminal (scree__admin_escape). The result lives in one of 8 static
  * buffers, reused in turn: use it before the 9th call. */

@@ -329,10 +329,8 @@ static void report(prun *r, const gpu *g, const scree__admin_tuned *o, const cha
              wd, o->key.dtype, cli_esc(o->config), o->median_us, "", "cached", "", "", "");
     }
   } else if (c->json) {
-    printf("%s\n {\"op\": \"%s\", \"bucket\": ", r->first ? "" : ",", o->key.op);
-    cli_json_str(stdout, o->key.bucket);
-    printf(", \"dtype\": ");
-    cli_json_str(stdout, o->key.dtype);
+    printf("%s\n {", r->first ? "" : ",");
+    cli_json_key_start(&o->key);
     if (r->multi) printf(", \"gpu\": %d", g->ordinal);
     printf(", \"status\": \"%s\", \"config\": ", scree_status_name(o->st));
     cli_json_str(stdout, o->config);
@@ -752,12 +750,7 @@ static int dry_run_list(const cli_common *c, tasks *ts, int from_misses, const c
         const scree__admin_task *t = &lists[a].t[i];
         printf("%s\n {", first ? "" : ",");
         if (multi) printf("\"arch\": \"%s\", ", cli_esc(archs[a]));
-        printf("\"op\": ");
-        cli_json_str(stdout, t->op);
-        printf(", \"bucket\": ");
-        cli_json_str(stdout, t->bucket);
-        printf(", \"variant\": ");
-        cli_json_str(stdout, t->variant);
+        cli_json_bucket_fields(t->op, t->bucket, "variant", t->variant);
         printf(", \"shape\": ");
         if (t->shape[0])
           cli_json_str(stdout, t->shape);

@@ -109,19 +109,21 @@ static void compile_one(void *p, int k) {
   cand *c = &j->c[k];
   char target[16];
   scree__target_arch(j->ctx->arch, j->ctx->sm, &j->op->impls[c->cfg.impl], target);
-  char cs[128] = "";
-  const int debug = j->ctx->log_level >= SCREE_LOG_DEBUG;
-  if (debug) {
-    scree__config_str(j->op, &c->cfg, cs, sizeof cs);
-    scree__log(j->ctx, SCREE_LOG_DEBUG, "compiling %s %s for %s", j->op->name, cs, target);
-  }
   int compiled = 0;
   c->cst = scree__cubin_get(j->ctx->nvrtc, j->op, &c->cfg, j->var, target, &c->cubin,
                             &c->cubin_size, &c->log, &compiled);
-  if (debug && !compiled)
-    scree__log(j->ctx, SCREE_LOG_DEBUG,
-               "%s %s for %s: reused (compiled by an earlier tune or another context)",
-               j->op->name, cs, target);
+  /* One line per candidate, once its cubin is known: whether this tune
+   * compiled it or took it from the process's table. */
+  if (j->ctx->log_level >= SCREE_LOG_DEBUG) {
+    char cs[128];
+    scree__config_str(j->op, &c->cfg, cs, sizeof cs);
+    const char *how = compiled ? (c->cst ? "compile failed" : "compiled")
+                               : (c->cst ? "failed (an earlier compile's error, reused)"
+                                         : "reused (compiled by an earlier tune or another "
+                                           "context)");
+    scree__log(j->ctx, SCREE_LOG_DEBUG, "candidate %s %s for %s: %s", j->op->name, cs, target,
+               how);
+  }
   pthread_mutex_lock(&j->lock);
   const int done = ++j->done;
   j->compiled += compiled;

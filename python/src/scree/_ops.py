@@ -828,7 +828,9 @@ _ROPE_NAMES = {"q": "q", "k": "k", "positions": "positions", "cu_seqlens": "cu_s
                "cos_sin": "cos_sin", "total": "q", "batch": "cu_seqlens",
                "max_position": "cos_sin", "heads_q": "q", "heads_kv": "k", "head_dim": "q",
                "rotary_dim": "rotary_dim", "q_token_stride": "q", "q_head_stride": "q",
-               "k_token_stride": "k", "k_head_stride": "k", "dtype": "q", "theta": "theta"}
+               "k_token_stride": "k", "k_head_stride": "k", "dtype": "q", "theta": "theta",
+               "q_out": "q", "k_out": "k", "q_out_token_stride": "q",
+               "q_out_head_stride": "q", "k_out_token_stride": "k", "k_out_head_stride": "k"}
 
 
 def _rope_check(op, q, k, cu_seqlens, positions):
@@ -848,9 +850,11 @@ def _rope_check(op, q, k, cu_seqlens, positions):
 
 
 def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
-               check=False, c_op="rope"):
+               check=False, c_op="rope", q_out=None, k_out=None):
     """scree_rope (or, c_op "rope_backward", its inverse rotation) in place
-    on q and k."""
+    on q and k, or, with q_out (and k_out when k is given: tensors of q's
+    and k's shape, dtype and device, last dimension contiguous), from q and
+    k into q_out and k_out."""
     op = "rope"
     if not check:
         _on_cuda(op, "q", q)
@@ -892,9 +896,15 @@ def _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interlea
     if k is not None:
         _same_device(op, "k", k, q)
         kp, kts, khs, hkv = ptr(k), k.stride(0), k.stride(1), k.shape[1]
+    qo = ko = qots = qohs = kots = kohs = 0
+    if q_out is not None:
+        qo, qots, qohs = ptr(q_out), q_out.stride(0), q_out.stride(1)
+        if k_out is not None:
+            ko, kots, kohs = ptr(k_out), k_out.stride(0), k_out.stride(1)
     _run(op, c_op, (ptr(q), kp, pos, cu, cs, q.shape[0], batch, max_pos, q.shape[1], hkv,
                       q.shape[2], rotary_dim or 0, q.stride(0), q.stride(1), kts, khs, dt,
-                      1 if interleaved else 0, pos64, theta), _ROPE_NAMES, q, check)
+                      1 if interleaved else 0, pos64, theta, qo, ko, qots, qohs, kots, kohs),
+         _ROPE_NAMES, q, check)
 
 
 @torch.library.custom_op("scree::rope_", mutates_args=("q", "k"))
@@ -909,20 +919,35 @@ def _(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved):
     _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check=True)
 
 
-# The functional RoPE (autograd): scree::rope returns rotated copies of q
-# and k; its backward, scree::rope_backward, rotates copies of the incoming
-# gradients back (scree_rope_backward, the inverse rotation: the forward's
-# transpose). Without k, the k output is an empty tensor.
+# The functional RoPE (autograd): scree::rope returns rotated q and k, new
+# contiguous tensors written out of place (scree_rope's q_out and k_out:
+# no copy of the inputs first); its backward, scree::rope_backward, rotates
+# the incoming gradients back the same way (scree_rope_backward, the
+# inverse rotation: the forward's transpose). Without k, the k output is
+# an empty tensor.
+
+
+def _rope_readable(t):
+    """t where it lies, unless the kernel cannot read it so: a last
+    dimension that is not contiguous, or a broadcast dimension (stride 0,
+    as autograd's gradient of a sum), which is made contiguous."""
+    if t is None:
+        return None
+    if (t.shape[2] > 1 and t.stride(2) != 1) or any(
+            t.stride(i) == 0 and t.shape[i] > 1 for i in range(2)):
+        return t.contiguous()
+    return t
 
 
 def _rope_fn_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved,
                   check=False, c_op="rope"):
     op = "rope"
     _rope_check(op, q, k, cu_seqlens, positions)
-    rq = q.clone(memory_format=torch.contiguous_format)
-    rk = k.clone(memory_format=torch.contiguous_format) if k is not None else None
-    _rope_impl(rq, rk, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check,
-               c_op)
+    q, k = _rope_readable(q), _rope_readable(k)
+    rq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    rk = torch.empty(k.shape, dtype=k.dtype, device=k.device) if k is not None else None
+    _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rotary_dim, interleaved, check,
+               c_op, q_out=rq, k_out=rk)
     return rq, rk if rk is not None else q.new_empty(0)
 
 
@@ -1005,11 +1030,14 @@ def rope(q, k=None, *, cu_seqlens=None, positions=None, theta=10000.0, rotary_di
     interleaved = _args.boolean(op, "interleaved", interleaved)
     inplace = _args.boolean(op, "inplace", inplace)
     if _direct(q, k, cu_seqlens, positions, cos_sin):
-        if not inplace:
-            q = q.clone()
-            k = k.clone() if k is not None else None
-        _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
-        return q, k
+        if inplace:
+            _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
+            return q, k
+        rq = torch.empty_like(q)
+        rk = torch.empty_like(k) if k is not None else None
+        _rope_impl(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved, q_out=rq,
+                   k_out=rk)
+        return rq, rk
     grad = torch.is_grad_enabled() and (q.requires_grad or (k is not None and k.requires_grad))
     if inplace and not grad:
         torch.ops.scree.rope_(q, k, cu_seqlens, positions, cos_sin, theta, rd, interleaved)
@@ -1162,7 +1190,8 @@ torch.library.register_autograd("scree::swiglu", _swiglu_grad, setup_context=_sw
 _CE_NAMES = {"logits": "input", "targets": "target", "dtype": "input", "vocab": "input",
              "rows": "input", "logits_stride": "input", "loss": "output",
              "dlogits": "input", "dlogits_stride": "input", "label_smoothing": "label_smoothing",
-             "z_loss": "z_loss", "reduction": "reduction", "grad_scale": "grad_out"}
+             "z_loss": "z_loss", "reduction": "reduction", "grad_scale": "grad_out",
+             "count": "target"}
 _REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}  # scree_reduction
 
 
@@ -1184,11 +1213,13 @@ def _ce_check(op, input, target):
 
 
 def _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dlogits,
-             grad_scale, check, op="cross_entropy", names=_CE_NAMES):
+             grad_scale, check, op="cross_entropy", names=_CE_NAMES, count=None):
     """One scree_cross_entropy call: the per-row loss and lse (float32), and
     with dlogits (a [rows, classes] tensor of input's dtype, or input itself:
     written in place over the logits) the gradient, scaled as the C args say
-    (reduction, grad_scale). Errors are scree.<op>'s, naming names[field]."""
+    (reduction, grad_scale); with count (an int64 0-d tensor) the number of
+    rows not ignored, as the kernel's pre-pass counts them for the
+    gradient's mean. Errors are scree.<op>'s, naming names[field]."""
     if not check:
         _on_cuda(op, "input", input)
     _ce_check(op, input, target)
@@ -1210,21 +1241,22 @@ def _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dl
         dp = ptr(d)
     # The zeroed trailing fields (no dlogits, smoothing, z-loss) are the
     # plain forward.
+    cp = ptr(count) if count is not None else 0
     _run(op, "cross_entropy", (ptr(x), ptr(t), ptr(loss), ptr(lse), x.shape[0], input.shape[1],
                                xs, ignore_index, dt, dp, ds, label_smoothing, z_loss, reduction,
-                               grad_scale), names, input, check)
+                               grad_scale, cp), names, input, check)
     return loss, lse
 
 
-def _ce_reduce(loss, target, ignore_index, reduction):
+def _ce_reduce(loss, count, reduction):
     """The per-row float32 loss reduced: as is (0, none), summed (1) or
-    averaged over the rows not ignored (2, mean; NaN when all are, as
-    PyTorch's)."""
+    averaged over the rows not ignored (2, mean: over count, the kernel's
+    count of them; 0 / 0 = NaN when all are, as PyTorch's)."""
     if reduction == 0:
         return loss
     if reduction == 1:
         return loss.sum()
-    return loss.sum() / (target != ignore_index).sum()
+    return loss.sum() / count
 
 
 def _cross_entropy_impl(input, target, ignore_index, label_smoothing=0.0, z_loss=0.0,
@@ -1235,9 +1267,10 @@ def _cross_entropy_impl(input, target, ignore_index, label_smoothing=0.0, z_loss
     written by the same kernel pass (else an empty tensor)."""
     dl = torch.empty(input.shape, dtype=input.dtype, device=input.device) if need_grad \
         else None
+    count = torch.empty((), dtype=torch.int64, device=input.device) if reduction == 2 else None
     loss, lse = _ce_rows(input, target, ignore_index, label_smoothing, z_loss, reduction, dl,
-                         0.0, check)
-    return (_ce_reduce(loss, target, ignore_index, reduction), lse,
+                         0.0, check, count=count)
+    return (_ce_reduce(loss, count, reduction), lse,
             dl if dl is not None else input.new_empty(0))
 
 
@@ -1396,7 +1429,11 @@ def _lce_ce(logits, target, ignore_index, label_smoothing, z_loss, reduction, ne
 
 
 def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
-              chunk_size, need_grad, check=False):
+              chunk_size, need_grad, check=False, weight_grad=True, bias_grad=True):
+    """(loss, grad hidden, grad weight, grad bias), the gradients with
+    need_grad: weight's only with weight_grad and bias's only with bias_grad
+    (a frozen lm_head: no weight product per chunk, no float32 sums), else
+    empty tensors."""
     op = "linear_cross_entropy"
     _lce_check(op, hidden, weight, target, bias, chunk_size)
     if need_grad and reduction == 0:
@@ -1415,13 +1452,15 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
              torch.empty((n,), dtype=target.dtype, device="meta"), ignore_index,
              label_smoothing, z_loss, 1 if need_grad else 0, None, 0.0, True,
              op, _LCE_NAMES)
+    weight_grad = need_grad and weight_grad
+    bias_grad = need_grad and bias_grad and bias is not None
     if check:
         loss = torch.empty(() if reduction else (n,), dtype=torch.float32, device=dev)
         if not need_grad:
             return loss, empty(), empty(), empty()
         return (loss, torch.empty((n, h), dtype=hidden.dtype, device=dev),
-                torch.empty((v, h), dtype=weight.dtype, device=dev),
-                torch.empty((v,), dtype=bias.dtype, device=dev) if bias is not None else empty())
+                torch.empty((v, h), dtype=weight.dtype, device=dev) if weight_grad else empty(),
+                torch.empty((v,), dtype=bias.dtype, device=dev) if bias_grad else empty())
     chunk = chunk_size or _lce_chunk_rows(n, v, h)
     scale = 1.0
     if reduction == 2:
@@ -1436,8 +1475,8 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
     gh = gw = gb = None
     if need_grad:
         gh = torch.empty((n, h), dtype=hidden.dtype, device=dev)
-        gw = torch.zeros((v, h), dtype=torch.float32, device=dev)
-        gb = torch.zeros((v,), dtype=torch.float32, device=dev) if bias is not None else None
+        gw = torch.zeros((v, h), dtype=torch.float32, device=dev) if weight_grad else None
+        gb = torch.zeros((v,), dtype=torch.float32, device=dev) if bias_grad else None
     wt = weight.t()
     for s in range(0, n, chunk):
         e = min(s + chunk, n)
@@ -1447,7 +1486,9 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
                             1 if need_grad else 0, need_grad, scale)
         if need_grad:  # logits now hold the chunk's dlogits
             torch.mm(logits, weight, out=gh[s:e])
-            if hc.is_cuda and hc.dtype != torch.float32:
+            if gw is None:
+                pass  # a frozen weight: no product for it
+            elif hc.is_cuda and hc.dtype != torch.float32:
                 # cuBLAS adds the 16-bit product into the fp32 sums in its
                 # epilogue: no 16-bit product tensor, no separate add.
                 torch.addmm(gw, logits.t(), hc, out_dtype=torch.float32, out=gw)
@@ -1463,43 +1504,51 @@ def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoot
         loss = rows.sum() / count
     if not need_grad:
         return loss, empty(), empty(), empty()
-    return (loss, gh, gw.to(weight.dtype), gb.to(bias.dtype) if gb is not None else empty())
+    return (loss, gh, gw.to(weight.dtype) if gw is not None else empty(),
+            gb.to(bias.dtype) if gb is not None else empty())
 
 
 @torch.library.custom_op("scree::linear_cross_entropy", mutates_args=())
 def _lce_op(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
             bias: Optional[torch.Tensor], ignore_index: int, reduction: int,
-            label_smoothing: float, z_loss: float, chunk_size: int, need_grad: bool
+            label_smoothing: float, z_loss: float, chunk_size: int, need_grad: bool,
+            weight_grad: bool = True, bias_grad: bool = True
             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                     z_loss, chunk_size, need_grad)
+                     z_loss, chunk_size, need_grad, weight_grad=weight_grad, bias_grad=bias_grad)
 
 
 @_lce_op.register_fake
 def _(hidden, weight, target, bias, ignore_index, reduction, label_smoothing, z_loss,
-      chunk_size, need_grad):
+      chunk_size, need_grad, weight_grad=True, bias_grad=True):
     return _lce_impl(hidden, weight, target, bias, ignore_index, reduction, label_smoothing,
-                     z_loss, chunk_size, need_grad, check=True)
+                     z_loss, chunk_size, need_grad, check=True, weight_grad=weight_grad,
+                     bias_grad=bias_grad)
 
 
 def _lce_setup(ctx, inputs, output):
-    hidden, weight, target, bias, *_, need_grad = inputs
+    hidden, weight, target, bias, *_ = inputs
+    need_grad, weight_grad, bias_grad = (tuple(inputs[9:12]) + (True, True))[:3]
     _, gh, gw, gb = output
     ctx.mark_non_differentiable(gh, gw, gb)
     ctx.save_for_backward(gh, gw, gb)
-    ctx.lce = (need_grad, bias is not None)
+    ctx.lce = (need_grad, need_grad and weight_grad,
+               need_grad and bias_grad and bias is not None)
 
 
 def _lce_grad(ctx, grad_loss, *_):
-    need_grad, has_bias = ctx.lce
+    need_grad, weight_grad, bias_grad = ctx.lce
     if not need_grad:
         raise RuntimeError("scree.linear_cross_entropy: torch.ops.scree.linear_cross_entropy "
                            "was called with need_grad=False, so it kept no gradients to go "
                            "backward with; call it with need_grad=True")
     gh, gw, gb = ctx.saved_tensors
-    return (gh * grad_loss.to(gh.dtype), gw * grad_loss.to(gw.dtype), None,
-            gb * grad_loss.to(gb.dtype) if has_bias else None, None, None, None, None, None,
-            None)
+    # No weight (bias) gradient was computed for a weight (bias) that does
+    # not require grad: None, which autograd takes as nothing to add.
+    return (gh * grad_loss.to(gh.dtype),
+            gw * grad_loss.to(gw.dtype) if weight_grad else None, None,
+            gb * grad_loss.to(gb.dtype) if bias_grad else None, None, None, None, None, None,
+            None, None, None)
 
 
 torch.library.register_autograd("scree::linear_cross_entropy", _lce_grad,
@@ -1519,7 +1568,9 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
     grad, the gradients of hidden, weight and bias are computed then, in
     the forward (weight's and bias's accumulated in float32 over the
     chunks, then cast to their dtype), and the backward only scales them
-    by the upstream gradient. The mean is over the rows not ignored in all
+    by the upstream gradient; a weight or bias that does not require grad
+    (a frozen lm_head) gets none computed. The mean is over the rows not
+    ignored in all
     chunks (counted first; with gradients, one device-to-host copy).
     Returns the loss in float32. reduction='none' is forward only (refused
     when an input requires grad). label_smoothing and z_loss as scree.cross_entropy's."""
@@ -1544,9 +1595,12 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index=-100, r
         raise ValueError(f"scree.{op}: argument 'reduction'='none' is not differentiable here "
                          "(the gradients are folded in the forward for a scalar loss); use "
                          "'mean' or 'sum'")
-    loss, _, _, _ = torch.ops.scree.linear_cross_entropy(hidden, weight, target, bias,
-                                                         ignore_index, red, label_smoothing,
-                                                         z_loss, chunk or 0, need)
+    # A frozen lm_head (weight, bias not requiring grad): their gradients
+    # are not computed (no weight product per chunk, no float32 sums).
+    loss, _, _, _ = torch.ops.scree.linear_cross_entropy(
+        hidden, weight, target, bias, ignore_index, red, label_smoothing, z_loss, chunk or 0,
+        need, need and weight.requires_grad,
+        need and bias is not None and bias.requires_grad)
     return loss
 
 

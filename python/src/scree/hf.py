@@ -32,8 +32,8 @@ import types
 
 import torch
 
-from ._ops import (linear_cross_entropy as _linear_cross_entropy, rms_norm as _rms_norm,
-                   rope as _rope, swiglu as _swiglu, varlen_attn)
+from ._ops import (_is_compiling, linear_cross_entropy as _linear_cross_entropy,
+                   rms_norm as _rms_norm, rope as _rope, swiglu as _swiglu, varlen_attn)
 
 NAME = "scree"
 
@@ -192,9 +192,40 @@ def _mlp_forward(self, x):
     return self.down_proj(_swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
+def _rope_table(cos, sin, b, s):
+    """The table scree.rope reads for HF's cos and sin [B or 1, S,
+    rotary_dim] (halves duplicated): each token's cos and sin halves,
+    float32 [b * s, rotary_dim]."""
+    rd = cos.shape[-1]
+    half = rd // 2
+    table = torch.cat((cos[..., :half], sin[..., :half]), -1).float()
+    return table.expand(b, s, rd).reshape(b * s, rd)
+
+
 def _make_rotary_pos_emb(original):
     """A modeling module's apply_rotary_pos_emb on scree.rope; `original`
-    (HF's) for the layouts it does not take (unsqueeze_dim other than 1)."""
+    (HF's) for the layouts it does not take (unsqueeze_dim other than 1).
+
+    Every layer of a forward gets the same cos and sin (the model's rotary
+    embedding, computed once): the table is built for the first and kept
+    for the others, keyed on those tensors (held, so that their memory and
+    id cannot be reused while the entry lives) with their data pointers,
+    versions (an in-place change) and shapes, and the batch; the next
+    forward's new cos replaces it. Not cached while torch.compile traces
+    (the compiled graph holds its own table)."""
+    cache = {}
+
+    def table_of(cos, sin, b, s):
+        if _is_compiling():
+            return _rope_table(cos, sin, b, s)
+        key = (cos.data_ptr(), cos._version, tuple(cos.shape), sin.data_ptr(), sin._version,
+               tuple(sin.shape), b, s)
+        if cache.get("cos") is cos and cache.get("sin") is sin and cache.get("key") == key:
+            return cache["table"]
+        cache.clear()
+        table = _rope_table(cos, sin, b, s)
+        cache.update(cos=cos, sin=sin, key=key, table=table)
+        return table
 
     def scree_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
         """HF's apply_rotary_pos_emb (rotate-half) on scree.rope, in one
@@ -208,9 +239,7 @@ def _make_rotary_pos_emb(original):
         b, hq, s, d = q.shape
         hk = k.shape[1]
         rd = cos.shape[-1]
-        half = rd // 2
-        table = torch.cat((cos[..., :half], sin[..., :half]), -1).float()
-        table = table.expand(b, s, rd).reshape(b * s, rd)
+        table = table_of(cos, sin, b, s)
         pos = torch.arange(b * s, device=q.device)
         rq, rk = _rope(q.transpose(1, 2).reshape(b * s, hq, d),
                        k.transpose(1, 2).reshape(b * s, hk, d), positions=pos, cos_sin=table,
@@ -218,6 +247,7 @@ def _make_rotary_pos_emb(original):
         return rq.view(b, s, hq, d).transpose(1, 2), rk.view(b, s, hk, d).transpose(1, 2)
 
     scree_rotary_pos_emb._scree_original = original
+    scree_rotary_pos_emb._scree_table_cache = cache
     return scree_rotary_pos_emb
 
 
@@ -234,7 +264,9 @@ def _lce_forward(self, input_ids=None, attention_mask=None, position_ids=None,
     shift_labels), the loss of transformers' ForCausalLMLoss computed by
     scree.linear_cross_entropy on the last hidden states and lm_head's
     weight, never materialising the logits: the returned logits are then
-    None. Otherwise (eval, or no labels) the model's own forward."""
+    None. Otherwise (eval, or no labels) the model's own forward. As HF's,
+    return_dict=False (passed, or the config's return_dict) returns the
+    output's tuple of the fields that are not None (loss first)."""
     shift_labels = kwargs.get("shift_labels")
     if not (self.training and (labels is not None or shift_labels is not None)):
         return type(self).forward(self, input_ids=input_ids, attention_mask=attention_mask,
@@ -242,9 +274,13 @@ def _lce_forward(self, input_ids=None, attention_mask=None, position_ids=None,
                                   inputs_embeds=inputs_embeds, labels=labels,
                                   use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
+    return_dict = kwargs.pop("return_dict", None)
+    if return_dict is None:
+        return_dict = getattr(self.config, "return_dict", True)
     outputs = self.model(input_ids=input_ids, attention_mask=attention_mask,
                          position_ids=position_ids, past_key_values=past_key_values,
-                         inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+                         inputs_embeds=inputs_embeds, use_cache=use_cache, return_dict=True,
+                         **kwargs)
     hidden = outputs.last_hidden_state
     keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
     hidden = hidden[:, keep, :]
@@ -264,9 +300,10 @@ def _lce_forward(self, input_ids=None, attention_mask=None, position_ids=None,
         if torch.is_tensor(num_items):
             num_items = num_items.to(loss.device)
         loss = loss / num_items
-    return CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
-                                  hidden_states=outputs.hidden_states,
-                                  attentions=outputs.attentions)
+    out = CausalLMOutputWithPast(loss=loss, logits=None, past_key_values=outputs.past_key_values,
+                                 hidden_states=outputs.hidden_states,
+                                 attentions=outputs.attentions)
+    return out if return_dict else out.to_tuple()
 
 
 def _norms(model):

@@ -43,6 +43,8 @@ static const scree__arg schema[] = {
     SCREE__FLOAT(z_loss, .flags = SCREE__FINITE | SCREE__NONNEG),
     SCREE__INT(reduction, SCREE__RANGE(0, 2), .hint = "(0 none, 1 sum, 2 mean)"),
     SCREE__FLOAT(grad_scale, .flags = SCREE__FINITE, .hint = "(0 means 1)"),
+    SCREE__OUT(count, .elem = SCREE__E_I64, .dims = {SCREE__AT(rows)},
+               .flags = SCREE__OPTIONAL | SCREE__OWN_POINTER),
 };
 
 enum { V_DTYPE, V_GRAD };
@@ -74,12 +76,46 @@ static scree_status validate(scree_context *ctx, const void *args) {
 static const scree__bdim dims[] = {{"rows", 1, SCREE__AT(rows), 1024},
                                    {"vocab", 0, SCREE__AT(vocab), 0}};
 
+/* count (one int64; its extent is not a size of the call, so the op
+ * checks it): 8-byte aligned, its 8 bytes inside the address space and
+ * apart from every other buffer of the call. */
+static scree_status check_count(scree_context *ctx, const scree_cross_entropy_args *a) {
+  const uint64_t p = a->count;
+  if (!p) return SCREE_OK;
+  if (p & 7)
+    return scree__fail(ctx, SCREE_ERROR_MISALIGNED, "count=0x%llx is not aligned to 8 bytes",
+                       (unsigned long long)p);
+  if (p > UINT64_MAX - 8) return scree__fail_wrap(ctx, "count", p);
+  const size_t es = scree_dtype_size(a->dtype);
+  const __int128 rows = a->rows;
+  const struct {
+    const char *name;
+    uint64_t p;
+    __int128 bytes;
+  } bufs[] = {
+      {"logits", a->logits,
+       ((rows - 1) * (a->logits_stride ? a->logits_stride : a->vocab) + a->vocab) * es},
+      {"targets", a->targets, rows * 8},
+      {"loss", a->loss, rows * 4},
+      {"lse", a->lse, rows * 4},
+      {"dlogits", a->dlogits,
+       ((rows - 1) * (a->dlogits_stride ? a->dlogits_stride : a->vocab) + a->vocab) * es},
+  };
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i].p && (__int128)p < (__int128)bufs[i].p + bufs[i].bytes && bufs[i].p < p + 8)
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "count=0x%llx overlaps %s=0x%llx",
+                         (unsigned long long)p, bufs[i].name, (unsigned long long)bufs[i].p);
+  return SCREE_OK;
+}
+
 /* Validation on: the targets, copied to the host, each ignore_index or in
  * [0, vocab). */
 static scree_status validate_buffers(scree_context *ctx, const void *args, CUstream stream,
                                      scree__variant *var) {
   const scree_cross_entropy_args *a = args;
   var->v[V_GRAD] = wants_grad(a);
+  scree_status st0 = check_count(ctx, a);
+  if (st0) return st0;
   if (!ctx->validate || !ctx->cu) return SCREE_OK;
   const size_t n = (size_t)a->rows;
   int64_t *h = malloc(n * sizeof *h);
@@ -167,8 +203,33 @@ static int worth_timing(const scree__config *c, const scree__variant *var, const
   return batch <= 2 * (int64_t)scree__pow2_ceil(vocab);
 }
 
-/* grad=1 with dlogits and the mean: scree_ce_count first, into 8 bytes of
- * the stream's workspace, then the row kernel on the same stream. */
+/* scree_ce_count (the kernel's second entry) when the call asks for the
+ * count or the gradient's mean needs it: into count, else into 8 bytes of
+ * the stream's workspace. *mean: what the row kernel divides the
+ * gradient by (0: no mean). */
+static scree_status launch_count(scree_context *ctx, const scree__kernel *k,
+                                 const scree_cross_entropy_args *a, CUstream stream,
+                                 uint64_t *mean) {
+  const int need_mean = a->dlogits && a->reduction == SCREE_REDUCTION_MEAN;
+  *mean = 0;
+  if (!a->count && !need_mean) return SCREE_OK;
+  uint64_t targets = a->targets, count = a->count;
+  long long rows = a->rows, ignore = a->ignore_index;
+  if (!count) {
+    CUdeviceptr ws;
+    scree_status st = scree__workspace(ctx, stream, 256, &ws);
+    if (st) return st;
+    count = ws;
+  }
+  void *cp[] = {&targets, &rows, &ignore, &count};
+  CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 256, 1, 1, 0, stream, cp, NULL);
+  if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(cross_entropy count)");
+  if (need_mean) *mean = count;
+  return SCREE_OK;
+}
+
+/* scree_ce_count first when the call asks for the count or grad=1 with
+ * dlogits and the mean needs it, then the row kernel on the same stream. */
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                            const scree__variant *var, const void *args, CUstream stream) {
   const scree_cross_entropy_args *a = args;
@@ -177,23 +238,16 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   int vocab = (int)a->vocab;
   long long stride = a->logits_stride ? a->logits_stride : a->vocab;
   long long ignore = a->ignore_index;
+  uint64_t dlogits = a->dlogits, count = 0;
+  scree_status st = launch_count(ctx, k, a, stream, &count);
+  if (st) return st;
   if (!var->v[V_GRAD]) {
     void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore};
     return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "cross_entropy");
   }
-  uint64_t dlogits = a->dlogits, count = 0;
   long long dstride = a->dlogits_stride ? a->dlogits_stride : a->vocab;
   float eps = a->label_smoothing, z = a->z_loss;
   float gs = a->grad_scale != 0.f ? a->grad_scale : 1.f;
-  if (dlogits && a->reduction == SCREE_REDUCTION_MEAN) {
-    CUdeviceptr ws;
-    scree_status st = scree__workspace(ctx, stream, 256, &ws);
-    if (st) return st;
-    count = ws;
-    void *cp[] = {&targets, &rows, &ignore, &count};
-    CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 256, 1, 1, 0, stream, cp, NULL);
-    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(cross_entropy count)");
-  }
   void *params[] = {&logits, &targets, &loss, &lse, &rows, &vocab, &stride, &ignore,
                     &dlogits, &dstride, &eps, &z, &gs, &count};
   return scree__rowwise_launch(ctx, k->fn[0], c, rows, params, stream, "cross_entropy");
@@ -238,8 +292,10 @@ static void gen_targets(int64_t *t, int64_t rows, int64_t vocab, int64_t ignore,
 static int problem(const void *args, const scree__variant *var, int check, uint64_t seed,
                    const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
   (void)lens;
-  if (scree__rowwise_problem(&scree__op_cross_entropy, args, var, check, (int64_t)1 << 22, p,
-                             why, why_size))
+  /* count is the caller's (tests/runtime/ops/test_cross_entropy_gpu.c
+   * calls with it); problems leave it out, as most calls do. */
+  if (scree__rowwise_problem_omit(&scree__op_cross_entropy, args, var, check, (int64_t)1 << 22,
+                                  "count", p, why, why_size))
     return -1;
   const scree_cross_entropy_args *a = (const scree_cross_entropy_args *)p->args;
   int64_t *t = malloc((size_t)a->rows * sizeof *t);
@@ -462,15 +518,8 @@ static scree_status keep_launch(scree_context *ctx, const scree__kernel *k,
   long long dstride = a->dlogits_stride ? a->dlogits_stride : a->vocab;
   float eps = a->label_smoothing, z = a->z_loss;
   float gs = a->grad_scale != 0.f ? a->grad_scale : 1.f;
-  if (dlogits && a->reduction == SCREE_REDUCTION_MEAN) {
-    CUdeviceptr ws;
-    scree_status st = scree__workspace(ctx, stream, 256, &ws);
-    if (st) return st;
-    count = ws;
-    void *cp[] = {&targets, &rows, &ignore, &count};
-    CUresult r = ctx->cu->LaunchKernel(k->fn[1], 1, 1, 1, 256, 1, 1, 0, stream, cp, NULL);
-    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(cross_entropy count)");
-  }
+  scree_status st = launch_count(ctx, k, a, stream, &count);
+  if (st) return st;
   int64_t clusters = scree__cdiv(rows, c->v[SCREE__RW_ROWS]);
   if (clusters > 0x7fffffffLL / cs) clusters = 0x7fffffffLL / cs;
   if (clusters < 1) clusters = 1;

@@ -35,7 +35,9 @@
  * qkv); the op checks their strides, the parts of them that are touched
  * (the first rotary_dim of each head) and what the kernel reads beside
  * them itself (validate_buffers), as it checks cu_seqlens, which is needed
- * only without positions. */
+ * only without positions. Out of place, q_out and k_out take the rotated
+ * whole head rows, and the op checks them too (how they may meet q, k and
+ * each other). */
 static const scree__arg schema[] = {
     SCREE__INOUT(q, .dtype = SCREE__AT(dtype),
                  .dims = {SCREE__AT(total), SCREE__AT(heads_q), SCREE__AT(head_dim)},
@@ -65,6 +67,18 @@ static const scree__arg schema[] = {
     SCREE__INT(layout, SCREE__RANGE(0, 1), .hint = "(SCREE_ROPE_NEOX or SCREE_ROPE_GPTJ)"),
     SCREE__INT(positions_int64, SCREE__RANGE(0, 1)),
     SCREE__FLOAT(theta, .flags = SCREE__FINITE | SCREE__NONNEG, .hint = "(0 means 10000)"),
+    SCREE__OUT(q_out, .dtype = SCREE__AT(dtype),
+               .dims = {SCREE__AT(total), SCREE__AT(heads_q), SCREE__AT(head_dim)},
+               .strides = {SCREE__AT(q_out_token_stride), SCREE__AT(q_out_head_stride)},
+               .flags = SCREE__OPTIONAL | SCREE__ANY_ORDER | SCREE__OWN_RANGE),
+    SCREE__OUT(k_out, .dtype = SCREE__AT(dtype),
+               .dims = {SCREE__AT(total), SCREE__AT(heads_kv), SCREE__AT(head_dim)},
+               .strides = {SCREE__AT(k_out_token_stride), SCREE__AT(k_out_head_stride)},
+               .flags = SCREE__OPTIONAL | SCREE__ANY_ORDER | SCREE__OWN_RANGE),
+    SCREE__STRIDE(q_out_token_stride, SCREE__MIN(0)),
+    SCREE__STRIDE(q_out_head_stride, SCREE__MIN(0)),
+    SCREE__STRIDE(k_out_token_stride, SCREE__MIN(0)),
+    SCREE__STRIDE(k_out_head_stride, SCREE__MIN(0)),
 };
 
 enum { F_LANES, F_GROUPS, F_VEC, F_CACHE, F_SPLIT, F_N };
@@ -154,9 +168,10 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
   return 1;
 }
 
-/* The call's strides with every "0 means" resolved. */
+/* The call's strides with every "0 means" resolved: q's, k's, q_out's
+ * and k_out's. */
 typedef struct strides {
-  int64_t qt, qh, kt, kh;
+  int64_t qt, qh, kt, kh, oqt, oqh, okt, okh;
 } strides;
 
 static strides strides_of(const scree_rope_args *a) {
@@ -165,6 +180,10 @@ static strides strides_of(const scree_rope_args *a) {
   s.qt = a->q_token_stride ? a->q_token_stride : a->heads_q * a->head_dim;
   s.kh = a->k_head_stride ? a->k_head_stride : a->head_dim;
   s.kt = a->k_token_stride ? a->k_token_stride : a->heads_kv * a->head_dim;
+  s.oqh = a->q_out_head_stride ? a->q_out_head_stride : a->head_dim;
+  s.oqt = a->q_out_token_stride ? a->q_out_token_stride : a->heads_q * a->head_dim;
+  s.okh = a->k_out_head_stride ? a->k_out_head_stride : a->head_dim;
+  s.okt = a->k_out_token_stride ? a->k_out_token_stride : a->heads_kv * a->head_dim;
   return s;
 }
 
@@ -188,6 +207,16 @@ static int vec_log2(const scree__variant *var, const scree_rope_args *a) {
   if (a->k) {
     l = scree__vlog2_stride(l, s.kt);
     l = scree__vlog2_stride(l, s.kh);
+  }
+  if (a->q_out) { /* out of place: the outputs too (0 pointers align to all) */
+    l = scree__vlog2_ptr(l, a->q_out, es);
+    l = scree__vlog2_ptr(l, a->k_out, es);
+    l = scree__vlog2_stride(l, s.oqt);
+    l = scree__vlog2_stride(l, s.oqh);
+    if (a->k_out) {
+      l = scree__vlog2_stride(l, s.okt);
+      l = scree__vlog2_stride(l, s.okh);
+    }
   }
   return scree__vlog2_stride(l, var->v[V_LAYOUT] == SCREE_ROPE_NEOX ? rd / 2 : rd);
 }
@@ -279,13 +308,21 @@ static scree_status launch(scree_context *ctx, const scree__kernel *k, const scr
   int batch = a->positions ? 0 : (int)a->batch, heads_q = (int)a->heads_q;
   int heads = (int)(a->heads_q + (a->k ? a->heads_kv : 0)), rd = (int)rotary_of(a);
   float theta = a->theta != 0.f ? a->theta : DEFAULT_THETA;
+  /* In place, the outputs are the inputs (the first entry, scree_rope). */
+  uint64_t qo = a->q_out ? a->q_out : a->q, ko = a->q_out ? a->k_out : a->k;
+  long long oqt = a->q_out ? s.oqt : qt, oqh = a->q_out ? s.oqh : qh;
+  long long okt = a->k_out ? s.okt : kt, okh = a->k_out ? s.okh : kh;
+  int head_dim = (int)a->head_dim;
   const int64_t per_cta = c->v[F_GROUPS];
   int64_t grid = (total * c->v[F_SPLIT] + per_cta - 1) / per_cta;
   if (grid > 0x7fffffffLL) grid = 0x7fffffffLL; /* the kernel strides */
   if (grid < 1) grid = 1;
-  void *params[] = {&q,  &kp, &pos, &cu, &tab, &total, &batch, &heads_q,
-                    &heads, &rd, &qt, &qh, &kt, &kh, &theta};
-  const CUresult r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)grid, 1, 1,
+  void *params[] = {&q,  &kp, &pos, &cu, &tab, &total, &batch, &heads_q, &heads, &rd,
+                    &qt, &qh, &kt, &kh, &theta, &qo, &ko, &oqt, &oqh, &okt, &okh, &head_dim};
+  /* In place (both outputs their inputs, or none given): the first entry,
+   * which takes the parameters before qo; else the second. */
+  const int out = qo != q || ko != kp;
+  const CUresult r = ctx->cu->LaunchKernel(k->fn[out], (unsigned)grid, 1, 1,
                                            (unsigned)(c->v[F_LANES] * c->v[F_GROUPS]), 1, 1, 0,
                                            stream, params, NULL);
   if (r != CUDA_SUCCESS) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(rope)");
@@ -344,38 +381,48 @@ static int slots_meet(int64_t x0, int64_t hq, int64_t hk, int64_t P, int64_t T) 
   return kmin <= kmax;
 }
 
-/* 1 if an element of k's rotary parts may also be one of q's (it would be
- * rotated twice). Exact where q and k interleave as in a packed qkv buffer
- * ([T, Hq + 2 Hkv, d], [T, 3, H, d], [T, H, 3, d], ...): one token stride
- * S and one head stride hs dividing it, so that head rows sit in slots of
- * hs elements, P = S / hs per token. q's rotary parts cover [0, rd) of its
- * slots; k, at D = D' hs + delta elements from q, covers [delta, delta +
- * rd) of its slots, spilling into the next slot when delta + rd > hs.
- * Other layouts whose byte ranges overlap are refused. */
-static int qk_meet(const scree_rope_args *a, const strides *s, uint64_t ql, uint64_t qh,
-                   uint64_t kl, uint64_t kh) {
-  if (!scree__overlaps(ql, qh, kl, kh)) return 0;
-  const int64_t T = a->total, hq = a->heads_q, hk = a->heads_kv, rd = rotary_of(a);
+/* One [total, heads, head_dim] tensor of the call: its pointer, resolved
+ * token and head strides, and the byte range of the parts written or read
+ * (check_tensor). */
+typedef struct tens {
+  uint64_t p;
+  int64_t ts, hs;
+  uint64_t lo, hi;
+} tens;
+
+/* 1 if an element of k's first rd of each head row may also be one of
+ * q's (it would be rotated twice, or written twice out of place). Exact
+ * where q and k interleave as in a packed qkv buffer ([T, Hq + 2 Hkv, d],
+ * [T, 3, H, d], [T, H, 3, d], ...): one token stride S and one head stride
+ * hs dividing it, so that head rows sit in slots of hs elements, P = S /
+ * hs per token. q's parts cover [0, rd) of its slots; k, at D = D' hs +
+ * delta elements from q, covers [delta, delta + rd) of its slots, spilling
+ * into the next slot when delta + rd > hs. Other layouts whose byte ranges
+ * overlap are refused. q and k are the inputs (rd the rotary parts) or
+ * the outputs out of place (rd head_dim: whole rows). */
+static int qk_meet(const scree_rope_args *a, const tens *q, const tens *k, int64_t rd) {
+  if (!scree__overlaps(q->lo, q->hi, k->lo, k->hi)) return 0;
+  const int64_t T = a->total, hq = a->heads_q, hk = a->heads_kv;
   const int64_t es = (int64_t)scree_dtype_size(a->dtype);
   int64_t hs;
   if (hq > 1 && hk > 1) {
-    if (s->qh != s->kh) return 1;
-    hs = s->qh;
+    if (q->hs != k->hs) return 1;
+    hs = q->hs;
   } else if (hq > 1) {
-    hs = s->qh;
+    hs = q->hs;
   } else if (hk > 1) {
-    hs = s->kh;
+    hs = k->hs;
   } else {
     if (T == 1) return 1; /* one row each, and their ranges overlap */
-    hs = s->qt;           /* a slot per token */
+    hs = q->ts;           /* a slot per token */
   }
   int64_t P = 1;
   if (T > 1) {
-    if (s->qt != s->kt || s->qt % hs) return 1;
-    P = s->qt / hs;
+    if (q->ts != k->ts || q->ts % hs) return 1;
+    P = q->ts / hs;
   }
   if (hs < rd) return 1;
-  const int64_t diff = (int64_t)(a->k - a->q);
+  const int64_t diff = (int64_t)(k->p - q->p);
   if (diff % es) return 1;
   const int64_t D = diff / es, Dp = floor_div(D, hs), delta = D - Dp * hs;
   return (delta < rd && slots_meet(Dp, hq, hk, P, T)) ||
@@ -481,22 +528,92 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
     if ((st = scree__arg_ptr(ctx, "cu_seqlens", a->cu_seqlens, 4))) return st;
   }
   const strides s = strides_of(a);
-  const int64_t rd = rotary_of(a);
+  const int64_t rd = rotary_of(a), d = a->head_dim;
   const size_t es = scree_dtype_size(a->dtype);
-  uint64_t ql, qh, kl = 0, kh = 0;
-  if ((st = check_tensor(ctx, "q", a->q, a->total, a->heads_q, a->head_dim, rd, s.qt, s.qh, es,
-                         &ql, &qh)))
+  /* Out of place: q_out, with k_out exactly when there is a k; an output
+   * that is its input (same address and strides) keeps that one in place. */
+  if (a->k_out && !a->k)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "k_out=0x%llx is given but k is NULL: there is no k to rotate",
+                       (unsigned long long)a->k_out);
+  if (a->k_out && !a->q_out)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "k_out=0x%llx is given without q_out: out of place needs both (q_out = q "
+                       "with q's strides keeps q in place)",
+                       (unsigned long long)a->k_out);
+  if (a->q_out && a->k && !a->k_out)
+    return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                       "k_out is missing (0) while q_out and k are given: out of place writes "
+                       "both (k_out = k with k's strides keeps k in place)");
+  tens q = {a->q, s.qt, s.qh, 0, 0}, k = {a->k, s.kt, s.kh, 0, 0};
+  tens qo = {a->q_out, s.oqt, s.oqh, 0, 0}, ko = {a->k_out, s.okt, s.okh, 0, 0};
+  const struct {
+    const char *name, *in;
+    const tens *o, *i;
+  } outs[2] = {{"q_out", "q", &qo, &q}, {"k_out", "k", &ko, &k}};
+  int in_place[2] = {1, 1};
+  for (int j = 0; j < 2; j++) {
+    const tens *o = outs[j].o, *i = outs[j].i;
+    if (!o->p) continue;
+    in_place[j] = o->p == i->p && o->ts == i->ts && o->hs == i->hs;
+    if (o->p == i->p && !in_place[j])
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                         "%s=0x%llx is %s's address with other strides (token %lld, head %lld; "
+                         "%s's %lld, %lld): an output is its input exactly (in place) or apart "
+                         "from it",
+                         outs[j].name, (unsigned long long)o->p, outs[j].in, (long long)o->ts,
+                         (long long)o->hs, outs[j].in, (long long)i->ts, (long long)i->hs);
+  }
+  /* In place, the rotary parts are read and written; out of place (either
+   * output not its input), q and k are read whole, an output written whole. */
+  const int oop = !in_place[0] || !in_place[1];
+  const int64_t span = oop ? d : rd;
+  if ((st = check_tensor(ctx, "q", a->q, a->total, a->heads_q, d, span, s.qt, s.qh, es, &q.lo,
+                         &q.hi)))
     return st;
-  if (a->k) {
-    if ((st = check_tensor(ctx, "k", a->k, a->total, a->heads_kv, a->head_dim, rd, s.kt, s.kh, es,
-                           &kl, &kh)))
-      return st;
-    if (qk_meet(a, &s, ql, qh, kl, kh))
+  if (a->k && (st = check_tensor(ctx, "k", a->k, a->total, a->heads_kv, d, span, s.kt, s.kh, es,
+                                 &k.lo, &k.hi)))
+    return st;
+  if (!in_place[0] && (st = check_tensor(ctx, "q_out", a->q_out, a->total, a->heads_q, d, d,
+                                         s.oqt, s.oqh, es, &qo.lo, &qo.hi)))
+    return st;
+  if (!in_place[1] && (st = check_tensor(ctx, "k_out", a->k_out, a->total, a->heads_kv, d, d,
+                                         s.okt, s.okh, es, &ko.lo, &ko.hi)))
+    return st;
+  if (!oop) {
+    if (a->k && qk_meet(a, &q, &k, rd))
       return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
                          "q=0x%llx and k=0x%llx overlap: an element would be rotated twice (q "
                          "and k may share a buffer only as disjoint ranges or interleaved with "
                          "equal token and head strides, as in a packed qkv buffer)",
                          (unsigned long long)a->q, (unsigned long long)a->k);
+  } else {
+    /* q and k are only read unless one of them stays in place. */
+    if (a->k && in_place[0] != in_place[1] && scree__overlaps(q.lo, q.hi, k.lo, k.hi))
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                         "q=0x%llx and k=0x%llx overlap while %s is rotated in place and %s out "
+                         "of place: one would be written where the other is read",
+                         (unsigned long long)a->q, (unsigned long long)a->k,
+                         in_place[0] ? "q" : "k", in_place[0] ? "k" : "q");
+    if (a->k && !in_place[0] && !in_place[1] && qk_meet(a, &qo, &ko, d))
+      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                         "q_out=0x%llx and k_out=0x%llx overlap: an element would be written "
+                         "twice (they may share a buffer only as disjoint ranges or interleaved "
+                         "with equal token and head strides, as in a packed qkv buffer)",
+                         (unsigned long long)a->q_out, (unsigned long long)a->k_out);
+    for (int j = 0; j < 2; j++) {
+      if (in_place[j]) continue;
+      const tens *o = outs[j].o;
+      for (int i = 0; i < 2; i++) {
+        if (!outs[i].i->p) continue;
+        if (scree__overlaps(o->lo, o->hi, outs[i].i->lo, outs[i].i->hi))
+          return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT,
+                             "%s=0x%llx overlaps %s=0x%llx: an output must be its input exactly "
+                             "(in place) or apart from q and k",
+                             outs[j].name, (unsigned long long)o->p, outs[i].in,
+                             (unsigned long long)outs[i].i->p);
+      }
+    }
   }
   /* What the kernel reads besides q and k must not be written by it. */
   const struct {
@@ -508,14 +625,20 @@ static scree_status validate_buffers(scree_context *ctx, const void *args, CUstr
       {"cu_seqlens", a->positions ? 0 : a->cu_seqlens, (__int128)(a->batch + 1) * 4},
       {"cos_sin", a->cos_sin, (__int128)a->max_position * rd * 4},
   };
+  /* The tensors written: q and k in place, the outputs out of place. */
+  const tens *written[2] = {in_place[0] ? &q : &qo, in_place[1] ? &k : &ko};
   for (int i = 0; i < 3; i++) {
     if (!reads[i].p) continue;
     if (reads[i].bytes > (__int128)(UINT64_MAX - reads[i].p))
       return scree__fail_wrap(ctx, reads[i].name, reads[i].p);
     const uint64_t lo = reads[i].p, hi = reads[i].p + (uint64_t)reads[i].bytes;
-    if (scree__overlaps(lo, hi, ql, qh) || (a->k && scree__overlaps(lo, hi, kl, kh)))
-      return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx overlaps q or k",
-                         reads[i].name, (unsigned long long)reads[i].p);
+    for (int j = 0; j < 2; j++) {
+      const tens *w = written[j];
+      if (w->p && scree__overlaps(lo, hi, w->lo, w->hi))
+        return scree__fail(ctx, SCREE_ERROR_INVALID_ARGUMENT, "%s=0x%llx overlaps %s",
+                           reads[i].name, (unsigned long long)reads[i].p,
+                           in_place[j] ? outs[j].in : outs[j].name);
+    }
   }
   if (ctx->validate && ctx->cu && (st = check_device_args(ctx, a, stream))) return st;
   var->v[V_LAYOUT] = a->layout;
@@ -597,6 +720,10 @@ static int problem(const void *args, const scree__variant *var, int check, uint6
                    const scree__lens *lens, scree__problem *p, char *why, size_t why_size) {
   scree_rope_args *a = (scree_rope_args *)p->args;
   memcpy(a, args, sizeof *a);
+  /* Problems rotate in place (the out-of-place path's tests are direct
+   * calls: tests/runtime/ops/test_rope_gpu.c). */
+  a->q_out = a->k_out = 0;
+  a->q_out_token_stride = a->q_out_head_stride = a->k_out_token_stride = a->k_out_head_stride = 0;
   a->dtype = (scree_dtype)var->v[V_DTYPE];
   a->layout = (scree_rope_layout)var->v[V_LAYOUT];
   const int table = var->v[V_TABLE], pos = var->v[V_POS];
@@ -878,7 +1005,7 @@ static const char *const bench[] = {
 };
 
 static const scree__impl impls[] = {
-    {SCREE__IMPL("generic", "rope.cu", 80, 0, "scree_rope"), .nfields = F_N, .fields = fields,
+    {SCREE__IMPL("generic", "rope.cu", 80, 0, "scree_rope", "scree_rope_out"), .nfields = F_N, .fields = fields,
      .check = check, .adapt = adapt, .worth_timing = worth_timing, .launch = launch,
      .defines = SCREE__ROPE_INVERSE ? "SCREE_INVERSE=1" : NULL},
 };

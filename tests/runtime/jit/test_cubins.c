@@ -198,6 +198,32 @@ static void run_race(racer *r, const char *target) {
   pthread_barrier_destroy(&start);
 }
 
+/* NT threads ask for target at once while its compile fails with want
+ * (SCREE_ERROR_COMPILE: a compilation error; SCREE_ERROR_OUT_OF_MEMORY:
+ * NVRTC out of memory, a transient failure): one compile, and every waiter
+ * gets the failure and no cubin (a compilation error with its log). */
+static void race_to_failure(const char *target, scree_status want) {
+  fake_delay_us = 200000; /* the others arrive while it compiles */
+  if (want == SCREE_ERROR_COMPILE)
+    fail_arch = target;
+  else
+    oom_arch = target;
+  racer r[NT];
+  run_race(r, target);
+  ck_assert_int_eq(fake_compiles, 1);
+  char needle[64];
+  snprintf(needle, sizeof needle, "fake failure for %s", target);
+  for (int i = 0; i < NT; i++) {
+    ck_assert_int_eq(r[i].g.st, want);
+    ck_assert_ptr_null(r[i].g.cubin);
+    if (want == SCREE_ERROR_COMPILE) {
+      ck_assert_ptr_nonnull(r[i].g.log);
+      ck_assert_msg(strstr(r[i].g.log, needle), "log: %s", r[i].g.log);
+    }
+    got_free(&r[i].g);
+  }
+}
+
 START_TEST(concurrent_requests_compile_once) {
   fake_delay_us = 200000; /* the others arrive while it compiles */
   racer r[NT];
@@ -222,18 +248,7 @@ END_TEST
 /* A compilation error reaches every caller that waited for it, with the
  * log; it is the config's, so a later caller gets it without a compile. */
 START_TEST(compile_failure_reaches_every_waiter) {
-  fake_delay_us = 200000;
-  fail_arch = "sm_90";
-  racer r[NT];
-  run_race(r, "sm_90");
-  ck_assert_int_eq(fake_compiles, 1);
-  for (int i = 0; i < NT; i++) {
-    ck_assert_int_eq(r[i].g.st, SCREE_ERROR_COMPILE);
-    ck_assert_ptr_null(r[i].g.cubin);
-    ck_assert_ptr_nonnull(r[i].g.log);
-    ck_assert_msg(strstr(r[i].g.log, "fake failure for sm_90"), "log: %s", r[i].g.log);
-    got_free(&r[i].g);
-  }
+  race_to_failure("sm_90", SCREE_ERROR_COMPILE);
   got later = get(&fake, &cfg, "sm_90");
   ck_assert_int_eq(later.st, SCREE_ERROR_COMPILE);
   ck_assert_int_eq(later.compiled, 0);
@@ -250,15 +265,7 @@ END_TEST
 /* Running out of memory is not the config's: the waiters get it, and the
  * next caller compiles again. */
 START_TEST(transient_failure_compiles_again) {
-  fake_delay_us = 200000;
-  oom_arch = "sm_80";
-  racer r[NT];
-  run_race(r, "sm_80");
-  ck_assert_int_eq(fake_compiles, 1);
-  for (int i = 0; i < NT; i++) {
-    ck_assert_int_eq(r[i].g.st, SCREE_ERROR_OUT_OF_MEMORY);
-    got_free(&r[i].g);
-  }
+  race_to_failure("sm_80", SCREE_ERROR_OUT_OF_MEMORY);
   oom_arch = NULL;
   fake_delay_us = 0;
   got a = get(&fake, &cfg, "sm_80"), b = get(&fake, &cfg, "sm_80");

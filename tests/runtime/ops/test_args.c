@@ -62,6 +62,12 @@ static const call valid[] = {
      "q=0x100000,k=0x200000,positions=0x400000,positions_int64=1,cos_sin=0x500000,"
      "max_position=8192,total=8,heads_q=4,heads_kv=2,head_dim=64,rotary_dim=32,dtype=bf16,"
      "layout=1,theta=500000"},
+    /* Out of place: q_out and k_out 1 MiB apart from the rest, k_out with
+     * padded rows. */
+    {"rope",
+     "q=0x100000,k=0x200000,cu_seqlens=0x300000,total=8,batch=2,heads_q=4,heads_kv=2,"
+     "head_dim=64,dtype=fp16,layout=0,q_out=0x600000,k_out=0x700000,k_out_head_stride=72,"
+     "k_out_token_stride=160"},
     /* The backward's arguments are RoPE's: dq and dk in q and k. */
     {"rope_backward",
      "q=0x100000,k=0x200000,cu_seqlens=0x300000,total=8,batch=2,heads_q=4,heads_kv=2,"
@@ -70,6 +76,9 @@ static const call valid[] = {
      "q=0x100000,k=0x200000,positions=0x400000,positions_int64=1,cos_sin=0x500000,"
      "max_position=8192,total=8,heads_q=4,heads_kv=2,head_dim=64,rotary_dim=32,dtype=bf16,"
      "layout=1,theta=500000"},
+    {"rope_backward",
+     "q=0x100000,k=0x200000,positions=0x400000,total=8,heads_q=4,heads_kv=2,head_dim=64,"
+     "rotary_dim=32,dtype=bf16,layout=1,q_out=0x600000,k_out=0x700000"},
     /* gate, up, y of 4 x 64 fp16; then gate and up in one [4, 128] tensor. */
     {"swiglu", "gate=0x10000,up=0x20000,y=0x30000,rows=4,cols=64,dtype=fp16,y_dtype=fp16"},
     {"swiglu", "gate=0x10000,y=0x30000,rows=4,cols=64,dtype=fp16,y_dtype=fp16"},
@@ -92,6 +101,10 @@ static const call valid[] = {
     {"cross_entropy",
      "logits=0x100000,targets=0x200000,loss=0x300000,rows=4,vocab=1000,logits_stride=1024,"
      "ignore_index=-100,dtype=fp16,dlogits=0x500000,dlogits_stride=1024,reduction=1"},
+    /* The mean with the count of the rows not ignored written out. */
+    {"cross_entropy",
+     "logits=0x100000,targets=0x200000,loss=0x300000,lse=0x400000,rows=4,vocab=1000,"
+     "ignore_index=-100,dtype=bf16,dlogits=0x500000,reduction=2,count=0x600000"},
     /* 3 sequences, 300 tokens, 8 query heads over 2 KV heads of 128. */
     {"attention",
      "q=0x1000000,k=0x2000000,v=0x3000000,out=0x4000000,lse=0x5000000,"
@@ -301,6 +314,15 @@ static const expect cases[] = {
     /* vLLM's interleaved pages: K then V in each page of one buffer. */
     {"paged_attention", "cache_page_stride=8192,v_cache=0x4002000", PASSES},
     {"paged_attention", "window_left=0,window_right=0,causal=0,softcap=30", PASSES},
+    /* cross_entropy's count: one int64, 8-byte aligned, apart from the
+     * rest; with or without the gradient. */
+    {"cross_entropy", "count=0x600000", PASSES},
+    {"cross_entropy", "count=0x600004", MISALIGNED, "count=0x600004 is not aligned to 8 bytes"},
+    {"cross_entropy", "count=0x300008", INVALID, "count=0x300008 overlaps loss=0x300000"},
+    {"cross_entropy", "count=0x101f38", INVALID, "count=0x101f38 overlaps logits=0x100000"},
+    {"cross_entropy", "count=0x101f40", PASSES},
+    {"cross_entropy", "count=0x200018", INVALID, "count=0x200018 overlaps targets"},
+    {"cross_entropy", "count=0x200020", PASSES},
     {"rope", "head_dim=63", INVALID, "head_dim=63 must be even"},
     {"rope", "rotary_dim=3", INVALID, "rotary_dim=3"},
     {"rope", "rotary_dim=66", INVALID, "rotary_dim=66"},
@@ -352,6 +374,56 @@ static const expect cases[] = {
     {"rope", "k=0,heads_kv=0", PASSES},
     {"rope", "k=0,heads_kv=-3,k_token_stride=1", PASSES},
     {"rope", "total=1,batch=1,heads_q=1,heads_kv=1,k=q+128", PASSES},
+    /* Out of place (q_out, k_out): given together (k_out exactly when k
+     * is); an output is its input exactly (in place, that tensor alone) or
+     * apart from q, k and what the kernel reads; q_out and k_out may
+     * interleave as a packed output; their strides as q's and k's. */
+    {"rope", "q_out=0x600000", INVALID, "k_out is missing (0) while q_out and k are given"},
+    {"rope", "k_out=0x700000", INVALID, "k_out=0x700000 is given without q_out"},
+    {"rope", "k=0,heads_kv=0,q_out=0x600000,k_out=0x700000", INVALID,
+     "k_out=0x700000 is given but k is NULL"},
+    {"rope", "k=0,heads_kv=0,q_out=0x600000", PASSES},
+    {"rope", "q_out=0x600001,k_out=0x700000", MISALIGNED, "q_out=0x600001 is not aligned to 2"},
+    {"rope", "q_out=0x600000,k_out=0x700000", PASSES},
+    {"rope", "q_out=q,k_out=k", PASSES},
+    {"rope", "q_out=q,k_out=0x700000", PASSES},
+    {"rope", "q_out=0x600000,k_out=k", PASSES},
+    {"rope", "q_out=q,q_out_head_stride=128,q_out_token_stride=512,k_out=k", INVALID,
+     "q_out=0x100000 is q's address with other strides"},
+    {"rope", "q_out=q+64,k_out=0x700000", INVALID, "q_out=0x100040 overlaps q=0x100000"},
+    {"rope", "q_out=0x600000,k_out=q+128", INVALID, "k_out=0x100080 overlaps q=0x100000"},
+    {"rope", "q_out=k+512,k_out=0x700000", INVALID, "q_out=0x200200 overlaps k=0x200000"},
+    /* Out of place, q and k are read whole: k in q's untouched half
+     * (partial rotary) is fine in place and when both are read, not when
+     * one of them is written in place. */
+    {"rope",
+     "rotary_dim=32,heads_kv=4,q_token_stride=256,k_token_stride=256,k=q+64,q_out=0x600000,"
+     "k_out=0x700000",
+     PASSES},
+    {"rope",
+     "rotary_dim=32,heads_kv=4,q_token_stride=256,k_token_stride=256,k=q+64,q_out=q,"
+     "k_out=0x700000",
+     INVALID, "overlap while q is rotated in place and k out of place"},
+    /* Whole rows written: k_out half a head into q_out overlaps (in place,
+     * with rotary_dim 32, that layout of q and k passes), a packed output
+     * [T, 4 + 2 + 2, 64] passes. */
+    {"rope",
+     "rotary_dim=32,heads_kv=4,q_out=0x600000,k_out=0x600040,q_out_token_stride=256,"
+     "k_out_token_stride=256",
+     INVALID, "q_out=0x600000 and k_out=0x600040 overlap"},
+    {"rope",
+     "q_out=0x600000,k_out=0x600200,q_out_token_stride=512,k_out_token_stride=512", PASSES},
+    {"rope", "q_out_head_stride=32,q_out=0x600000,k_out=0x700000", INVALID, "q_out strides"},
+    {"rope", "k_out_token_stride=64,k_out_head_stride=64,q_out=0x600000,k_out=0x700000", INVALID,
+     "k_out strides"},
+    {"rope", "q_out_token_stride=-1,q_out=0x600000,k_out=0x700000", INVALID,
+     "q_out_token_stride=-1"},
+    /* What the kernel reads must not be written: an output on it. */
+    {"rope", "q_out=0x300000,k_out=0x700000", INVALID, "cu_seqlens=0x300000 overlaps q_out"},
+    {"rope", "positions=0x400000,cu_seqlens=0,q_out=0x600000,k_out=0x400010", INVALID,
+     "positions=0x400000 overlaps k_out"},
+    {"rope_backward", "q_out=0x600000", INVALID, "k_out is missing"},
+    {"rope_backward", "q_out=k,k_out=0x700000", INVALID, "q_out=0x200000 overlaps k=0x200000"},
     /* SwiGLU's layouts: strides, then how y may share gate's and up's
      * memory; "up=0" first is the one-tensor form. */
     {"swiglu", "gate_stride=10", INVALID, "gate_stride=10"},

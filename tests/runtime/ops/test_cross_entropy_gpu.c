@@ -71,6 +71,22 @@ static int close_or_nan(float got, float want) {
 /* One call (with an explicit config if cfg != NULL), every row checked.
  * off shifts the logits by that many elements from an aligned start
  * (narrower vectors; only for the public path, which adapts). */
+/* count (when asked for: `given`) holds the rows whose target is not
+ * ignore, else its poison; nothing written after it. */
+static void check_count(scree_devptr dcount, int given, const int64_t *ht, int64_t rows,
+                        int64_t ignore, size_t guard) {
+  uint64_t kept = 0, got = 0;
+  for (int64_t r = 0; r < rows; r++) kept += ht[r] != ignore;
+  scree_test_d2h(ctx, &got, dcount, 8);
+  if (given)
+    ck_assert_msg(got == kept, "count %llu, want %llu (rows=%lld ignore=%lld)",
+                  (unsigned long long)got, (unsigned long long)kept, (long long)rows,
+                  (long long)ignore);
+  else
+    ck_assert_msg(got == ~0ull, "count not asked for but written: %llu", (unsigned long long)got);
+  scree_test_check_guard(ctx, dcount + 8, guard, "count");
+}
+
 static void run_case(int64_t rows, int64_t vocab, int64_t ls, scree_dtype dt, int64_t ignore,
                      int with_lse, int off, const scree__config *cfg) {
   const size_t e = scree_dtype_size(dt), n = (size_t)(rows * ls);
@@ -98,6 +114,11 @@ static void run_case(int64_t rows, int64_t vocab, int64_t ls, scree_dtype dt, in
   a.targets = dt_;
   a.loss = dloss;
   a.lse = with_lse ? dlse : 0;
+  /* With lse, the count of the rows not ignored too (scree_ce_count before
+   * the plain forward). */
+  scree_devptr dcount = scree_test_dalloc(ctx, 8 + guard);
+  scree_test_dpoison(ctx, dcount, 8 + guard);
+  a.count = with_lse ? dcount : 0;
   scree_status st;
   if (cfg) {
     const scree__variant var = {{dt}};
@@ -113,6 +134,8 @@ static void run_case(int64_t rows, int64_t vocab, int64_t ls, scree_dtype dt, in
   scree_test_d2h(ctx, lse, dlse, (size_t)rows * 4);
   scree_test_check_guard(ctx, dloss + (size_t)rows * 4, guard, "loss");
   scree_test_check_guard(ctx, dlse + (size_t)rows * 4, guard, "lse");
+  check_count(dcount, with_lse, ht, rows, ignore, guard);
+  scree_test_dfree(ctx, dcount);
   for (int64_t r = 0; r < rows; r++) {
     if (!close_or_nan(loss[r], want_loss[r]))
       ck_abort_msg("rows=%lld vocab=%lld ls=%lld %s ignore=%lld lse=%d off=%d config %s: row %lld "
@@ -355,6 +378,11 @@ static void run_grad_case(const gcase *g, scree_dtype dt, const scree__config *c
   a.loss = dloss;
   a.lse = g->with_lse ? dlse : 0;
   a.dlogits = g->with_dlogits ? bd : 0;
+  /* With lse, the count too: the gradient's mean then divides by the
+   * caller's count rather than the workspace's. */
+  scree_devptr dcount = scree_test_dalloc(ctx, 8 + guard);
+  scree_test_dpoison(ctx, dcount, 8 + guard);
+  a.count = g->with_lse ? dcount : 0;
   scree_status st;
   if (cfg) {
     const scree__variant var = {{dt, 1}};
@@ -379,6 +407,8 @@ static void run_grad_case(const gcase *g, scree_dtype dt, const scree__config *c
   scree_test_check_guard(ctx, dloss + (size_t)rows * 4, guard, "loss");
   scree_test_check_guard(ctx, dlse + (size_t)rows * 4, guard, "lse");
   scree_test_check_guard(ctx, bl + n * e, guard, "logits");
+  check_count(dcount, g->with_lse, ht, rows, g->ignore, guard);
+  scree_test_dfree(ctx, dcount);
   for (int64_t r = 0; r < rows; r++) {
     const double wl = want_loss[r];
     const int ok = isnan(wl) ? isnan(loss[r]) : fabs((double)loss[r] - wl) <= 1e-4 + 1e-5 * fabs(wl);

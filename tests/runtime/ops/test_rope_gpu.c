@@ -15,8 +15,10 @@
  * [T, 3, H, d], [T, H, 3, d] and head-major tensors rotated where they lie
  * (every packing with every positions source and every dtype); starts that
  * allow only narrower vectors; positions up to 2^40 on the fly; a large
- * batch; validation of device-side cu_seqlens and positions; and a spread
- * of configs over the space (every value of every field).
+ * batch; validation of device-side cu_seqlens and positions; a spread
+ * of configs over the space (every value of every field); and out of
+ * place (q_out, k_out) bitwise equal to in place, with the inputs
+ * untouched, on strided, packed and partial-rotary outputs.
  *
  * Kept quick (well under a minute on an H100): every distinct (config,
  * variant) costs an NVRTC compile of about 0.3 s, so each variant, packing
@@ -401,6 +403,136 @@ START_TEST(large_batch) {
 }
 END_TEST
 
+/* ---- out of place (q_out, k_out) ------------------------------------------ */
+
+enum { OUT_BOTH, OUT_Q_IN_PLACE, OUT_PACKED };
+static const char *const out_name[] = {"both out", "q in place, k out", "packed output"};
+
+/* The case out of place against the same call in place, both on the GPU:
+ * the outputs bitwise equal to what the in-place call leaves (rotary parts
+ * rotated, the rest of each head row copied), q and k untouched (unless
+ * one stays in place), the outputs' padding and a guard after them
+ * untouched. Outputs: padded rows (head stride d + 8, token stride
+ * heads (d + 8) + 16) at `shift` elements past alignment, or one packed
+ * [T, Hq + Hkv, d] buffer. */
+static void run_out_of_place(const rcase *c, int mode) {
+  int32_t cu[64];
+  int64_t T = 0;
+  cu[0] = 0;
+  for (int i = 0; i < c->nseq; i++) cu[i + 1] = cu[i] + (int32_t)c->lens[i], T += c->lens[i];
+  const lay l = layout_of(c, T);
+  const int64_t d = c->d, hq = c->hq, hk = c->hk;
+  lay o; /* the outputs' layout, in their own buffer */
+  memset(&o, 0, sizeof o);
+  if (mode == OUT_PACKED)
+    o.qt = o.kt = (hq + hk) * d, o.qh = o.kh = d, o.koff = hq * d, o.n = T * o.qt;
+  else
+    o.qh = o.kh = d + 8, o.qt = hq * (d + 8) + 16, o.kt = hk * (d + 8) + 16,
+    o.koff = T * o.qt + 24, o.n = o.koff + T * o.kt;
+  const size_t es = scree_dtype_size(c->dt), n = (size_t)l.n, no = (size_t)o.n, guard = 256;
+  const size_t sh = (size_t)c->shift;
+  void *h = malloc(n * es), *inplace = malloc(n * es), *in_after = malloc(n * es);
+  void *got = malloc((no + sh) * es + guard);
+  ck_assert_msg(h && inplace && in_after && got, "out of host memory");
+  fill_quick(h, c->dt, n);
+  int64_t *p64 = malloc((size_t)(T ? T : 1) * 8);
+  for (int64_t t = 0; t < T; t++) p64[t] = (t * 7919) % 4096;
+  scree_devptr a_buf = scree_test_dalloc(ctx, n * es), b_buf = scree_test_dalloc(ctx, n * es);
+  scree_devptr out = scree_test_dalloc(ctx, (no + sh) * es + guard);
+  scree_devptr dcu = scree_test_dalloc(ctx, sizeof cu), dpos = scree_test_dalloc(ctx, (size_t)T * 8);
+  scree_test_h2d(ctx, a_buf, h, n * es), scree_test_h2d(ctx, b_buf, h, n * es);
+  scree_test_h2d(ctx, dcu, cu, sizeof cu), scree_test_h2d(ctx, dpos, p64, (size_t)T * 8);
+  scree_test_dpoison(ctx, out, (no + sh) * es + guard);
+  scree_rope_args a = {.total = T, .batch = c->nseq, .heads_q = hq, .heads_kv = hk,
+                       .head_dim = d, .rotary_dim = c->rd, .q_token_stride = l.qt,
+                       .q_head_stride = l.qh, .k_token_stride = l.kt, .k_head_stride = l.kh,
+                       .dtype = c->dt, .layout = c->layout, .positions_int64 = 1,
+                       .theta = 500000.f};
+  if (c->pos) a.positions = dpos;
+  else a.cu_seqlens = dcu;
+  /* In place on a copy. */
+  scree_rope_args ip = a;
+  ip.q = a_buf + (uint64_t)l.qoff * es, ip.k = hk ? a_buf + (uint64_t)l.koff * es : 0;
+  ck_assert_msg(rope_call(ctx, &ip, NULL) == SCREE_OK, "%s", scree_last_error(ctx));
+  /* Out of place from the other. */
+  const scree_devptr ob = out + sh * es;
+  a.q = b_buf + (uint64_t)l.qoff * es, a.k = hk ? b_buf + (uint64_t)l.koff * es : 0;
+  a.q_out = ob, a.q_out_token_stride = o.qt, a.q_out_head_stride = o.qh;
+  if (hk) a.k_out = ob + (uint64_t)o.koff * es, a.k_out_token_stride = o.kt,
+          a.k_out_head_stride = o.kh;
+  if (mode == OUT_Q_IN_PLACE)
+    a.q_out = a.q, a.q_out_token_stride = l.qt, a.q_out_head_stride = l.qh;
+  char what[256];
+  snprintf(what, sizeof what, "%s: %s layout %d pos %d %s T=%lld %lld/%lld d=%lld rd=%lld "
+           "shift %lld", out_name[mode], scree_dtype_name(c->dt), c->layout, c->pos,
+           packing_name[c->packing], (long long)T, (long long)hq, (long long)hk, (long long)d,
+           (long long)c->rd, (long long)c->shift);
+  const scree_status st = rope_call(ctx, &a, NULL);
+  ck_assert_msg(st == SCREE_OK, "%s: %s: %s", what, scree_status_name(st), scree_last_error(ctx));
+  scree_test_sync(ctx);
+  scree_test_d2h(ctx, inplace, a_buf, n * es);
+  scree_test_d2h(ctx, in_after, b_buf, n * es);
+  scree_test_d2h(ctx, got, out, (no + sh) * es + guard);
+  /* Each output element: the in-place result's, bitwise; the inputs as
+   * they were, except q's rotary parts when q stays in place. */
+  char *written = calloc(no + sh, 1), *q_rot = calloc(n, 1);
+  size_t bad_out = 0, first_out = 0, bad_in = 0, first_in = 0, bad_pad = 0, bad_guard = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int which = 0; which < 2; which++)
+      for (int64_t hh = 0; hh < (which ? hk : hq); hh++) {
+        const int64_t src = which ? l.koff + t * l.kt + hh * l.kh : l.qoff + t * l.qt + hh * l.qh;
+        if (!which && mode == OUT_Q_IN_PLACE) {
+          memset(q_rot + src, 1, (size_t)d);
+          continue;
+        }
+        const int64_t dst = which ? o.koff + t * o.kt + hh * o.kh : t * o.qt + hh * o.qh;
+        for (int64_t e = 0; e < d; e++) {
+          written[sh + (size_t)(dst + e)] = 1;
+          if (memcmp((char *)got + (sh + (size_t)(dst + e)) * es,
+                     (char *)inplace + (size_t)(src + e) * es, es) && !bad_out++)
+            first_out = (size_t)(dst + e);
+        }
+      }
+  for (size_t i = 0; i < n; i++) {
+    const void *want = q_rot[i] ? (char *)inplace + i * es : (char *)h + i * es;
+    if (memcmp((char *)in_after + i * es, want, es) && !bad_in++) first_in = i;
+  }
+  for (size_t i = 0; i < no + sh; i++)
+    if (!written[i])
+      for (size_t b = 0; b < es; b++) bad_pad += ((unsigned char *)got)[i * es + b] != 0xff;
+  for (size_t i = 0; i < guard; i++)
+    bad_guard += ((unsigned char *)got)[(no + sh) * es + i] != 0xff;
+  ck_assert_msg(!bad_out, "%s: %zu output elements differ from in place, first %zu", what,
+                bad_out, first_out);
+  ck_assert_msg(!bad_in, "%s: %zu input elements changed, first %zu", what, bad_in, first_in);
+  ck_assert_msg(!bad_pad, "%s: %zu bytes of the outputs' padding written", what, bad_pad);
+  ck_assert_msg(!bad_guard, "%s: %zu bytes past the outputs written", what, bad_guard);
+  scree_test_dfree(ctx, a_buf), scree_test_dfree(ctx, b_buf), scree_test_dfree(ctx, out);
+  scree_test_dfree(ctx, dcu), scree_test_dfree(ctx, dpos);
+  free(h), free(inplace), free(in_after), free(got), free(written), free(q_rot), free(p64);
+}
+
+/* Out of place on every dtype and both layouts, partial rotary (a tail
+ * copied: head_dim 80 with rotary 40, 34 with rotary 6 at vec 1), strided,
+ * packed and head-major inputs, misaligned starts, q-only, the packed
+ * output, and q kept in place (q_out = q) with k out of place (_i: the
+ * case). One compile per case (two entries). */
+START_TEST(out_of_place) {
+  const double t0 = scree__now();
+  static const rcase cs[] = {
+      {SCREE_DTYPE_BF16, SCREE_ROPE_NEOX, 0, 0, SEPARATE, 8, 2, 128, 128, 0, LENS, NLENS},
+      {SCREE_DTYPE_FP16, SCREE_ROPE_GPTJ, 1, 0, PACKED, 4, 4, 80, 40, 0, LENS, NLENS},
+      {SCREE_DTYPE_FP32, SCREE_ROPE_NEOX, 1, 0, TH3D, 2, 2, 34, 6, 2, LENS, NLENS},
+      {SCREE_DTYPE_FP16, SCREE_ROPE_NEOX, 0, 0, SEPARATE, 3, 0, 64, 32, 1, LENS, NLENS},
+      {SCREE_DTYPE_BF16, SCREE_ROPE_GPTJ, 0, 0, HEAD_MAJOR, 4, 2, 64, 64, 0, LENS, NLENS},
+      {SCREE_DTYPE_FP16, SCREE_ROPE_GPTJ, 1, 0, SEPARATE, 4, 4, 80, 40, 0, LENS, NLENS},
+  };
+  static const int modes[] = {OUT_BOTH, OUT_BOTH, OUT_BOTH, OUT_BOTH, OUT_PACKED, OUT_Q_IN_PLACE};
+  run_out_of_place(&cs[_i], modes[_i]);
+  progress("out_of_place %d (%s): ok (%.2f s)\n", _i, out_name[modes[_i]], scree__now() - t0);
+}
+END_TEST
+
 START_TEST(zero_tokens_launches_nothing) {
   const uint64_t calls = scree_test_calls(ctx);
   scree_rope_args a = {.total = 0, .heads_q = 4, .head_dim = 64, .dtype = SCREE_DTYPE_FP16};
@@ -479,4 +611,4 @@ SCREE_TEST_MAIN(.name = ROPE_SUITE, .init = setup, .timeout = 1800, .nofork = 1,
                 .tests = SCREE_TESTS(narrow_vectors, large_batch, zero_tokens_launches_nothing,
                                      validate_device_args),
                 .loops = SCREE_LOOPS({every_variant_harness, 36}, {config_spread, 4},
-                                     {packed_and_strided, 15}))
+                                     {packed_and_strided, 15}, {out_of_place, 6}))
