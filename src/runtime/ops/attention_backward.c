@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/attention_hopper.h"
 #include "ops/attention_ref.h"
 #include "ops/op.h"
 #include "ops/registry.h"
@@ -234,12 +235,29 @@ static layout layout_of(const scree_attention_backward_args *a, int bm) {
   return l;
 }
 
-/* The three launches of either implementation: prep, main kernel (bm query
+/* A (head_dim, heads, tokens) tensor map over one packed tensor, boxes of
+ * 64 columns x 1 head x rows tokens (ops/attention.c's). */
+static scree_status tmap(scree_context *ctx, void *map, const char *name, scree_devptr p,
+                         scree_dtype dt, int64_t d, int64_t heads, int64_t tokens, int64_t ts,
+                         int64_t hs, unsigned rows) {
+  const uint64_t dims[3] = {(uint64_t)d, (uint64_t)heads, (uint64_t)(tokens > 0 ? tokens : 1)};
+  const uint64_t st[2] = {(uint64_t)hs * 2, (uint64_t)ts * 2};
+  const unsigned box[3] = {64, 1, rows};
+  return scree__hopper_tmap(ctx, map, name, p, dt, 3, dims, st, box);
+}
+
+typedef struct {
+  _Alignas(64) unsigned char b[128];
+} tmap_bytes;
+
+/* The three launches of every implementation: prep, main kernel (bm query
  * rows per Q tile, bn keys per CTA, `block` threads, `bytes` of dynamic
- * shared memory), dq conversion. */
+ * shared memory), dq conversion. tma: the main kernel takes tensor maps
+ * of q, k, v and dout (boxes of bm and bn rows) before the parameters
+ * (impl=hopper_ws). */
 static scree_status run(scree_context *ctx, const scree__kernel *k, const scree__variant *var,
                         const void *args, CUstream stream, int bm, int bn, int block,
-                        size_t bytes) {
+                        size_t bytes, int tma) {
   const scree_attention_backward_args *a = args;
   const scree_attention_args *f = &a->fwd;
   const int64_t d = f->head_dim, hq = f->heads_q, hkv = f->heads_kv;
@@ -296,8 +314,28 @@ static scree_status run(scree_context *ctx, const scree__kernel *k, const scree_
   void *pp[] = {&p, &rows, &ncounters};
   CUresult r = ctx->cu->LaunchKernel(k->fn[1], (unsigned)grid, 1, 1, 256, 1, 1, 0, stream, pp, NULL);
   if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward prep)");
-  if (work > 0) {
+  if (work > 0 && !tma) {
     void *pm[] = {&p};
+    r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)block, 1, 1,
+                              (unsigned)bytes, stream, pm, NULL);
+    if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward)");
+  } else if (work > 0) {
+    /* With no query token q and dout may be NULL: their maps then point at
+     * k (never read: a CTA with no Q tile loads nothing). */
+    const int noq = f->total_q == 0;
+    tmap_bytes mq, mk, mv, mdo;
+    if ((st = tmap(ctx, mq.b, "q", noq ? f->k : f->q, f->dtype, d, noq ? hkv : hq,
+                   noq ? f->total_k : f->total_q, noq ? p.k_ts : p.q_ts, noq ? p.k_hs : p.q_hs,
+                   (unsigned)bm)) ||
+        (st = tmap(ctx, mdo.b, "dout", noq ? f->k : a->dout, f->dtype, d, noq ? hkv : hq,
+                   noq ? f->total_k : f->total_q, noq ? p.k_ts : p.do_ts,
+                   noq ? p.k_hs : p.do_hs, (unsigned)bm)) ||
+        (st = tmap(ctx, mk.b, "k", f->k, f->dtype, d, hkv, f->total_k, p.k_ts, p.k_hs,
+                   (unsigned)bn)) ||
+        (st = tmap(ctx, mv.b, "v", f->v, f->dtype, d, hkv, f->total_k, p.v_ts, p.v_hs,
+                   (unsigned)bn)))
+      return st;
+    void *pm[] = {mq.b, mk.b, mv.b, mdo.b, &p};
     r = ctx->cu->LaunchKernel(k->fn[0], (unsigned)work, 1, 1, (unsigned)block, 1, 1,
                               (unsigned)bytes, stream, pm, NULL);
     if (r) return scree__cu_fail(ctx, r, SCREE_ERROR_LAUNCH, "cuLaunchKernel(attention_backward)");
@@ -312,7 +350,7 @@ static scree_status run(scree_context *ctx, const scree__kernel *k, const scree_
 
 static scree_status launch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                            const scree__variant *var, const void *args, CUstream stream) {
-  return run(ctx, k, var, args, stream, c->v[F_BM], c->v[F_BN], threads(c), smem(c, var));
+  return run(ctx, k, var, args, stream, c->v[F_BM], c->v[F_BN], threads(c), smem(c, var), 0);
 }
 
 /* ---- the Hopper implementation (kernels/attention_backward_hopper.cu) ----
@@ -360,7 +398,73 @@ static int hcheck(const scree__config *c, const scree__variant *var, const scree
 
 static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
                             const scree__variant *var, const void *args, CUstream stream) {
-  return run(ctx, k, var, args, stream, 64, c->v[HF_BN], hthreads(c), hsmem(c, var));
+  return run(ctx, k, var, args, stream, 64, c->v[HF_BN], hthreads(c), hsmem(c, var), 0);
+}
+
+/* ---- the warp-specialized Hopper implementation ---------------------------
+ * attention_backward_hopper.cu with SCREE_WS=1: one producer warp (tensor
+ * maps, an mbarrier ring of `stages` Q / dO / lse2 / D stages) and bn / 64
+ * consumer warpgroups; ovl issues dQ behind dV and dK. Not measured on a
+ * GPU yet (docs/kernels/attention-backward.md). */
+
+enum { WF_BN, WF_STAGES, WF_OVL };
+
+static const scree__field wfields[] = {
+    {"bn", "SCREE_BN", 2, {64, 128}},
+    {"stages", "SCREE_STAGES", 2, {2, 3}},
+    {"ovl", "SCREE_OVL", 2, {0, 1}},
+};
+
+/* Mirrors the kernel's layout: K, V, Q and dO per stage, dS^T twice, lse
+ * and D per stage, the mbarriers, the ticket, 1024 bytes of alignment
+ * slack. */
+static size_t wsmem(const scree__config *c, const scree__variant *var) {
+  const size_t d = (size_t)var->v[V_D], bn = (size_t)c->v[WF_BN], st = (size_t)c->v[WF_STAGES];
+  return 2 * d * (2 * bn + 2 * st * 64) + 256 * bn + 528 * st + 24 + 16 + 1024;
+}
+
+/* The consumer warpgroups and the producer's. */
+static int wthreads(const scree__config *c) { return 128 * (c->v[WF_BN] / 64 + 1); }
+
+/* Mirrors the static_asserts of attention_backward_hopper.cu under
+ * SCREE_WS=1. */
+static int wcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
+                  char *why, size_t n) {
+  const int bn = c->v[WF_BN], stages = c->v[WF_STAGES], ovl = c->v[WF_OVL], d = var->v[V_D];
+  if (!scree__attention_variant_ok(var->v[V_DTYPE], d, var->v[V_CAUSAL], var->v[V_WINDOW], why, n))
+    return 0;
+  if (d != 64 && d != 128) {
+    scree__set_why(why, n, "head_dim=%d: the hopper_ws implementation covers 64 and 128 (the "
+                   "generic one serves the others)", d);
+    return 0;
+  }
+  if (bn != 64 && bn != 128) {
+    scree__set_why(why, n, "bn=%d must be 64 or 128 (one consumer warpgroup per 64 keys)", bn);
+    return 0;
+  }
+  if (stages != 2 && stages != 3) {
+    scree__set_why(why, n, "stages=%d must be 2 or 3", stages);
+    return 0;
+  }
+  if (ovl != 0 && ovl != 1) {
+    scree__set_why(why, n, "ovl=%d must be 0 or 1", ovl);
+    return 0;
+  }
+  if (!scree__check_smem(wsmem(c, var), t, why, n)) return 0;
+  if (!t->tensor_maps) {
+    scree__set_why(why, n, "the driver has no cuTensorMapEncodeTiled (tensor maps)");
+    return 0;
+  }
+  return 1;
+}
+
+static scree_status wlaunch(scree_context *ctx, const scree__kernel *k, const scree__config *c,
+                            const scree__variant *var, const void *args, CUstream stream) {
+  if (!ctx->cu->TensorMapEncodeTiled)
+    return scree__fail(ctx, SCREE_ERROR_UNSUPPORTED,
+                       "attention_backward impl=hopper_ws needs cuTensorMapEncodeTiled, which "
+                       "this driver does not export");
+  return run(ctx, k, var, args, stream, 64, c->v[WF_BN], wthreads(c), wsmem(c, var), 1);
 }
 
 /* ---- the op's own argument rules ---------------------------------------- */
@@ -693,6 +797,13 @@ static const scree__impl impls[] = {
                  "scree_attention_bwd_prep", "scree_attention_bwd_dq"),
      .arch_specific = 1, .nfields = 2, .fields = hfields, .check = hcheck, .smem = hsmem,
      .threads = hthreads, .launch = hlaunch},
+    /* The same kernel file with SCREE_WS=1; not the default anywhere
+     * either until measured. */
+    {SCREE__IMPL("hopper_ws", "attention_backward_hopper.cu", 90, 90,
+                 "scree_attention_bwd_hopper_ws", "scree_attention_bwd_prep",
+                 "scree_attention_bwd_dq"),
+     .arch_specific = 1, .defines = "SCREE_WS=1", .nfields = 3, .fields = wfields,
+     .check = wcheck, .smem = wsmem, .threads = wthreads, .launch = wlaunch},
 };
 
 SCREE__DEFINE_OP(attention_backward, .validate = validate, .validate_buffers = validate_buffers,

@@ -308,6 +308,58 @@ START_TEST(attention_backward_hopper_compiles) {
 }
 END_TEST
 
+/* The warp-specialized implementation (hopper_ws: the same kernel file with
+ * SCREE_WS=1; tensor maps, mbarriers, setmaxnreg): every config at the
+ * four variants above must pass the host check at sm_90 and compile, and
+ * the kernel must be the warp-specialized entry (the v1 entry is compiled
+ * out). */
+START_TEST(attention_backward_hopper_ws_compiles) {
+  const scree__op *op = scree__op_find("attention_backward");
+  static const char *const variants[] = {
+      "dtype=fp16,head_dim=64,causal=1,window=0", "dtype=bf16,head_dim=64,causal=0,window=1",
+      "dtype=fp16,head_dim=128,causal=0,window=0", "dtype=bf16,head_dim=128,causal=1,window=1"};
+  scree__config all[64], cfgs[32];
+  scree__variant vars[32];
+  scree__target t;
+  scree__target_for_arch("sm_90", &t);
+  char why[256];
+  const int na = scree__config_space(op, all, 64);
+  ck_assert_int_le(na, 64);
+  size_t n = 0;
+  for (int v = 0; v < 4; v++)
+    for (int i = 0; i < na; i++) {
+      if (strcmp(op->impls[all[i].impl].name, "hopper_ws")) continue;
+      ck_assert_uint_lt(n, 32);
+      cfgs[n] = all[i];
+      ck_assert(op->impls[cfgs[n].impl].arch_specific);
+      ck_assert_int_eq(scree__variant_parse(op, variants[v], &vars[n], why, sizeof why), 0);
+      char cs[128];
+      scree__config_str(op, &cfgs[n], cs, sizeof cs);
+      ck_assert_msg(scree__config_check(op, &cfgs[n], &vars[n], &t, why, sizeof why), "%s %s: %s",
+                    cs, variants[v], why);
+      n++;
+    }
+  ck_assert_uint_eq(n, 4 * 8); /* bn 64, 128 x stages 2, 3 x ovl 0, 1 */
+  char failure[2048];
+  const size_t failed = compile_all(op, cfgs, vars, n, NULL, "sm_90", failure, sizeof failure);
+  ck_assert_msg(failed == 0, "%zu of %zu failed; first: %s", failed, n, failure);
+  /* A config string names it in full, and it is never the default. */
+  scree__config c;
+  ck_assert_int_eq(
+      scree__config_parse(op, "impl=hopper_ws,bn=128,stages=2,ovl=1", &c, why, sizeof why), 0);
+  ck_assert_str_eq(op->impls[c.impl].name, "hopper_ws");
+  ck_assert_str_eq(op->impls[c.impl].entries[0], "scree_attention_bwd_hopper_ws");
+  ck_assert_int_ne(scree__config_parse(op, "impl=hopper_ws,bn=128,stages=2", &c, why, sizeof why),
+                   0);
+  scree__target t80;
+  scree__target_for_arch("sm_80", &t80);
+  ck_assert(!scree__config_check(op, &cfgs[0], &vars[0], &t80, why, sizeof why));
+  scree__config d;
+  op->default_config(&t, &vars[3], NULL, &d);
+  ck_assert_str_eq(op->impls[d.impl].name, "generic");
+}
+END_TEST
+
 /* Configs the host rejects are rejected by the kernel's static_asserts too,
  * so the two statements of the constraints agree. */
 typedef struct bad_case {
@@ -356,6 +408,14 @@ static const bad_case bad_cases[] = {
      "impl=hopper,bn=128,stages=2"}, /* head_dim 96 */
     {"attention_backward", "dtype=bf16,head_dim=128,causal=1,window=0",
      "impl=hopper,bn=128,stages=3"}, /* 3 stages */
+    {"attention_backward", "dtype=fp16,head_dim=96,causal=0,window=0",
+     "impl=hopper_ws,bn=128,stages=2,ovl=1"}, /* head_dim 96 */
+    {"attention_backward", "dtype=bf16,head_dim=64,causal=1,window=0",
+     "impl=hopper_ws,bn=128,stages=1,ovl=0"}, /* 1 stage */
+    {"attention_backward", "dtype=fp16,head_dim=64,causal=0,window=1",
+     "impl=hopper_ws,bn=64,stages=2,ovl=2"}, /* ovl 2 */
+    {"attention_backward", "dtype=bf16,head_dim=128,causal=0,window=0",
+     "impl=hopper_ws,bn=192,stages=2,ovl=1"}, /* bn 192 */
 };
 
 START_TEST(host_check_matches_static_asserts) {
@@ -607,6 +667,7 @@ int main(void) {
   tcase_add_test(quick, host_check_matches_static_asserts);
   tcase_add_test(quick, arch_specific_target_compiles);
   tcase_add_test(quick, attention_backward_hopper_compiles);
+  tcase_add_test(quick, attention_backward_hopper_ws_compiles);
   tcase_add_test(quick, config_strings_roundtrip);
   tcase_add_test(quick, impl_defines_compile_and_hash);
   tcase_add_test(quick, every_op_has_a_sweep);

@@ -28,11 +28,13 @@
  * against many keys), and every config of the space that passes the host
  * check on a small batch (slow set).
  *
- * The hopper implementation (sm_90a; not the default) runs the quick set's
- * batches at head_dim 64 and 128 with each of its configs (case "hopper":
- * CK_RUN_CASE=hopper runs it alone), the fused and deterministic checks
- * included, and a small batch for compute-sanitizer (case hopper_race); on
- * other GPUs they print why nothing ran. */
+ * The hopper implementations (sm_90a; not the default: hopper and the
+ * warp-specialized hopper_ws) run the quick set's batches at head_dim 64
+ * and 128 with each of their configs (case "hopper": CK_RUN_CASE=hopper
+ * runs it alone; SCREE_TEST_IMPL=hopper_ws keeps one implementation's
+ * configs), the fused and deterministic checks included, and a small batch
+ * for compute-sanitizer (case hopper_race); on other GPUs they print why
+ * nothing ran. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,13 +392,15 @@ START_TEST(empty_sides) {
 }
 END_TEST
 
-/* ---- the hopper implementation (sm_90a) ------------------------------------
- * The batches above through every config of impl=hopper that passes the
- * host check on this GPU (the same problems, references and tolerances),
- * and the fused and deterministic checks with each. Elsewhere than sm_90
- * no config passes and the tests say so. */
+/* ---- the hopper implementations (sm_90a) ----------------------------------
+ * The batches above through every config of impl=hopper and impl=hopper_ws
+ * (the warp-specialized kernel) that passes the host check on this GPU
+ * (the same problems, references and tolerances), and the fused and
+ * deterministic checks with each. Elsewhere than sm_90 no config passes
+ * and the tests say so. */
 
-/* The hopper configs that pass the host check for var here: their count. */
+/* The hopper and hopper_ws configs that pass the host check for var here:
+ * their count. */
 static int hopper_configs(const scree__variant *var, scree__config *out, int cap) {
   scree__config all[64];
   const int n = scree__config_space(op, all, 64);
@@ -404,11 +408,15 @@ static int hopper_configs(const scree__variant *var, scree__config *out, int cap
   scree__target_of(ctx, &t);
   int m = 0;
   char why[256] = "";
-  for (int i = 0; i < n && m < cap; i++)
-    if (!strcmp(op->impls[all[i].impl].name, "hopper")) {
+  const char *only = getenv("SCREE_TEST_IMPL");
+  for (int i = 0; i < n && m < cap; i++) {
+    const char *name = op->impls[all[i].impl].name;
+    if (only && *only && strcmp(name, only)) continue;
+    if (!strcmp(name, "hopper") || !strcmp(name, "hopper_ws")) {
       if (scree__config_check(op, &all[i], var, &t, why, sizeof why))
         out[m++] = all[i];
     }
+  }
   if (m == 0) printf("hopper: no config runs here (sm_%d): %s\n", t.sm, why);
   return m;
 }
@@ -420,8 +428,8 @@ static int check_hopper(const bcase *c, float scale, float cap) {
   a.fwd.scale = scale;
   a.fwd.softcap = cap;
   const scree__variant var = variant_of(c);
-  scree__config cfgs[8];
-  const int n = hopper_configs(&var, cfgs, 8);
+  scree__config cfgs[16];
+  const int n = hopper_configs(&var, cfgs, 16);
   if (n == 0) return 0;
   const scree__lens lens = lens_of(c);
   scree__run r;
@@ -493,8 +501,8 @@ END_TEST
 /* fused_gradients and deterministic through each hopper config. */
 static void hopper_fixture(void (*body)(int), int i, int d) {
   const scree__variant var = {{i % 2 ? SCREE_DTYPE_BF16 : SCREE_DTYPE_FP16, d, 0, 0}};
-  scree__config cfgs[8];
-  const int n = hopper_configs(&var, cfgs, 8);
+  scree__config cfgs[16];
+  const int n = hopper_configs(&var, cfgs, 16);
   for (int c = 0; c < n; c++) {
     char cs[128];
     scree__config_str(op, &cfgs[c], cs, sizeof cs);
