@@ -119,11 +119,11 @@
  *   Macros: as above, SCREE_STAGES 2 or 3 (the ring), and SCREE_OVL (0, 1).
  *   Kernel parameters: the tensor maps of q, k, v and dout (boxes of 64,
  *   BN, BN and 64 rows), then params. Launch: blockDim = 128 (NWG + 1).
- *   Registers (ptxas, CUDA 13.0; docs/kernels/attention-backward.md has
- *   the table): head_dim 64, no spills (BN 128: 168 at launch, consumers
- *   up to 192; BN 64: 223-228); head_dim 128, BN 128: 0-52 bytes of
- *   spills (a few descriptors, per item), no C75xx note; BN 64: 252-255,
- *   0-36 bytes.
+ *   Registers (ptxas, CUDA 13.0, all 128 variant x config pairs; the
+ *   table is in docs/kernels/attention-backward.md): no spills and no
+ *   C75xx wgmma serialisation note in any. BN 128: the launch's 168 a
+ *   thread, the consumers using up to 192 (head_dim 64) and 235 (128) of
+ *   their 240, the producer 24; BN 64: 210-232 (64), 250-255 (128).
  *
  * Test: ctest -R attention_backward (CPU: arguments, compile of every
  * hopper and hopper_ws config at sm_90a; GPU: test_attention_backward_gpu
@@ -661,6 +661,9 @@ __device__ __forceinline__ void st_dpt(unsigned (&pf)[BM / 16][4], unsigned (&df
                                        const float *slse, const float *sdd, const params &p,
                                        bool cap, bool masked, int kr0, int tq, int kend,
                                        int dbase, int righti, bool rb, bool lb) {
+  /* Opaque per call: otherwise the steps' descriptors of the first half
+   * are kept for the second (spilled at head_dim 128). */
+  asm volatile("" : "+l"(dka), "+l"(dva), "+l"(dqk), "+l"(ddok));
   float sc[NK * 8], dp[NK * 8];
   scree_reg_fence(sc);
   scree_reg_fence(dp);
