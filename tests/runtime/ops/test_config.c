@@ -416,6 +416,49 @@ END_TEST
  * shapes pass it; its adapt narrows vectors keeping the row held (more
  * threads), and gives a call whose row no longer fits impl=generic's
  * default. */
+/* The attention backward's hopper_ws implementation: sm_90 only, refused
+ * with a reason where the driver builds no tensor maps, a producer
+ * warpgroup beside bn / 64 consumers, and the shared memory of the
+ * kernel's layout (its static_assert states the same formula): the
+ * largest config, head_dim 128 with 128 keys and 3 stages, fits sm_90. */
+START_TEST(attention_backward_hopper_ws_host) {
+  const scree__op *ab = scree__op_find("attention_backward");
+  int ws = -1;
+  for (int i = 0; i < ab->nimpls; i++)
+    if (!strcmp(ab->impls[i].name, "hopper_ws")) ws = i;
+  ck_assert_int_ge(ws, 0);
+  ck_assert_str_eq(ab->impls[ws].source, "attention_backward_hopper.cu");
+  ck_assert_str_eq(ab->impls[ws].defines, "SCREE_WS=1");
+  const scree__target h100 = {90, 227 * 1024, 1}, nomaps = {90, 227 * 1024, 0},
+                      a100 = {80, 163 * 1024, 1};
+  char why[256] = "";
+  scree__variant var;
+  ck_assert_int_eq(
+      scree__variant_parse(ab, "dtype=bf16,head_dim=128,causal=1,window=0", &var, why, sizeof why),
+      0);
+  scree__config c;
+  ck_assert_int_eq(
+      scree__config_parse(ab, "impl=hopper_ws,bn=128,stages=3,ovl=1", &c, why, sizeof why), 0);
+  ck_assert_msg(scree__config_check(ab, &c, &var, &h100, why, sizeof why), "%s", why);
+  ck_assert_int_eq(ab->impls[ws].threads(&c), 384);
+  /* 2 x 128 x (256 + 384) + 256 x 128 + 528 x 3 + 24 + 16 + 1024 */
+  ck_assert_uint_eq(ab->impls[ws].smem(&c, &var), 199256);
+  why[0] = 0;
+  ck_assert(!scree__config_check(ab, &c, &var, &nomaps, why, sizeof why));
+  ck_assert_msg(strstr(why, "tensor maps") != NULL, "%s", why);
+  ck_assert(!scree__config_check(ab, &c, &var, &a100, why, sizeof why));
+  ck_assert_int_eq(
+      scree__config_parse(ab, "impl=hopper_ws,bn=64,stages=2,ovl=0", &c, why, sizeof why), 0);
+  ck_assert_int_eq(ab->impls[ws].threads(&c), 256);
+  ck_assert_int_eq(
+      scree__variant_parse(ab, "dtype=fp16,head_dim=64,causal=0,window=1", &var, why, sizeof why),
+      0);
+  /* 2 x 64 x (128 + 256) + 256 x 64 + 528 x 2 + 24 + 16 + 1024 */
+  ck_assert_uint_eq(ab->impls[ws].smem(&c, &var), 67656);
+  ck_assert_msg(scree__config_check(ab, &c, &var, &h100, why, sizeof why), "%s", why);
+}
+END_TEST
+
 START_TEST(cross_entropy_keep_choice) {
   const scree__op *ce = scree__op_find("cross_entropy");
   int generic = -1, keep = -1;
@@ -506,4 +549,5 @@ SCREE_TEST_MAIN(.name = "config", .setup_once = setup,
                                      alignment_classes, alignment_class_matches_definition,
                                      variant_strings_roundtrip, cache_key_names_everything,
                                      shapes_files, paged_hopper_choice,
-                                     cross_entropy_keep_choice))
+                                     cross_entropy_keep_choice,
+                                     attention_backward_hopper_ws_host))
