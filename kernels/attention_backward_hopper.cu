@@ -141,8 +141,8 @@
 #ifndef SCREE_WS
 #define SCREE_WS 0
 #endif
-#if SCREE_WS && !defined(SCREE_OVL)
-#error "attention_backward_hopper.cu: SCREE_WS 1 needs SCREE_OVL"
+#if SCREE_WS && (!defined(SCREE_OVL) || !defined(SCREE_DQB))
+#error "attention_backward_hopper.cu: SCREE_WS 1 needs SCREE_OVL and SCREE_DQB"
 #endif
 /* attention_sched.cuh reads it (decode_work, unused here). */
 #define SCREE_SCHED 1
@@ -164,6 +164,7 @@ constexpr int THREADS = 128 * NWG;
 constexpr int CTHREADS = 128 * NWG;    /* the consumer warpgroups */
 constexpr int THREADS = CTHREADS + 128; /* and the producer's */
 constexpr bool OVL = SCREE_OVL != 0;
+constexpr bool DQB = SCREE_DQB != 0;
 #endif
 constexpr int CPR = D / 8; /* 16-byte chunks per row of a [.., D] tile */
 constexpr int CPRP = CPR <= 4 ? 4 : CPR <= 8 ? 8 : CPR <= 16 ? 16 : 32; /* the prep's groups */
@@ -190,13 +191,18 @@ static_assert(SMEM_BYTES == 2 * D * (2 * BN + 2 * STAGES * 64) + 128 * BN + 512 
  * mbarriers kvfull, kvraw, qraw, qfull[STAGES], qempty[STAGES]. */
 constexpr int LSE_OFF = DS_OFF + 2 * K_PANEL;
 constexpr int DD_OFF = LSE_OFF + STAGES * BM * 4;
-constexpr int BAR_OFF = DD_OFF + STAGES * BM * 4;
+/* With DQB, dQ's staging rows (fp32, D + 4 floats apart: the 16 bytes of
+ * padding put the 8 rows of an accumulator store in different banks). */
+constexpr int DQ_OFF = DD_OFF + STAGES * BM * 4;
+constexpr int DQ_ROW = 4 * D + 16;
+constexpr int BAR_OFF = DQ_OFF + (DQB ? BM * DQ_ROW : 0);
 constexpr int NBAR = 3 + 2 * STAGES;
 constexpr int TICKET_OFF = BAR_OFF + 8 * NBAR;
 constexpr int SMEM_BYTES = TICKET_OFF + 16 + 1024;
-static_assert(SMEM_BYTES == 2 * D * (2 * BN + 2 * STAGES * 64) + 256 * BN + 528 * STAGES + 24 +
-                                16 + 1024,
+static_assert(SMEM_BYTES == 2 * D * (2 * BN + 2 * STAGES * 64) + 256 * BN + 528 * STAGES +
+                                (DQB ? 64 * (4 * D + 16) : 0) + 24 + 16 + 1024,
               "shared memory layout");
+static_assert(DQ_OFF % 16 == 0 && DQ_ROW % 16 == 0, "bulk copies need 16-byte alignment");
 /* Registers: with two consumer warpgroups the CTA (384 threads) gets 168 a
  * thread at launch; the producer's warpgroup gives up all but 24 and the
  * consumers take 240 (24 + 2 x 240 = 3 x 168: the forward's split). With
@@ -219,6 +225,7 @@ static_assert(STAGES == 1 || STAGES == 2, "SCREE_STAGES must be 1 or 2");
 #else
 static_assert(STAGES == 2 || STAGES == 3, "SCREE_STAGES must be 2 or 3 (hopper_ws)");
 static_assert(SCREE_OVL == 0 || SCREE_OVL == 1, "SCREE_OVL must be 0 or 1");
+static_assert(SCREE_DQB == 0 || SCREE_DQB == 1, "SCREE_DQB must be 0 or 1");
 #endif
 static_assert(SMEM_BYTES <= 232448, "shared memory past the 232448 bytes of sm_90");
 
@@ -712,6 +719,25 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
                : "memory");
 }
 
+/* dst[0 .. bytes/4) += src[0 .. bytes/4) in fp32 by the copy engine (one
+ * bulk reduction, this thread's bulk group); 16-byte aligned, bytes a
+ * multiple of 16. */
+__device__ __forceinline__ void bulk_red_add(float *dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                   dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+/* This thread's bulk reductions have read their shared memory. */
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+/* This thread's bulk reductions are complete. */
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 scree_attention_bwd_hopper_ws(const __grid_constant__ scree_tmap tq,
                               const __grid_constant__ scree_tmap tk,
@@ -872,6 +898,10 @@ scree_attention_bwd_hopper_ws(const __grid_constant__ scree_tmap tq,
   const int warp = ct >> 5, lane = ct & 31;
   const int gr = lane >> 2, tq4 = lane & 3;
   const bool lead = threadIdx.x == 128; /* the deterministic handshake's thread */
+  /* DQB outside deterministic mode: dQ goes through shared memory, and
+   * thread ct < BM of warpgroup 0 adds row ct by one bulk reduction. */
+  const bool bulk = DQB && !p.det;
+  const bool issuer = bulk && wg == 0 && ct < BM;
   const int cbase = q0 / BM + b;
 
   float dk[D / 2], dv[D / 2];
@@ -946,6 +976,9 @@ scree_attention_bwd_hopper_ws(const __grid_constant__ scree_tmap tq,
       scree_reg_fence(dk);
       scree_mbar_arrive(qempty(s)); /* Q, dO, lse2, D of the stage read */
     }
+    /* The dQ staging rows are free again once their issuers have seen the
+     * previous item's bulk reductions read them (before this barrier). */
+    if (issuer) bulk_wait_read();
     consumers_sync(); /* dS^T of every warpgroup written and fenced */
 
     /* dQ = dS K in passes of 64 columns, as v1; with OVL the first pass is
@@ -991,7 +1024,19 @@ scree_attention_bwd_hopper_ws(const __grid_constant__ scree_tmap tq,
         }
         consumers_sync();
       }
-      if (mine) {
+      if (mine && bulk) {
+        /* Staged: every row, the bulk reductions skip those past the end. */
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          const int r = 16 * warp + gr + 8 * hh;
+          const unsigned o = sbi + DQ_OFF + r * DQ_ROW + 4 * (64 * c + 2 * tq4);
+#pragma unroll
+          for (int j = 0; j < 8; j++)
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(o + 32 * j),
+                         "f"(qa[4 * j + 2 * hh]), "f"(qa[4 * j + 2 * hh + 1])
+                         : "memory");
+        }
+      } else if (mine) {
         float *accb = p.dqacc + ((long long)h * p.total_q + q0 + (long long)m * BM) * D + 64 * c;
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
@@ -1005,8 +1050,16 @@ scree_attention_bwd_hopper_ws(const __grid_constant__ scree_tmap tq,
         }
       }
     }
+    if (bulk) {
+      scree_fence_proxy_async(); /* the staged rows, for the copy engine */
+      consumers_sync();
+      if (issuer && m * BM + ct < Lq)
+        bulk_red_add(p.dqacc + ((long long)h * p.total_q + q0 + (long long)m * BM + ct) * D,
+                     sbi + DQ_OFF + ct * DQ_ROW, 4 * D);
+    }
     pend = cidx;
   }
+  if (issuer) bulk_wait(); /* before the CTA's shared memory goes */
   if (p.det && pend >= 0) {
     __threadfence();
     consumers_sync();

@@ -170,11 +170,28 @@ static int check(const scree__config *c, const scree__variant *var, const scree_
  * head_dim 64 benchmarks). 256 takes 64 keys, 32 Q rows and one stage
  * (registers and sm_80's shared memory). Smaller tiles where shared memory
  * is short. */
+static int wcheck(const scree__config *c, const scree__variant *var, const scree__target *t,
+                  char *why, size_t n);
+
 static void default_config(const scree__target *t, const scree__variant *var, const void *args,
                            scree__config *out) {
   (void)args;
   memset(out, 0, sizeof *out);
   const int d = var->v[V_D];
+  if (t->sm == 90 && t->tensor_maps && (d == 64 || d == 128)) {
+    /* The warp-specialized Hopper implementation (impls[2]) at the config
+     * the tuner took over the whole space (generic, hopper, hopper_ws) on
+     * an H200 for the headline and llama-gqa benchmark cases (both head
+     * sizes, causal and not): 1.16-1.24x FA-2's backward there, where the
+     * generic one was at 0.79-0.90x (docs/performance.md). */
+    out->impl = 2;
+    out->v[0] = 128; /* bn */
+    out->v[1] = 2;   /* stages */
+    out->v[2] = 0;   /* ovl */
+    out->v[3] = 0;   /* dqb */
+    if (wcheck(out, var, t, NULL, 0)) return;
+    memset(out, 0, sizeof *out);
+  }
   out->v[F_WARPS] = 8;
   out->v[F_STAGES] = 2;
   out->v[F_BN] = 128;
@@ -404,15 +421,17 @@ static scree_status hlaunch(scree_context *ctx, const scree__kernel *k, const sc
 /* ---- the warp-specialized Hopper implementation ---------------------------
  * attention_backward_hopper.cu with SCREE_WS=1: one producer warp (tensor
  * maps, an mbarrier ring of `stages` Q / dO / lse2 / D stages) and bn / 64
- * consumer warpgroups; ovl issues dQ behind dV and dK. Not measured on a
- * GPU yet (docs/kernels/attention-backward.md). */
+ * consumer warpgroups; ovl issues dQ behind dV and dK; dqb stages dQ in
+ * shared memory and adds it by bulk reductions of the copy engine (outside
+ * deterministic mode; there the ordered red.global adds stay). */
 
-enum { WF_BN, WF_STAGES, WF_OVL };
+enum { WF_BN, WF_STAGES, WF_OVL, WF_DQB };
 
 static const scree__field wfields[] = {
     {"bn", "SCREE_BN", 2, {64, 128}},
     {"stages", "SCREE_STAGES", 2, {2, 3}},
     {"ovl", "SCREE_OVL", 2, {0, 1}},
+    {"dqb", "SCREE_DQB", 2, {0, 1}},
 };
 
 /* Mirrors the kernel's layout: K, V, Q and dO per stage, dS^T twice, lse
@@ -420,7 +439,8 @@ static const scree__field wfields[] = {
  * slack. */
 static size_t wsmem(const scree__config *c, const scree__variant *var) {
   const size_t d = (size_t)var->v[V_D], bn = (size_t)c->v[WF_BN], st = (size_t)c->v[WF_STAGES];
-  return 2 * d * (2 * bn + 2 * st * 64) + 256 * bn + 528 * st + 24 + 16 + 1024;
+  const size_t dq = c->v[WF_DQB] ? 64 * (4 * d + 16) : 0;
+  return 2 * d * (2 * bn + 2 * st * 64) + 256 * bn + 528 * st + dq + 24 + 16 + 1024;
 }
 
 /* The consumer warpgroups and the producer's. */
@@ -448,6 +468,10 @@ static int wcheck(const scree__config *c, const scree__variant *var, const scree
   }
   if (ovl != 0 && ovl != 1) {
     scree__set_why(why, n, "ovl=%d must be 0 or 1", ovl);
+    return 0;
+  }
+  if (c->v[WF_DQB] != 0 && c->v[WF_DQB] != 1) {
+    scree__set_why(why, n, "dqb=%d must be 0 or 1", c->v[WF_DQB]);
     return 0;
   }
   if (!scree__check_smem(wsmem(c, var), t, why, n)) return 0;
@@ -791,18 +815,17 @@ static const scree__impl impls[] = {
                  "scree_attention_bwd_prep", "scree_attention_bwd_dq"),
      .nfields = 4, .fields = fields, .check = check, .smem = smem, .threads = threads,
      .launch = launch},
-    /* Not the default anywhere until measured (default_config keeps the
-     * generic implementation). */
+    /* Not the default anywhere (hopper_ws is sm_90's). */
     {SCREE__IMPL("hopper", "attention_backward_hopper.cu", 90, 90, "scree_attention_bwd_hopper",
                  "scree_attention_bwd_prep", "scree_attention_bwd_dq"),
      .arch_specific = 1, .nfields = 2, .fields = hfields, .check = hcheck, .smem = hsmem,
      .threads = hthreads, .launch = hlaunch},
-    /* The same kernel file with SCREE_WS=1; not the default anywhere
-     * either until measured. */
+    /* The same kernel file with SCREE_WS=1; sm_90's default at head_dim
+     * 64 and 128 (default_config). */
     {SCREE__IMPL("hopper_ws", "attention_backward_hopper.cu", 90, 90,
                  "scree_attention_bwd_hopper_ws", "scree_attention_bwd_prep",
                  "scree_attention_bwd_dq"),
-     .arch_specific = 1, .defines = "SCREE_WS=1", .nfields = 3, .fields = wfields,
+     .arch_specific = 1, .defines = "SCREE_WS=1", .nfields = 4, .fields = wfields,
      .check = wcheck, .smem = wsmem, .threads = wthreads, .launch = wlaunch},
 };
 

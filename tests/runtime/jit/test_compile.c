@@ -297,22 +297,25 @@ START_TEST(attention_backward_hopper_compiles) {
   char failure[2048];
   const size_t failed = compile_all(op, cfgs, vars, n, NULL, "sm_90", failure, sizeof failure);
   ck_assert_msg(failed == 0, "%zu of %zu failed; first: %s", failed, n, failure);
-  /* Not on sm_80 (min_sm 90), and never the default (generic stays it
-   * until the hopper implementation is measured). */
+  /* Not on sm_80 (min_sm 90), and not the default (hopper_ws is sm_90's:
+   * attention_backward_hopper_ws_compiles). */
   scree__target t80;
   scree__target_for_arch("sm_80", &t80);
   ck_assert(!scree__config_check(op, &cfgs[0], &vars[0], &t80, why, sizeof why));
   scree__config d;
   op->default_config(&t, &vars[3], NULL, &d);
-  ck_assert_str_eq(op->impls[d.impl].name, "generic");
+  ck_assert_str_ne(op->impls[d.impl].name, "hopper");
 }
 END_TEST
 
 /* The warp-specialized implementation (hopper_ws: the same kernel file with
- * SCREE_WS=1; tensor maps, mbarriers, setmaxnreg): every config at the
- * four variants above must pass the host check at sm_90 and compile, and
- * the kernel must be the warp-specialized entry (the v1 entry is compiled
- * out). */
+ * SCREE_WS=1; tensor maps, mbarriers, setmaxnreg, bulk reductions): every
+ * config, each at one of the four variants below in turn, must pass the
+ * host check at sm_90 and compile (the slow sweep's
+ * arch_specific_space_compiles compiles every pair), and the kernel must
+ * be the warp-specialized entry (the v1 entry is compiled out). The one
+ * refusal: head_dim 128 with bn=128, stages=3 and dqb=1 needs 233048
+ * bytes of shared memory. */
 START_TEST(attention_backward_hopper_ws_compiles) {
   const scree__op *op = scree__op_find("attention_backward");
   static const char *const variants[] = {
@@ -325,37 +328,60 @@ START_TEST(attention_backward_hopper_ws_compiles) {
   char why[256];
   const int na = scree__config_space(op, all, 64);
   ck_assert_int_le(na, 64);
-  size_t n = 0;
-  for (int v = 0; v < 4; v++)
-    for (int i = 0; i < na; i++) {
-      if (strcmp(op->impls[all[i].impl].name, "hopper_ws")) continue;
-      ck_assert_uint_lt(n, 32);
-      cfgs[n] = all[i];
-      ck_assert(op->impls[cfgs[n].impl].arch_specific);
-      ck_assert_int_eq(scree__variant_parse(op, variants[v], &vars[n], why, sizeof why), 0);
-      char cs[128];
-      scree__config_str(op, &cfgs[n], cs, sizeof cs);
-      ck_assert_msg(scree__config_check(op, &cfgs[n], &vars[n], &t, why, sizeof why), "%s %s: %s",
-                    cs, variants[v], why);
-      n++;
+  size_t n = 0, refused = 0;
+  for (int i = 0, k = 0; i < na; i++) {
+    if (strcmp(op->impls[all[i].impl].name, "hopper_ws")) continue;
+    ck_assert_uint_lt(n, 32);
+    cfgs[n] = all[i];
+    ck_assert(op->impls[cfgs[n].impl].arch_specific);
+    const char *v = variants[k++ % 4];
+    ck_assert_int_eq(scree__variant_parse(op, v, &vars[n], why, sizeof why), 0);
+    char cs[128];
+    scree__config_str(op, &cfgs[n], cs, sizeof cs);
+    if (!scree__config_check(op, &cfgs[n], &vars[n], &t, why, sizeof why)) {
+      ck_assert_msg(strstr(cs, "bn=128,stages=3") && strstr(cs, "dqb=1") &&
+                        strstr(v, "head_dim=128") && strstr(why, "shared memory"),
+                    "%s %s: %s", cs, v, why);
+      refused++;
+      continue;
     }
-  ck_assert_uint_eq(n, 4 * 8); /* bn 64, 128 x stages 2, 3 x ovl 0, 1 */
+    n++;
+  }
+  ck_assert_uint_eq(n + refused, 16); /* bn 64, 128 x stages 2, 3 x ovl 0, 1 x dqb 0, 1 */
   char failure[2048];
   const size_t failed = compile_all(op, cfgs, vars, n, NULL, "sm_90", failure, sizeof failure);
   ck_assert_msg(failed == 0, "%zu of %zu failed; first: %s", failed, n, failure);
   /* A config string names it in full, and it is never the default. */
   scree__config c;
   ck_assert_int_eq(
-      scree__config_parse(op, "impl=hopper_ws,bn=128,stages=2,ovl=1", &c, why, sizeof why), 0);
+      scree__config_parse(op, "impl=hopper_ws,bn=128,stages=2,ovl=1,dqb=1", &c, why, sizeof why), 0);
   ck_assert_str_eq(op->impls[c.impl].name, "hopper_ws");
   ck_assert_str_eq(op->impls[c.impl].entries[0], "scree_attention_bwd_hopper_ws");
-  ck_assert_int_ne(scree__config_parse(op, "impl=hopper_ws,bn=128,stages=2", &c, why, sizeof why),
-                   0);
+  ck_assert_int_ne(
+      scree__config_parse(op, "impl=hopper_ws,bn=128,stages=2,ovl=1", &c, why, sizeof why), 0);
   scree__target t80;
   scree__target_for_arch("sm_80", &t80);
   ck_assert(!scree__config_check(op, &cfgs[0], &vars[0], &t80, why, sizeof why));
+  /* sm_90's default at head_dim 64 and 128 (both in vars), the generic one
+   * on sm_80, at head_dim 96, and without tensor maps. */
   scree__config d;
-  op->default_config(&t, &vars[3], NULL, &d);
+  char ds[128];
+  for (size_t i = 0; i < n; i++) {
+    op->default_config(&t, &vars[i], NULL, &d);
+    scree__config_str(op, &d, ds, sizeof ds);
+    ck_assert_str_eq(ds, "impl=hopper_ws,bn=128,stages=2,ovl=0,dqb=0");
+    op->default_config(&t80, &vars[i], NULL, &d);
+    ck_assert_str_eq(op->impls[d.impl].name, "generic");
+  }
+  scree__target nomaps = t;
+  nomaps.tensor_maps = 0;
+  op->default_config(&nomaps, &vars[0], NULL, &d);
+  ck_assert_str_eq(op->impls[d.impl].name, "generic");
+  scree__variant v96;
+  ck_assert_int_eq(scree__variant_parse(op, "dtype=fp16,head_dim=96,causal=1,window=0", &v96, why,
+                                        sizeof why),
+                   0);
+  op->default_config(&t, &v96, NULL, &d);
   ck_assert_str_eq(op->impls[d.impl].name, "generic");
 }
 END_TEST
@@ -409,13 +435,17 @@ static const bad_case bad_cases[] = {
     {"attention_backward", "dtype=bf16,head_dim=128,causal=1,window=0",
      "impl=hopper,bn=128,stages=3"}, /* 3 stages */
     {"attention_backward", "dtype=fp16,head_dim=96,causal=0,window=0",
-     "impl=hopper_ws,bn=128,stages=2,ovl=1"}, /* head_dim 96 */
+     "impl=hopper_ws,bn=128,stages=2,ovl=1,dqb=0"}, /* head_dim 96 */
     {"attention_backward", "dtype=bf16,head_dim=64,causal=1,window=0",
-     "impl=hopper_ws,bn=128,stages=1,ovl=0"}, /* 1 stage */
+     "impl=hopper_ws,bn=128,stages=1,ovl=0,dqb=1"}, /* 1 stage */
     {"attention_backward", "dtype=fp16,head_dim=64,causal=0,window=1",
-     "impl=hopper_ws,bn=64,stages=2,ovl=2"}, /* ovl 2 */
+     "impl=hopper_ws,bn=64,stages=2,ovl=2,dqb=0"}, /* ovl 2 */
     {"attention_backward", "dtype=bf16,head_dim=128,causal=0,window=0",
-     "impl=hopper_ws,bn=192,stages=2,ovl=1"}, /* bn 192 */
+     "impl=hopper_ws,bn=192,stages=2,ovl=1,dqb=0"}, /* bn 192 */
+    {"attention_backward", "dtype=fp16,head_dim=64,causal=0,window=0",
+     "impl=hopper_ws,bn=64,stages=2,ovl=0,dqb=2"}, /* dqb 2 */
+    {"attention_backward", "dtype=bf16,head_dim=128,causal=1,window=0",
+     "impl=hopper_ws,bn=128,stages=3,ovl=1,dqb=1"}, /* 233048 bytes of shared memory */
 };
 
 START_TEST(host_check_matches_static_asserts) {

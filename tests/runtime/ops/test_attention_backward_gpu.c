@@ -32,7 +32,7 @@
  * warp-specialized hopper_ws) run the quick set's batches at head_dim 64
  * and 128 with each of their configs (case "hopper": CK_RUN_CASE=hopper
  * runs it alone; SCREE_TEST_IMPL=hopper_ws keeps one implementation's
- * configs), the fused and deterministic checks included, and a small batch
+ * configs, SCREE_TEST_MATCH=dqb=1 those whose string contains it), the fused and deterministic checks included, and a small batch
  * for compute-sanitizer (case hopper_race); on other GPUs they print why
  * nothing ran. */
 #include <stdio.h>
@@ -408,10 +408,13 @@ static int hopper_configs(const scree__variant *var, scree__config *out, int cap
   scree__target_of(ctx, &t);
   int m = 0;
   char why[256] = "";
-  const char *only = getenv("SCREE_TEST_IMPL");
+  const char *only = getenv("SCREE_TEST_IMPL"), *match = getenv("SCREE_TEST_MATCH");
   for (int i = 0; i < n && m < cap; i++) {
     const char *name = op->impls[all[i].impl].name;
     if (only && *only && strcmp(name, only)) continue;
+    char cs[128];
+    scree__config_str(op, &all[i], cs, sizeof cs);
+    if (match && *match && !strstr(cs, match)) continue;
     if (!strcmp(name, "hopper") || !strcmp(name, "hopper_ws")) {
       if (scree__config_check(op, &all[i], var, &t, why, sizeof why))
         out[m++] = all[i];
@@ -428,8 +431,8 @@ static int check_hopper(const bcase *c, float scale, float cap) {
   a.fwd.scale = scale;
   a.fwd.softcap = cap;
   const scree__variant var = variant_of(c);
-  scree__config cfgs[16];
-  const int n = hopper_configs(&var, cfgs, 16);
+  scree__config cfgs[32];
+  const int n = hopper_configs(&var, cfgs, 32);
   if (n == 0) return 0;
   const scree__lens lens = lens_of(c);
   scree__run r;
@@ -501,8 +504,8 @@ END_TEST
 /* fused_gradients and deterministic through each hopper config. */
 static void hopper_fixture(void (*body)(int), int i, int d) {
   const scree__variant var = {{i % 2 ? SCREE_DTYPE_BF16 : SCREE_DTYPE_FP16, d, 0, 0}};
-  scree__config cfgs[16];
-  const int n = hopper_configs(&var, cfgs, 16);
+  scree__config cfgs[32];
+  const int n = hopper_configs(&var, cfgs, 32);
   for (int c = 0; c < n; c++) {
     char cs[128];
     scree__config_str(op, &cfgs[c], cs, sizeof cs);

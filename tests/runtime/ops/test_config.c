@@ -438,17 +438,29 @@ START_TEST(attention_backward_hopper_ws_host) {
       0);
   scree__config c;
   ck_assert_int_eq(
-      scree__config_parse(ab, "impl=hopper_ws,bn=128,stages=3,ovl=1", &c, why, sizeof why), 0);
+      scree__config_parse(ab, "impl=hopper_ws,bn=128,stages=3,ovl=1,dqb=0", &c, why, sizeof why), 0);
   ck_assert_msg(scree__config_check(ab, &c, &var, &h100, why, sizeof why), "%s", why);
   ck_assert_int_eq(ab->impls[ws].threads(&c), 384);
   /* 2 x 128 x (256 + 384) + 256 x 128 + 528 x 3 + 24 + 16 + 1024 */
   ck_assert_uint_eq(ab->impls[ws].smem(&c, &var), 199256);
+  /* dqb=1 adds dQ's staging rows, 64 x (4 x 128 + 16) bytes: past sm_90's
+   * 232448 at stages 3, within it at 2. */
+  ck_assert_int_eq(
+      scree__config_parse(ab, "impl=hopper_ws,bn=128,stages=3,ovl=1,dqb=1", &c, why, sizeof why), 0);
+  ck_assert_uint_eq(ab->impls[ws].smem(&c, &var), 199256 + 33792);
+  ck_assert(!scree__config_check(ab, &c, &var, &h100, why, sizeof why));
+  ck_assert_msg(strstr(why, "shared memory") != NULL, "%s", why);
+  ck_assert_int_eq(
+      scree__config_parse(ab, "impl=hopper_ws,bn=128,stages=2,ovl=1,dqb=1", &c, why, sizeof why), 0);
+  ck_assert_msg(scree__config_check(ab, &c, &var, &h100, why, sizeof why), "%s", why);
+  ck_assert_int_eq(
+      scree__config_parse(ab, "impl=hopper_ws,bn=128,stages=3,ovl=1,dqb=0", &c, why, sizeof why), 0);
   why[0] = 0;
   ck_assert(!scree__config_check(ab, &c, &var, &nomaps, why, sizeof why));
   ck_assert_msg(strstr(why, "tensor maps") != NULL, "%s", why);
   ck_assert(!scree__config_check(ab, &c, &var, &a100, why, sizeof why));
   ck_assert_int_eq(
-      scree__config_parse(ab, "impl=hopper_ws,bn=64,stages=2,ovl=0", &c, why, sizeof why), 0);
+      scree__config_parse(ab, "impl=hopper_ws,bn=64,stages=2,ovl=0,dqb=0", &c, why, sizeof why), 0);
   ck_assert_int_eq(ab->impls[ws].threads(&c), 256);
   ck_assert_int_eq(
       scree__variant_parse(ab, "dtype=fp16,head_dim=64,causal=0,window=1", &var, why, sizeof why),
