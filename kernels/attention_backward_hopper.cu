@@ -765,10 +765,24 @@ scree_attention_bwd_hopper_ws(const __grid_constant__ scree_tmap tq,
   }
   __syncthreads();
   const long long w = *ticket;
-  const int g = (int)(w % p.heads_kv);
-  const long long bw = w / p.heads_kv;
-  const int b = (int)(bw % p.batch);
-  const int n = (int)(bw / p.batch);
+  int g, b, n;
+  if (p.det) {
+    /* v1's order (key tile slowest): a CTA seldom waits for the one
+     * before it in a dQ tile's order. */
+    g = (int)(w % p.heads_kv);
+    const long long bw = w / p.heads_kv;
+    b = (int)(bw % p.batch);
+    n = (int)(bw / p.batch);
+  } else {
+    /* Key tile fastest: the CTAs running at once share a few (sequence,
+     * kv head) pairs, so that their Q, dO and dQ rows stay in L2 (with the
+     * key tile slowest every resident CTA had its own, and the dQ adds and
+     * Q / dO reads of a long batch went to DRAM). */
+    n = (int)(w % p.max_ktiles);
+    const long long gb = w / p.max_ktiles;
+    g = (int)(gb % p.heads_kv);
+    b = (int)(gb / p.heads_kv);
+  }
   const int q0 = p.cu_q[b], Lq = p.cu_q[b + 1] - q0;
   const int k0 = p.cu_k[b], Lk = p.cu_k[b + 1] - k0;
   if (n * BN >= Lk) return;
