@@ -84,9 +84,15 @@
  * SCREE_WS = 1: the warp-specialized kernel scree_attention_bwd_hopper_ws
  * (implementation "hopper_ws", the same file with SCREE_WS=1; the kernel
  * above is compiled out, and without SCREE_WS its code is unchanged).
- * Written without a GPU: not run yet (docs/kernels/attention-backward.md).
- * Same CTA work, products, masks, dQ adds and deterministic protocol as
- * above; what changes:
+ * Run on an H200 (docs/kernels/attention-backward.md): sm_90's default at
+ * head_dim 64 and 128. Same products, masks, dQ adds and deterministic
+ * protocol as above; what changes:
+ *   Work order: outside deterministic mode the ticket's key tile is the
+ *   fastest index (then kv head, then sequence), so that resident CTAs
+ *   share their Q, dO and dQ rows in L2; deterministic mode keeps v1's.
+ *   dQ (SCREE_DQB 1, outside deterministic mode): staged in fp32 rows of
+ *   shared memory and added by bulk reductions (cp.reduce.async.bulk), one
+ *   row per thread of the first consumer warpgroup.
  *   CTA = 1 producer warpgroup + NWG = BN / 64 consumer warpgroups. With
  *   NWG = 2 the producer's warpgroup lowers its registers to 24
  *   (setmaxnreg) and the consumers raise theirs to 240; with NWG = 1 (256
@@ -116,7 +122,9 @@
  *   qfull[STAGES], qempty[STAGES]:
  *     bytes = 2 * HEAD_DIM * (2 * BN + 2 * STAGES * 64) + 256 * BN
  *             + 528 * STAGES + 24 + 16 + 1024
- *   Macros: as above, SCREE_STAGES 2 or 3 (the ring), and SCREE_OVL (0, 1).
+ *   With SCREE_DQB 1, 64 staging rows of 4 * HEAD_DIM + 16 bytes more.
+ *   Macros: as above, SCREE_STAGES 2 or 3 (the ring), SCREE_OVL and
+ *   SCREE_DQB (0, 1).
  *   Kernel parameters: the tensor maps of q, k, v and dout (boxes of 64,
  *   BN, BN and 64 rows), then params. Launch: blockDim = 128 (NWG + 1).
  *   Registers (ptxas, CUDA 13.0, all 128 variant x config pairs; the
